@@ -1,0 +1,31 @@
+"""Errors and the documented exit codes.
+
+Every error the CLI reports is one of these; `specconform.cli` prints its message as one
+line on stderr and exits with its `exit_code`:
+
+    0  protocol passed (or, for `verify`, evidence valid)
+    1  protocol failed
+    2  bad input or usage (malformed protocol, bad option, overlapping seeds, ...)
+    3  evidence invalid (digest, signature or recomputed verdict mismatch)
+"""
+
+EXIT_PASS = 0
+EXIT_FAIL = 1
+EXIT_USAGE = 2
+EXIT_EVIDENCE = 3
+
+
+class SpecconformError(Exception):
+    exit_code = EXIT_USAGE
+
+
+class UsageError(SpecconformError):
+    exit_code = EXIT_USAGE
+
+
+class ProtocolError(UsageError):
+    """A protocol file that fails validation: the message names file, field, problem."""
+
+
+class EvidenceError(SpecconformError):
+    exit_code = EXIT_EVIDENCE
