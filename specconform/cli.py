@@ -1,0 +1,234 @@
+"""The `specconform` command line.
+
+Exit codes (also in the README): 0 protocol passed / evidence valid, 1 protocol failed,
+2 bad input or usage, 3 evidence invalid. Every error is one line on stderr.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from specconform import __version__
+from specconform.errors import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, SpecconformError, UsageError
+
+DEFAULT_OUT = Path("reports")
+
+
+def _fail(exc: SpecconformError) -> None:
+    click.echo(f"error: {exc}", err=True)
+    sys.exit(exc.exit_code)
+
+
+class _Group(click.Group):
+    """Maps specconform errors and click usage errors onto the documented exit codes."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except SpecconformError as exc:
+            _fail(exc)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="specconform")
+def cli():
+    """Pre-registered, signed evidence that speculative decoding samples exactly.
+
+    Exit codes: 0 passed (or evidence valid), 1 failed, 2 bad input or usage,
+    3 evidence invalid.
+    """
+
+
+def _int_option(name: str, help_text: str):
+    def parse(ctx, param, value):
+        if value is None:
+            return None
+        from specconform.protocol.load import exact_int
+
+        try:
+            return exact_int(value, name)
+        except UsageError as exc:
+            raise click.BadParameter(str(exc).split(": ", 1)[-1]) from None
+
+    return click.option(name, type=str, default=None, callback=parse, help=help_text)
+
+
+def run_options(f):
+    options = [
+        click.argument("protocol", type=click.Path(dir_okay=False, path_type=Path)),
+        _int_option("--seeds", "Seeds per group (exact integer, '5e3' accepted); only where "
+                    "the protocol marks it overridable."),
+        _int_option("--offset", "First seed (exact integer, '2e6' accepted)."),
+        _int_option("--batch-size", "Concurrent requests per engine batch."),
+        click.option("--mutant", default=None, help="Plant a bug (see `specconform mutants`)."),
+        click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
+                     help="Override the protocol's device."),
+        click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+                     default=DEFAULT_OUT, show_default=True, help="Output folder."),
+        click.option("--key", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="Ed25519 signing key (PEM); default $SPECCONFORM_SIGNING_KEY, "
+                          "else the user key in ~/.config/specconform (created on first use)."),
+        click.option("--no-sign", is_flag=True, help="Write an archive marked unsigned."),
+        click.option("--ledger", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="Seed ledger (distribution protocols); default OUT/seed-ledger.jsonl."),
+        click.option("--resume", type=click.Path(file_okay=False, path_type=Path), default=None,
+                     help="Continue an interrupted distribution run from its checkpoint folder."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _signing_key(key: Path | None, no_sign: bool) -> Path | None:
+    from specconform.evidence.signing import SIGNING_KEY_ENV, resolve_signing_key
+
+    if no_sign or key is not None or os.environ.get(SIGNING_KEY_ENV):
+        return resolve_signing_key(key, sign=not no_sign)
+    return _default_user_key()
+
+
+def _default_user_key() -> Path:
+    """The user's own signing key, created (0600) on first use so that `run` signs out of
+    the box; reviewers verify with the matching .pub next to it."""
+    from specconform.evidence.signing import generate_key_pem
+
+    home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "specconform"
+    key = home / "signing.key"
+    if not key.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        private_pem, public_pem = generate_key_pem()
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(private_pem)
+        (home / "signing.pub").write_bytes(public_pem)
+        click.echo(f"note: created signing key {key} (public key {home / 'signing.pub'})",
+                   err=True)
+    return key
+
+
+def _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_sign,
+             ledger, resume):
+    from specconform.progress import progress
+    from specconform.protocol.load import apply_overrides, load_protocol
+    from specconform.runner.execute import execute
+
+    loaded = load_protocol(protocol)
+    loaded = apply_overrides(loaded, {"--seeds": seeds, "--offset": offset,
+                                      "--batch-size": batch_size, "--device": device})
+    if loaded.kind != "distribution" and (ledger or resume):
+        raise UsageError(f"{protocol}: --ledger and --resume apply to distribution "
+                         f"protocols, not {loaded.kind}")
+    signing_key = _signing_key(key, no_sign)
+    context = {"ledger": ledger, "resume": resume, "out_dir": out_dir}
+    return execute(loaded, out_dir=out_dir, argv=["specconform"] + sys.argv[1:],
+                   mutant=mutant, key=signing_key, sign=not no_sign, progress=progress,
+                   run_context=context)
+
+
+@cli.command()
+@run_options
+def run(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_sign, ledger,
+        resume):
+    """Run a pre-registered PROTOCOL and write a signed evidence archive.
+
+    Prints a table of every check, then `result: PASS|FAIL` and `archive: PATH`.
+    Exit 0 on PASS, 1 on FAIL, 2 on bad input.
+    """
+    from specconform.runner.execute import print_table
+
+    outcome = _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key,
+                       no_sign, ledger, resume)
+    print_table(outcome.evaluation)
+    verdict = outcome.evaluation.verdict.verdict
+    click.echo(f"result: {verdict}")
+    click.echo(f"archive: {outcome.archive}")
+    sys.exit(EXIT_PASS if verdict == "PASS" else EXIT_FAIL)
+
+
+@cli.command()
+@run_options
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write JUnit XML of every test here.")
+def gate(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_sign, ledger,
+         resume, junit):
+    """A run meant for CI: like `run`, plus JUnit XML (--junit) and the Markdown summary
+    appended to $GITHUB_STEP_SUMMARY when set. Exit 0/1/2/3 as documented."""
+    from specconform.report import junit_xml, step_summary_markdown
+    from specconform.runner.execute import print_table
+
+    outcome = _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key,
+                       no_sign, ledger, resume)
+    print_table(outcome.evaluation)
+    verdict = outcome.evaluation.verdict.verdict
+    if junit is not None:
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        tmp = junit.with_name(junit.name + ".tmp")
+        tmp.write_text(junit_xml(list(outcome.evaluation.tests), outcome.run_id))
+        tmp.replace(junit)
+        click.echo(f"junit: {junit}")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as fh:
+            fh.write(step_summary_markdown(outcome.archive))
+    click.echo(f"result: {verdict}")
+    click.echo(f"archive: {outcome.archive}")
+    sys.exit(EXIT_PASS if verdict == "PASS" else EXIT_FAIL)
+
+
+@cli.command()
+def mutants():
+    """List the planted bugs: name, layer, what it does and the real bug class."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from engine_under_test.mutants import list_mutants
+
+    table = Table()
+    for col in ("mutant", "layer", "what it does", "real bug class"):
+        table.add_column(col)
+    for m in list_mutants():
+        table.add_row(m.name, m.layer, m.description, m.bug_class)
+    Console(width=160).print(table)
+
+
+@cli.command()
+def schema():
+    """Print the protocol files' JSON Schema (fields marked `overridable` may be set
+    from the command line)."""
+    import json
+
+    from specconform.protocol.load import json_schema
+
+    click.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
+
+
+def _register_evidence_commands() -> None:
+    from specconform import cli_evidence
+
+    for name in ("verify", "report", "keygen"):
+        command = getattr(cli_evidence, name, None)
+        if command is not None:
+            cli.add_command(command, name)
+
+
+_register_evidence_commands()
+
+
+def main() -> None:
+    try:
+        cli.main(prog_name="specconform", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        # One line, not click's usage block: scripts and CI logs read the first line.
+        click.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(EXIT_USAGE)
+    except click.exceptions.Abort:
+        click.echo("error: aborted", err=True)
+        sys.exit(EXIT_USAGE)
+    except SpecconformError as exc:
+        _fail(exc)
+    sys.exit(0)

@@ -1,0 +1,83 @@
+"""Monte Carlo evaluation (torch-free): Pearson χ² of kernel outcome counts against the
+analytic laws of speculative sampling.
+
+At position j, among rows whose drafts 0..j-1 were accepted and whose draft length
+exceeds j, the outcome (accepted?, committed token) has law
+
+    P(accept, x) = min(p_j, q_j)(x),    P(reject, x) = (p_j - q_j)_+(x),
+
+a 2V-cell law summing to 1. Rows that accepted all L drafts commit a bonus token with
+law p_L. Every (case, position, cell family) with data is one Pearson test with the
+fixed pooling rule; tests are Bonferroni-corrected, so the verdict's false-fail rate is
+at most alpha. Any kernel error flag on these valid laws fails the protocol.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from specconform.kinds.laws import as_exact, montecarlo_laws
+from specconform.results import Evaluation, RawData, TestRow, decide
+from specconform.stats import pearson_gof
+
+RULE = ("PASS iff every per-position Pearson test passes at alpha/m (Bonferroni over the "
+        "m tests) and the kernel raised no error flag")
+
+
+def evaluate(protocol: dict, raw: RawData) -> Evaluation:
+    counts = raw.csv("raw/montecarlo_counts.csv")
+    alpha = float(protocol["alpha"])
+    min_expected = float(protocol["min_expected"])
+    planned = []  # (name, case, observed, probs, detail)
+    errors = int(counts.loc[counts["cell"] == "error", "count"].sum())
+    committed = counts[counts["cell"] != "error"]
+    out_of_vocab = 0
+    for case in protocol["cases"]:
+        p32, q32 = montecarlo_laws(case)
+        V, K = int(case["vocab"]), int(case["K"])
+        mine = committed[committed["case"] == case["name"]]
+        bad = (mine["token"] < 0) | (mine["token"] >= V)
+        out_of_vocab += int(mine.loc[bad, "count"].sum())
+        mine = mine[~bad]
+        for j in range(K + 1):
+            at = mine[mine["position"] == j]
+            acc, rej, bon = (_vector(at, cell, V) for cell in ("accept", "reject", "bonus"))
+            if j < K and acc.sum() + rej.sum() > 0:
+                p, q = as_exact(p32[j]), as_exact(q32[j])
+                probs = np.concatenate([np.minimum(p, q), np.maximum(p - q, 0.0)])
+                planned.append((f"{case['name']}_pos{j}_joint", case["name"], j,
+                                np.concatenate([acc, rej]), probs))
+            if bon.sum() > 0:
+                planned.append((f"{case['name']}_pos{j}_bonus", case["name"], j, bon,
+                                as_exact(p32[j])))
+    m = max(len(planned), 1)
+    per_test_alpha = alpha / m
+    tests = []
+    for name, case_name, j, observed, probs in planned:
+        res = pearson_gof(observed, probs, min_expected=min_expected)
+        expected = probs / probs.sum() * observed.sum()
+        top = np.argsort(-expected, kind="stable")[:16]
+        tests.append(TestRow(
+            test=name, role="primary", statistic=float(res.statistic), df=float(res.df),
+            pvalue=float(res.pvalue), n=int(res.n), alpha=per_test_alpha,
+            passed=bool(res.pvalue >= per_test_alpha),
+            detail={"case": case_name, "position": j, "cells": int(res.cells),
+                    "pooled": [int(i) for i in res.pooled],
+                    "out_of_support": int(res.out_of_support),
+                    "bonferroni_m": m, "cell_index": [int(i) for i in top],
+                    "observed": [int(observed[i]) for i in top],
+                    "expected": [float(expected[i]) for i in top]}))
+    tests.append(TestRow(test="out_of_vocab", role="primary", statistic=float(out_of_vocab),
+                         df=None, pvalue=None, n=int(committed["count"].sum()), alpha=alpha,
+                         passed=out_of_vocab == 0, detail={"tokens": out_of_vocab}))
+    tests.append(TestRow(test="kernel_errors", role="primary", statistic=float(errors),
+                         df=None, pvalue=None, n=int(counts["count"].sum()), alpha=alpha,
+                         passed=errors == 0, detail={"error_rows": errors}))
+    return Evaluation(tuple(tests), decide(tests, alpha, ("primary",), RULE))
+
+
+def _vector(frame, cell: str, vocab: int) -> np.ndarray:
+    """Counts of one cell family as a [vocab] int64 vector (tokens already in range)."""
+    sel = frame[frame["cell"] == cell]
+    out = np.zeros(vocab, dtype=np.int64)
+    np.add.at(out, sel["token"].to_numpy(), sel["count"].to_numpy())
+    return out

@@ -1,0 +1,56 @@
+"""Progress for long loops: a rich progress bar on a terminal, plain log lines in CI
+(``CI=true``) or when output is not a terminal, so logs stay readable."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from contextlib import contextmanager
+
+
+def interactive() -> bool:
+    return sys.stderr.isatty() and os.environ.get("CI", "").lower() not in ("1", "true", "yes")
+
+
+class _PlainProgress:
+    """Logs at most every 10% (and at the end) to stderr."""
+
+    def __init__(self, description: str, total: int, log=None):
+        self.description, self.total, self.done = description, max(int(total), 1), 0
+        self._next = 0.1
+        self._t0 = time.monotonic()
+        self._log = log
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        frac = self.done / self.total
+        if frac >= self._next or self.done >= self.total:
+            line = (f"{self.description}: {self.done}/{self.total} "
+                    f"({100 * frac:.0f}%, {time.monotonic() - self._t0:.1f}s)")
+            print(line, file=sys.stderr, flush=True)
+            if self._log:
+                self._log(line)
+            while self._next <= frac:
+                self._next += 0.1
+
+
+class _RichProgress:
+    def __init__(self, bar, task):
+        self._bar, self._task = bar, task
+
+    def advance(self, n: int = 1) -> None:
+        self._bar.advance(self._task, n)
+
+
+@contextmanager
+def progress(description: str, total: int, log=None):
+    """Yields an object with ``advance(n)``."""
+    if not interactive():
+        yield _PlainProgress(description, total, log)
+        return
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TimeRemainingColumn(), transient=False) as bar:
+        yield _RichProgress(bar, bar.add_task(description, total=total))

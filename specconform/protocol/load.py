@@ -1,0 +1,158 @@
+"""Load, validate, hash and override protocol files.
+
+The canonical form of a protocol is the JSON of its validated model (defaults filled in,
+keys sorted, no whitespace): key order, comments and formatting of the YAML never change
+the hash; any criterion does. The hash is taken *before* command-line overrides, so it
+names the pre-registration; overrides are recorded next to it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from specconform.errors import ProtocolError, UsageError
+from specconform.protocol.schema import Protocol
+
+_ADAPTER = TypeAdapter(Protocol)
+
+
+@dataclass(frozen=True)
+class LoadedProtocol:
+    path: Path
+    source: bytes          # the file's bytes as given
+    model: Any             # the validated model, overrides applied
+    hash: str              # sha256 of the canonical JSON before overrides
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The validated protocol (overrides applied) as plain JSON-able data."""
+        return self.model.model_dump(mode="json")
+
+    @property
+    def kind(self) -> str:
+        return self.model.kind
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+
+def canonical_json(data: dict[str, Any]) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def protocol_hash(model) -> str:
+    return hashlib.sha256(canonical_json(model.model_dump(mode="json")).encode()).hexdigest()
+
+
+def load_protocol(path: str | Path) -> LoadedProtocol:
+    path = Path(path)
+    try:
+        source = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read protocol file: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(source)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ProtocolError(f"{path}: not valid YAML{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{path}: a protocol file must be a YAML mapping")
+    model = validate(data, path)
+    return LoadedProtocol(path, source, model, protocol_hash(model))
+
+
+def validate(data: dict[str, Any], path: Path | str):
+    try:
+        return _ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        raise ProtocolError(f"{path}: {_first_problem(exc)}") from None
+
+
+def _first_problem(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    # Drop the discriminator tag pydantic inserts (e.g. 'quadrature') from the location.
+    loc = [str(p) for p in err["loc"]]
+    if loc and loc[0] in ("quadrature", "montecarlo", "distribution"):
+        loc = loc[1:]
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    elif err["type"] == "missing":
+        msg = "required field is missing"
+    elif err["type"] == "union_tag_invalid":
+        msg = f"unknown kind {err.get('input')!r}; expected quadrature, montecarlo or distribution"
+    elif err["type"] == "union_tag_not_found":
+        msg = "missing field 'kind'"
+    field = ".".join(loc) if loc else "(top level)"
+    return f"field '{field}': {msg}"
+
+
+def overridable_fields(model) -> dict[str, str]:
+    """Map CLI option (e.g. ``--seeds``) to the dotted field path it overrides."""
+    found: dict[str, str] = {}
+
+    def walk(obj, prefix: str):
+        for name, info in type(obj).model_fields.items():
+            extra = info.json_schema_extra
+            if isinstance(extra, dict) and "overridable" in extra:
+                found[extra["overridable"]] = prefix + name
+            child = getattr(obj, name)
+            if isinstance(child, BaseModel):
+                walk(child, prefix + name + ".")
+
+    walk(model, "")
+    return found
+
+
+def apply_overrides(loaded: LoadedProtocol, options: dict[str, Any]) -> LoadedProtocol:
+    """Apply CLI options ({'--seeds': 5000, ...}; None values ignored). Refuses an option
+    the protocol does not mark overridable, and re-validates the result."""
+    options = {k: v for k, v in options.items() if v is not None}
+    if not options:
+        return loaded
+    allowed = overridable_fields(loaded.model)
+    data = loaded.model.model_dump(mode="json")
+    applied: dict[str, Any] = {}
+    for option, value in options.items():
+        if option not in allowed:
+            names = ", ".join(sorted(allowed)) or "none"
+            raise UsageError(f"{loaded.path}: option {option} cannot override a {loaded.kind} "
+                             f"protocol (overridable options: {names})")
+        dotted = allowed[option]
+        parent = data
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            parent = parent[part]
+        parent[parts[-1]] = value
+        applied[dotted] = value
+    model = validate(data, f"{loaded.path} (with command-line overrides)")
+    return LoadedProtocol(loaded.path, loaded.source, model, loaded.hash, applied)
+
+
+def json_schema() -> dict[str, Any]:
+    return _ADAPTER.json_schema()
+
+
+def exact_int(text: str, option: str) -> int:
+    """Parse '5000', '5e3' or '2e6' as an exact non-negative integer (no rounding)."""
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        value = Decimal(text.strip().replace("_", ""))
+    except InvalidOperation:
+        raise UsageError(f"{option}: {text!r} is not a number") from None
+    if not value.is_finite() or value != value.to_integral_value():
+        raise UsageError(f"{option}: {text!r} is not an exact integer")
+    if value < 0:
+        raise UsageError(f"{option}: {text!r} must not be negative")
+    return int(value)

@@ -1,0 +1,225 @@
+"""The protocol file schema: one pydantic model per protocol kind.
+
+A protocol file is a pre-registration: engine configuration, groups, seed plan, every
+test, alpha and the decision rule, fixed before any data exists. Validation is strict
+(unknown keys, wrong types and out-of-range values are errors). Fields that the command
+line may override carry ``json_schema_extra={"overridable": ...}`` naming the CLI option;
+everything else is frozen by the protocol's hash.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Probability = Annotated[float, Field(gt=0.0, lt=1.0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+
+
+def overridable(option: str) -> dict:
+    """Schema marker: the CLI option that may override this field."""
+    return {"overridable": option}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+# --- kernel protocols -------------------------------------------------------------------
+
+class RandomLaw(Strict):
+    """A deterministic pseudo-random law: `support` tokens drawn from the vocabulary with
+    Dirichlet(`concentration`) masses, all from numpy's PCG64 seeded with `seed`."""
+
+    seed: NonNegInt
+    support: Annotated[int, Field(ge=1)]
+    concentration: Annotated[float, Field(gt=0.0)] = 1.0
+    within: Literal["vocab", "p"] = "vocab"  # q's support drawn inside p's support
+
+
+LawSpec = list[Annotated[float, Field(ge=0.0)]] | RandomLaw
+
+
+class SamplerSpec(Strict):
+    """Which accept kernel to test: the bundled engine's, or a user's factory
+    `package.module:callable` returning an object with `accept(...)` (see adapters)."""
+
+    adapter: str = "bundled"
+
+
+class QuadratureCase(Strict):
+    name: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
+    vocab: Annotated[int, Field(ge=1, le=262144)]
+    p: LawSpec
+    q: LawSpec
+    # Target law at the bonus position; omitted: p rolled by one token (a law different
+    # from p whenever p is not uniform, so a bonus drawn from the wrong row shows).
+    p_bonus: LawSpec | None = None
+    grid: Annotated[int, Field(ge=4, le=4096)] = 256
+
+    @model_validator(mode="after")
+    def _explicit_lengths(self):
+        for field in ("p", "q", "p_bonus"):
+            law = getattr(self, field)
+            if isinstance(law, list) and len(law) != self.vocab:
+                raise ValueError(f"{field} has {len(law)} entries but vocab is {self.vocab}")
+            if isinstance(law, list) and sum(law) <= 0:
+                raise ValueError(f"{field} has zero total mass")
+            if isinstance(law, RandomLaw) and law.support > self.vocab:
+                raise ValueError(f"{field}.support {law.support} exceeds vocab {self.vocab}")
+        return self
+
+
+class QuadratureProtocol(Strict):
+    kind: Literal["quadrature"]
+    name: Annotated[str, Field(pattern=r"^[a-z0-9_\-]+$")]
+    description: str = ""
+    sampler: SamplerSpec = SamplerSpec()
+    device: Literal["cpu", "cuda"] = Field("cpu", json_schema_extra=overridable("--device"))
+    cases: Annotated[list[QuadratureCase], Field(min_length=1)]
+
+    @field_validator("cases")
+    @classmethod
+    def _unique_names(cls, cases):
+        return _unique(cases, "case")
+
+
+class SeedPlan(Strict):
+    count: Annotated[int, Field(ge=1, le=100_000_000)] = Field(
+        json_schema_extra=overridable("--seeds"))
+    offset: NonNegInt = Field(0, json_schema_extra=overridable("--offset"))
+
+
+class MonteCarloCase(Strict):
+    name: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
+    vocab: Annotated[int, Field(ge=2, le=262144)]
+    K: Annotated[int, Field(ge=1, le=16)]
+    # Draft lengths used round-robin over rows (ragged batches); each must be in [0, K].
+    draft_lens: Annotated[list[NonNegInt], Field(min_length=1)]
+    law_seed: NonNegInt
+    p_support: Annotated[int, Field(ge=1)]
+    q_support: Annotated[int, Field(ge=1)]
+    concentration: Annotated[float, Field(gt=0.0)] = 1.0
+
+    @model_validator(mode="after")
+    def _ranges(self):
+        if any(d > self.K for d in self.draft_lens):
+            raise ValueError(f"draft_lens must lie in [0, K={self.K}]")
+        for field in ("p_support", "q_support"):
+            if getattr(self, field) > self.vocab:
+                raise ValueError(f"{field} exceeds vocab {self.vocab}")
+        return self
+
+
+class MonteCarloProtocol(Strict):
+    kind: Literal["montecarlo"]
+    name: Annotated[str, Field(pattern=r"^[a-z0-9_\-]+$")]
+    description: str = ""
+    alpha: Probability
+    min_expected: Annotated[float, Field(gt=0.0)] = 5.0
+    sampler: SamplerSpec = SamplerSpec()
+    device: Literal["cpu", "cuda"] = Field("cpu", json_schema_extra=overridable("--device"))
+    seeds: SeedPlan  # seeds.count rows per case; generator keyed by offset + case index
+    cases: Annotated[list[MonteCarloCase], Field(min_length=1)]
+
+    @field_validator("cases")
+    @classmethod
+    def _unique_names(cls, cases):
+        return _unique(cases, "case")
+
+
+# --- distribution protocols ---------------------------------------------------------------
+
+class EngineSpec(Strict):
+    preset: Literal["tiny", "small", "ouro-1.4b"]
+    model_seed: NonNegInt = 0
+    checkpoint: str | None = None  # local directory in Ouro's layout; None: seeded weights
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    device: Literal["cpu", "cuda"] = Field("cpu", json_schema_extra=overridable("--device"))
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=16)]
+    temperature: Annotated[float, Field(gt=0.0)]
+    top_k: NonNegInt = 0  # 0: off
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    prompt: list[NonNegInt] | Literal["default"] = "default"
+    max_tokens: Annotated[int, Field(ge=2, le=3)] = 3
+    batch_size: Annotated[int, Field(ge=1)] = Field(
+        1024, json_schema_extra=overridable("--batch-size"))
+
+
+class Group(Strict):
+    name: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
+    mode: Literal["nospec", "sync", "async"]
+    draft_loops: Annotated[int, Field(ge=1)] | None = None
+    seed_offset: NonNegInt = 0  # added to the run's offset: disjoint ranges per group
+
+    @model_validator(mode="after")
+    def _draft_loops(self):
+        if self.mode == "nospec" and self.draft_loops is not None:
+            raise ValueError("nospec groups take no draft_loops")
+        if self.mode != "nospec" and self.draft_loops is None:
+            raise ValueError(f"{self.mode} groups need draft_loops")
+        return self
+
+
+class TestSpec(Strict):
+    __test__ = False
+    name: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
+    type: Literal["t1_gof", "t2_gof", "t2_homogeneity", "t3_gof", "acceptance", "joint"]
+    role: Literal["prerequisite", "primary", "secondary", "exploratory", "mechanism"]
+    groups: Annotated[list[str], Field(min_length=1)]
+
+
+class Strata(Strict):
+    min_samples: Annotated[int, Field(ge=1)] = 200
+    min_expected: Annotated[float, Field(gt=0.0)] = 5.0
+
+
+class Expansion(Strict):
+    """Declares this run an expansion of an earlier one: its seed ranges may include the
+    earlier run's ranges (same offset, more seeds) instead of being refused as overlap."""
+
+    of_offset: NonNegInt
+    of_count: Annotated[int, Field(ge=1)]
+
+
+class DistributionProtocol(Strict):
+    kind: Literal["distribution"]
+    name: Annotated[str, Field(pattern=r"^[a-z0-9_\-]+$")]
+    description: str = ""
+    alpha: Probability
+    engine: EngineSpec
+    seeds: SeedPlan
+    groups: Annotated[list[Group], Field(min_length=1)]
+    strata: Strata = Strata()
+    tests: Annotated[list[TestSpec], Field(min_length=1)]
+    expansion: Expansion | None = None
+
+    @model_validator(mode="after")
+    def _references(self):
+        _unique(self.groups, "group")
+        _unique(self.tests, "test")
+        by_name = {g.name: g for g in self.groups}
+        arity = {"t1_gof": None, "t2_homogeneity": 2}
+        for test in self.tests:
+            for g in test.groups:
+                if g not in by_name:
+                    raise ValueError(f"test {test.name!r} names unknown group {g!r}")
+            want = arity.get(test.type, 1)
+            if want is not None and len(test.groups) != want:
+                raise ValueError(f"test {test.name!r} of type {test.type} takes {want} group(s)")
+            if test.type in ("acceptance", "joint") and by_name[test.groups[0]].mode == "nospec":
+                raise ValueError(f"test {test.name!r}: {test.type} needs a speculative group")
+        return self
+
+
+Protocol = Annotated[QuadratureProtocol | MonteCarloProtocol | DistributionProtocol,
+                     Field(discriminator="kind")]
+
+
+def _unique(items, what):
+    seen = set()
+    for item in items:
+        if item.name in seen:
+            raise ValueError(f"duplicate {what} name {item.name!r}")
+        seen.add(item.name)
+    return items

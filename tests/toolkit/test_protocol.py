@@ -1,0 +1,117 @@
+"""Protocol files: strict validation with one-line errors, canonical hash, overrides."""
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specconform.errors import ProtocolError, UsageError
+from specconform.protocol.load import (apply_overrides, exact_int, json_schema, load_protocol,
+                                       overridable_fields)
+
+ROOT = Path(__file__).resolve().parents[2]
+PROTOCOLS = sorted((ROOT / "protocols").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", PROTOCOLS, ids=lambda p: p.name)
+def test_bundled_protocols_validate(path):
+    loaded = load_protocol(path)
+    assert len(loaded.hash) == 64
+
+
+def _write(tmp_path, data, name="p.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _montecarlo():
+    return yaml.safe_load((ROOT / "protocols" / "montecarlo.yaml").read_text())
+
+
+def test_hash_ignores_key_order_comments_and_formatting(tmp_path):
+    data = _montecarlo()
+    a = load_protocol(_write(tmp_path, data, "a.yaml"))
+    reordered = dict(reversed(list(data.items())))
+    text = "# a comment\n" + yaml.safe_dump(reordered, default_flow_style=True)
+    (tmp_path / "b.yaml").write_text(text)
+    b = load_protocol(tmp_path / "b.yaml")
+    assert a.hash == b.hash
+
+
+def test_hash_changes_with_any_criterion(tmp_path):
+    data = _montecarlo()
+    base = load_protocol(_write(tmp_path, data, "a.yaml")).hash
+    data["alpha"] = 0.02
+    assert load_protocol(_write(tmp_path, data, "b.yaml")).hash != base
+    data = _montecarlo()
+    data["min_expected"] = 10.0
+    assert load_protocol(_write(tmp_path, data, "c.yaml")).hash != base
+
+
+@pytest.mark.parametrize("mutate, field, problem", [
+    (lambda d: d.update(alpha=1.5), "alpha", "less than 1"),
+    (lambda d: d.update(alpha=0), "alpha", "greater than 0"),
+    (lambda d: d.update(alpha="0.01"), "alpha", "valid number"),
+    (lambda d: d.update(surprise=1), "surprise", "unknown field"),
+    (lambda d: d.pop("seeds"), "seeds", "required field is missing"),
+    (lambda d: d["seeds"].update(offset=-1), "seeds.offset", "greater than or equal to 0"),
+    (lambda d: d["cases"][0].update(K=0), "cases.0.K", "greater than or equal to 1"),
+    (lambda d: d["cases"][0].update(draft_lens=[2]), "cases.0", "draft_lens"),
+    (lambda d: d.update(kind="bogus"), "(top level)", "unknown kind"),
+])
+def test_malformed_protocol_is_one_line_naming_file_field_problem(tmp_path, mutate, field,
+                                                                  problem):
+    data = _montecarlo()
+    mutate(data)
+    path = _write(tmp_path, data)
+    with pytest.raises(ProtocolError) as info:
+        load_protocol(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert str(path) in message and f"'{field}'" in message and problem in message
+    assert info.value.exit_code == 2
+
+
+def test_not_yaml_and_not_mapping(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: [unclosed\n")
+    with pytest.raises(ProtocolError, match="not valid YAML"):
+        load_protocol(bad)
+    bad.write_text("- a\n- b\n")
+    with pytest.raises(ProtocolError, match="mapping"):
+        load_protocol(bad)
+    with pytest.raises(UsageError, match="cannot read"):
+        load_protocol(tmp_path / "missing.yaml")
+
+
+def test_overrides_are_limited_to_marked_fields_and_recorded(tmp_path):
+    loaded = load_protocol(_write(tmp_path, _montecarlo()))
+    assert overridable_fields(loaded.model) == {"--seeds": "seeds.count",
+                                                "--offset": "seeds.offset",
+                                                "--device": "device"}
+    over = apply_overrides(loaded, {"--seeds": 5000, "--offset": 2_000_000, "--mutant": None})
+    assert over.model.seeds.count == 5000 and over.model.seeds.offset == 2_000_000
+    assert over.overrides == {"seeds.count": 5000, "seeds.offset": 2_000_000}
+    assert over.hash == loaded.hash  # the hash names the pre-registration
+    quad = load_protocol(ROOT / "protocols" / "quadrature.yaml")
+    with pytest.raises(UsageError, match="--seeds cannot override a quadrature"):
+        apply_overrides(quad, {"--seeds": 10})
+    with pytest.raises(ProtocolError, match="seeds.count"):
+        apply_overrides(loaded, {"--seeds": 0})
+
+
+@pytest.mark.parametrize("text, value", [("5000", 5000), ("5e3", 5000), ("2e6", 2_000_000),
+                                         ("2.0E6", 2_000_000), ("1_000", 1000)])
+def test_exact_int_accepts_scientific_integers(text, value):
+    assert exact_int(text, "--seeds") == value
+
+
+@pytest.mark.parametrize("text", ["2.5", "1e-3", "abc", "-5", "inf", "nan"])
+def test_exact_int_rejects_non_integers(text):
+    with pytest.raises(UsageError):
+        exact_int(text, "--seeds")
+
+
+def test_json_schema_marks_overridable_fields():
+    text = str(json_schema())
+    assert "'overridable': '--seeds'" in text and "'overridable': '--offset'" in text
