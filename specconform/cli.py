@@ -123,6 +123,14 @@ def _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, 
                          f"protocols, not {loaded.kind}")
     signing_key = _signing_key(key, no_sign)
     context = {"ledger": ledger, "resume": resume, "out_dir": out_dir}
+    if resume is not None:
+        from specconform.runner.distribution import read_checkpoint
+
+        # The resumed run keeps its id and folder; protocol, overrides and mutant are
+        # checked against the checkpoint before anything runs.
+        context["run_id"] = read_checkpoint(resume)["run_id"]
+        out_dir = resume.parent
+        context["out_dir"] = out_dir
     return execute(loaded, out_dir=out_dir, argv=["specconform"] + sys.argv[1:],
                    mutant=mutant, key=signing_key, sign=not no_sign, progress=progress,
                    run_context=context)

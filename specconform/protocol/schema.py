@@ -192,6 +192,10 @@ class DistributionProtocol(Strict):
     groups: Annotated[list[Group], Field(min_length=1)]
     strata: Strata = Strata()
     tests: Annotated[list[TestSpec], Field(min_length=1)]
+    # The roles whose tests decide the verdict (PASS iff all of them pass at alpha).
+    decision_roles: Annotated[
+        list[Literal["prerequisite", "primary", "secondary", "mechanism"]],
+        Field(min_length=1)] = ["prerequisite", "primary"]
     expansion: Expansion | None = None
 
     @model_validator(mode="after")

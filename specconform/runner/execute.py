@@ -102,6 +102,7 @@ def execute(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str], mutant: s
         "mutant": mutant, "device": _device(loaded), "specconform_version": __version__,
     }
     run_json.update(extra_run_fields or {})
+    run_json.update(run_context.get("extra_run_fields", {}))
     files: dict[str, bytes] = {
         "protocol.yaml": loaded.source,
         "protocol.json": (canonical_json(loaded.data) + "\n").encode(),
@@ -126,6 +127,8 @@ def execute(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str], mutant: s
         staging.rename(final)
         archive_final = final.with_suffix(".zip")
         archive.rename(archive_final)
+        for callback in run_context.get("on_success", []):
+            callback()
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         staged_zip = staging.with_suffix(".zip")

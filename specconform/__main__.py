@@ -1,0 +1,3 @@
+from specconform.cli import main
+
+main()

@@ -1,0 +1,115 @@
+"""Engine adapters for distribution protocols.
+
+An engine adapter does three things (DESIGN.md, "Dependency rules"):
+
+- ``run_group(group, seeds, progress)``: generate from the protocol's prompt for every
+  seed under one configuration, returning each seed's committed tokens and per-round
+  acceptance telemetry (`SeedRecord`);
+- ``target_law(prefix)``: the serial reference law p for a prefix, full depth, through
+  `Sampler.probabilities` one prefix at a time (never the batched or speculative path);
+- ``draft_law(prefix, draft_loops)``: the draft law q at depth d, replayed the same way.
+
+`BundledEngine` adapts `engine_under_test.LLM`; a user's engine plugs in with the same
+three methods.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specconform.errors import UsageError
+
+
+@dataclass(frozen=True)
+class SeedRecord:
+    seed: int
+    tokens: tuple[int, ...]            # committed tokens t1, t2, t3, ...
+    first_accepted: int                # 1/0: draft position 0 of the round after t1; -1: none
+    rounds: tuple[tuple[int, int], ...]  # per speculative round: (drafted, accepted)
+    finish_reason: str
+
+
+class BundledEngine:
+    """engine_under_test behind the adapter interface; one LLM per group configuration."""
+
+    def __init__(self, spec, *, mutant: str | None, log=print):
+        import torch
+
+        import engine_under_test as eut
+
+        if spec.device == "cuda" and not torch.cuda.is_available():
+            raise UsageError("--device cuda: no CUDA device is available on this machine")
+        if mutant is not None:
+            from engine_under_test.mutants import MUTANTS
+
+            if mutant not in MUTANTS:
+                raise UsageError(f"--mutant {mutant}: unknown mutant; `specconform mutants` "
+                                 "lists them")
+        self._eut = eut
+        self._torch = torch
+        self.spec = spec
+        self.mutant = mutant
+        self.dtype = getattr(torch, spec.dtype)
+        self.model_config = (eut.ModelConfig.from_checkpoint(spec.checkpoint)
+                             if spec.checkpoint else
+                             eut.ModelConfig.preset(spec.preset, seed=spec.model_seed))
+        self.prompt = list(eut.DEFAULT_PROMPT if spec.prompt == "default" else spec.prompt)
+        self._engines: dict[tuple, object] = {}
+        self._reference = None
+        self._log = log
+
+    # -- engines ------------------------------------------------------------------------
+    def _engine(self, mode: str, draft_loops: int | None):
+        key = (mode, draft_loops)
+        if key not in self._engines:
+            eut = self._eut
+            spec_cfg = None
+            if mode != "nospec":
+                spec_cfg = eut.SpeculativeConfig(
+                    num_speculative_tokens=self.spec.num_speculative_tokens, mode="block",
+                    draft_loops=draft_loops)
+            self._engines[key] = eut.LLM(
+                self.model_config, speculative_config=spec_cfg,
+                async_scheduling=(mode == "async"), device=self.spec.device,
+                dtype=self.dtype, mutant=self.mutant, max_batch_size=self.spec.batch_size)
+        return self._engines[key]
+
+    def params(self, seed: int | None):
+        s = self.spec
+        return self._eut.SamplingParams(temperature=s.temperature, top_k=s.top_k,
+                                        top_p=s.top_p, seed=seed, max_tokens=s.max_tokens,
+                                        ignore_eos=True)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model_config.vocab_size)
+
+    def run_group(self, group, seeds: list[int], progress=None) -> list[SeedRecord]:
+        llm = self._engine(group.mode, group.draft_loops)
+        outs = llm.generate([self.prompt] * len(seeds), [self.params(s) for s in seeds],
+                            progress=progress)
+        records = []
+        for seed, out in zip(seeds, outs):
+            rounds = tuple((int(r.drafted), int(r.accepted)) for r in out.rounds)
+            first = -1
+            if group.mode != "nospec" and rounds and rounds[0][0] > 0:
+                first = int(out.first_draft_accepted)
+            records.append(SeedRecord(int(seed), tuple(int(t) for t in out.token_ids), first,
+                                      rounds, str(out.finish_reason)))
+        return records
+
+    # -- serial reference ----------------------------------------------------------------
+    def _reference_llm(self):
+        if self._reference is None:
+            self._reference = self._engine("nospec", None)
+        return self._reference
+
+    def target_law(self, prefix: list[int]) -> np.ndarray:
+        p = self._reference_llm().target_probabilities(list(prefix), self.params(None))
+        return p.detach().float().cpu().numpy()
+
+    def draft_law(self, prefix: list[int], draft_loops: int) -> np.ndarray:
+        q = self._reference_llm().draft_probabilities(list(prefix), self.params(None),
+                                                      draft_loops)
+        return q.detach().float().cpu().numpy()

@@ -1,0 +1,163 @@
+"""The evidence commands: `verify`, `report` and `keygen` (registered by specconform.cli).
+
+Each command prints one line on stderr for an error and exits with the documented code
+(0 valid/done, 2 usage, 3 evidence invalid); output files are written to a temporary
+file and renamed, so a failure leaves no partial output. None of them imports torch.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from specconform.errors import SpecconformError, UsageError
+
+_VERIFY_HELP = """Verify an evidence archive offline.
+
+\b
+Checks that every digest matches SHA256SUMS, that no file is missing or added, that the
+attestation covers exactly the archive's files and is signed by the key in --pubkey, and
+that every test statistic and the verdict, recomputed from the raw data, equal what the
+archive states.
+
+\b
+Signature rule: exit 0 requires either --pubkey (the archive must then carry a valid
+signature by that key; an UNSIGNED archive is invalid) or --skip-signature (everything
+but the signer is checked; use it for archives sealed with --no-sign). Without either,
+verify refuses with exit 2: an archive checked against no key proves nothing about who
+produced it.
+
+\b
+Exit codes: 0 valid; 2 usage (missing archive or key file, no --pubkey nor
+--skip-signature); 3 invalid (the message names the first failing file or field).
+"""
+
+
+def _fail(error: SpecconformError) -> None:
+    click.echo(f"error: {error}", err=True)
+    # SystemExit, not click's Exit: click returns Exit's code silently when the caller
+    # runs it with standalone_mode=False, which specconform.cli.main does.
+    sys.exit(error.exit_code)
+
+
+@click.command("verify", help=_VERIFY_HELP)
+@click.argument("archive", type=click.Path(path_type=Path))
+@click.option("--pubkey", type=click.Path(path_type=Path), default=None,
+              help="Ed25519 public key (PEM) the archive must be signed with.")
+@click.option("--skip-signature", is_flag=True,
+              help="Do not check who signed: digests and recomputation only.")
+def verify_command(archive: Path, pubkey: Path | None, skip_signature: bool) -> None:
+    from specconform.evidence.verify import verify_archive
+
+    try:
+        if pubkey is not None and skip_signature:
+            raise UsageError("--pubkey and --skip-signature contradict each other")
+        if pubkey is None and not skip_signature:
+            raise UsageError("pass --pubkey FILE to check the signature, or --skip-signature "
+                             "to check digests and recomputation only")
+        report = verify_archive(archive, pubkey)
+    except SpecconformError as error:
+        _fail(error)
+    click.echo("\n".join(report.lines()))
+
+
+@click.command("report")
+@click.argument("archives", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["md", "html"]), default="md",
+              show_default=True, help="Markdown for a pull request, or HTML with plots.")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Write to FILE (atomically) instead of standard output.")
+def report_command(archives: tuple[Path, ...], fmt: str, out: Path | None) -> None:
+    """Turn one or more archives (primary run first, then replications) into a report.
+
+    \b
+    Exit codes: 0 written; 2 usage (an archive not found); 3 an archive unreadable.
+    """
+    from specconform.evidence.jsonio import write_bytes_atomic
+    from specconform.report import html_report, markdown_report
+
+    try:
+        render = html_report if fmt == "html" else markdown_report
+        text = render(list(archives))
+        if out is not None:
+            try:
+                write_bytes_atomic(out, text.encode())
+            except OSError as exc:
+                raise UsageError(f"{out}: cannot write report: {exc.strerror}") from None
+    except SpecconformError as error:
+        _fail(error)
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        click.echo(f"report: {out}")
+
+
+@click.command("keygen")
+@click.option("--out", "prefix", required=True, type=click.Path(path_type=Path),
+              help="Writes PREFIX.key (private, mode 0600) and PREFIX.pub.")
+def keygen_command(prefix: Path) -> None:
+    """Create an Ed25519 signing key pair: PREFIX.key (PEM PKCS#8, mode 0600) and
+    PREFIX.pub (PEM). Never overwrites: exit 2 if either file exists.
+
+    \b
+    Exit codes: 0 written; 2 usage (a file exists, or the folder is not writable).
+    """
+    try:
+        key_path, pub_path = write_key_pair(prefix)
+    except SpecconformError as error:
+        _fail(error)
+    click.echo(f"private key: {key_path}\npublic key: {pub_path}")
+
+
+def write_key_pair(prefix: Path) -> tuple[Path, Path]:
+    """Write PREFIX.key and PREFIX.pub without ever overwriting; both or neither."""
+    from specconform.evidence.signing import generate_key_pem
+
+    key_path = prefix.with_name(prefix.name + ".key")
+    pub_path = prefix.with_name(prefix.name + ".pub")
+    for path in (key_path, pub_path):
+        if path.exists() or path.is_symlink():
+            raise UsageError(f"{path}: already exists; keygen never overwrites a key")
+    private_pem, public_pem = generate_key_pem()
+    written: list[Path] = []
+    try:
+        for path, data, mode in ((key_path, private_pem, 0o600), (pub_path, public_pem, 0o644)):
+            _create_exclusive(path, data, mode)
+            written.append(path)
+    except FileExistsError as exc:
+        _remove(written)
+        raise UsageError(f"{exc.filename}: already exists; keygen never overwrites a key") \
+            from None
+    except OSError as exc:
+        _remove(written)
+        raise UsageError(f"{prefix}: cannot write key pair: {exc.strerror}") from None
+    return key_path, pub_path
+
+
+def _create_exclusive(path: Path, data: bytes, mode: int) -> None:
+    """Write a temporary file with `mode`, then link it into place (fails if `path`
+    exists): the key is never visible half-written or with looser permissions."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), mode)  # exactly `mode`, whatever the umask
+            f.write(data)
+        os.link(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
+
+
+COMMANDS = (verify_command, report_command, keygen_command)
+# The names specconform.cli registers.
+verify = verify_command
+report = report_command
+keygen = keygen_command
+

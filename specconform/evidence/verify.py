@@ -1,0 +1,184 @@
+"""`verify_archive`: check an evidence archive offline, failing at the first problem.
+
+Checks, in order (each failure raises EvidenceError naming the file or field):
+
+1. the zip is readable, every entry decompresses (CRC), all entries lie under one top
+   folder, member names are safe;
+2. `SHA256SUMS` is present and well formed; exactly one of `attestation.dsse.json`
+   (signed) or `UNSIGNED` is present;
+3. the files are exactly those SHA256SUMS lists plus SHA256SUMS and the attestation:
+   none missing, none added; every digest matches;
+4. signed archives: the envelope is well formed, its subjects are exactly every file
+   but the attestation with matching digests, its predicate names this run (run_id,
+   protocol_hash) and verdict; with a public key, a signature by that key is valid;
+5. the top folder is the run id of `run.json`;
+6. every test and the verdict, recomputed from protocol.json and raw/, equal what
+   results/ and verdict.json state (see `recompute`).
+
+Signature policy (library): `pubkey=None` checks everything except the signature itself
+and says so in the report (`signature` = "not checked" or "unsigned"); `trusted` is
+True only when a signature by the given key was verified. With a public key, an
+unsigned archive is invalid. The CLI adds the policy that exit 0 requires either
+--pubkey or an explicit --skip-signature.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specconform.errors import EvidenceError
+from specconform.evidence.reader import ArchiveContents, read_archive
+from specconform.evidence.recompute import check_recomputation, reevaluate_archive
+from specconform.evidence.sha256sums import (
+    ATTESTATION_NAME,
+    NOT_IN_SUMS,
+    SUMS_NAME,
+    UNSIGNED_NAME,
+    parse_sums,
+    sha256_hex,
+)
+from specconform.evidence.signing import check_signature, load_public_key, open_envelope
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What `verify_archive` established about one archive (it raises on any failure)."""
+
+    archive: Path
+    run_id: str
+    files_checked: int
+    signed: bool
+    signature: str  # "valid", "not checked" (signed, no key given) or "unsigned"
+    keyid: str | None
+    tests_recomputed: int
+    verdict: str
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def trusted(self) -> bool:
+        """True only if a signature by the caller's public key was verified."""
+        return self.signature == "valid"
+
+    def lines(self) -> list[str]:
+        """Human-readable summary, one fact per line."""
+        signature = {
+            "valid": f"valid Ed25519 signature by key {self.keyid}",
+            "not checked": "present but NOT checked (no public key given)",
+            "unsigned": "none: the archive is UNSIGNED",
+        }[self.signature]
+        return [f"verified: {self.archive}",
+                f"  run: {self.run_id}",
+                f"  files: {self.files_checked} digests match SHA256SUMS, none missing or added",
+                f"  signature: {signature}",
+                f"  recomputed: {self.tests_recomputed} tests and the verdict "
+                f"({self.verdict}) match the archive",
+                *(f"  warning: {w}" for w in self.warnings)]
+
+
+def verify_archive(zip_path: Path, pubkey: Path | None = None) -> VerifyReport:
+    """Verify `zip_path`; return what was established, or raise EvidenceError (or
+    UsageError for a missing archive or unreadable key file)."""
+    public = load_public_key(pubkey) if pubkey is not None else None
+    contents = read_archive(zip_path)
+    signed = _check_seal_files(contents)
+    _check_digests(contents)
+    keyid = None
+    if signed:
+        keyid = _check_attestation(contents, public)
+    elif public is not None:
+        raise EvidenceError(f"{UNSIGNED_NAME}: the archive is unsigned, but a public key "
+                            "was given to check its signature")
+    run = contents.json_object("run.json")
+    if run.get("run_id") != contents.top:
+        raise EvidenceError(f"run.json: run_id {run.get('run_id')!r} differs from the "
+                            f"archive's top folder {contents.top!r}")
+    recomputed = reevaluate_archive(contents)
+    check_recomputation(contents, recomputed)
+
+    signature = "valid" if keyid else ("not checked" if signed else "unsigned")
+    warnings = []
+    if signature != "valid":
+        warnings.append("nothing binds this archive to a signer: verify with --pubkey")
+    return VerifyReport(archive=Path(zip_path), run_id=contents.top,
+                        files_checked=len(contents.files), signed=signed,
+                        signature=signature, keyid=keyid,
+                        tests_recomputed=len(recomputed.tests),
+                        verdict=recomputed.verdict.verdict, warnings=tuple(warnings))
+
+
+def _check_seal_files(contents: ArchiveContents) -> bool:
+    """Whether the archive is signed; raise unless exactly one seal marker is present."""
+    if SUMS_NAME not in contents.files:
+        raise EvidenceError(f"{SUMS_NAME}: missing from the archive")
+    has_attestation = ATTESTATION_NAME in contents.files
+    has_marker = UNSIGNED_NAME in contents.files
+    if has_attestation and has_marker:
+        raise EvidenceError(f"{UNSIGNED_NAME}: present beside {ATTESTATION_NAME}; an "
+                            "archive is either signed or unsigned")
+    if not has_attestation and not has_marker:
+        raise EvidenceError(f"{ATTESTATION_NAME}: missing (and no {UNSIGNED_NAME} marker)")
+    return has_attestation
+
+
+def _check_digests(contents: ArchiveContents) -> None:
+    listed = parse_sums(contents.files[SUMS_NAME])
+    for name in sorted(listed):
+        if name not in contents.files:
+            raise EvidenceError(f"{name}: listed in {SUMS_NAME} but missing from the archive")
+    for name in sorted(contents.files):
+        if name not in listed and name not in NOT_IN_SUMS:
+            raise EvidenceError(f"{name}: in the archive but not listed in {SUMS_NAME}")
+    for name in sorted(listed):
+        if sha256_hex(contents.files[name]) != listed[name]:
+            raise EvidenceError(f"{name}: sha256 does not match {SUMS_NAME}")
+
+
+def _check_attestation(contents: ArchiveContents, public) -> str | None:
+    """Check the envelope against the files; verify the signature when `public` is given.
+    Returns the verified keyid, or None if no key was given."""
+    statement, payload, signatures = open_envelope(contents.files[ATTESTATION_NAME],
+                                                   ATTESTATION_NAME)
+    keyid = None
+    if public is not None:
+        # Signature first: nothing in an unauthenticated statement deserves a finer message.
+        keyid = check_signature(payload, signatures, public, ATTESTATION_NAME)
+    subjects = _subjects(statement)
+    files = set(contents.files) - {ATTESTATION_NAME}
+    uncovered, vanished = sorted(files - set(subjects)), sorted(set(subjects) - files)
+    if uncovered:
+        raise EvidenceError(f"{ATTESTATION_NAME}: no subject for file {uncovered[0]}")
+    if vanished:
+        raise EvidenceError(f"{ATTESTATION_NAME}: subject {vanished[0]} is missing from "
+                            "the archive")
+    for name in sorted(files):
+        if sha256_hex(contents.files[name]) != subjects[name]:
+            raise EvidenceError(f"{ATTESTATION_NAME}: subject {name} digest differs from "
+                                "the file")
+    _check_predicate(statement.get("predicate"), contents)
+    return keyid
+
+
+def _subjects(statement: dict) -> dict[str, str]:
+    subjects: dict[str, str] = {}
+    try:
+        for entry in statement["subject"]:
+            name, digest = entry["name"], entry["digest"]["sha256"]
+            if name in subjects:
+                raise EvidenceError(f"{ATTESTATION_NAME}: subject {name} listed twice")
+            subjects[name] = digest
+    except (KeyError, TypeError):
+        raise EvidenceError(f"{ATTESTATION_NAME}: malformed subject list") from None
+    return subjects
+
+
+def _check_predicate(predicate, contents: ArchiveContents) -> None:
+    if not isinstance(predicate, dict):
+        raise EvidenceError(f"{ATTESTATION_NAME}: predicate missing")
+    run = contents.json_object("run.json")
+    verdict = contents.json_object("verdict.json")
+    expected = {"run_id": run.get("run_id"), "protocol_hash": run.get("protocol_hash"),
+                "verdict": verdict.get("verdict")}
+    for key, value in expected.items():
+        if predicate.get(key) != value:
+            raise EvidenceError(f"{ATTESTATION_NAME}: predicate.{key} "
+                                f"{predicate.get(key)!r} differs from the archive's {value!r}")

@@ -1,0 +1,215 @@
+"""What a report shows, read once from the archives and rendered as Markdown or HTML.
+
+Reports read archives without verifying them (that is `specconform verify`'s job, and
+the report says so). They rely on these fields, all optional except the first three:
+
+- run.json: `run_id`, `protocol_name`, `protocol_hash`; `kind`, `mutant`, `device`,
+  `overrides`, and `seed_ranges` = {group: [start, stop)};
+- results/tests.json rows and verdict.json (contracts section 3);
+- a test row's `detail`: `group` (per-group tables), `coverage` (scope notes), and the
+  plot inputs read by `plots` (`observed`/`expected`, `strata`, `acceptance_ratio`).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from specconform.errors import EvidenceError
+from specconform.evidence.reader import read_archive
+from specconform.evidence.sha256sums import ATTESTATION_NAME
+from specconform.results import Evaluation, TestRow
+
+SeedRange = tuple[int, int]  # [start, stop)
+
+
+@dataclass(frozen=True)
+class ArchiveView:
+    label: str  # "primary", "replication", "replication 2", ...
+    path: Path
+    run_id: str
+    sha256: str
+    run: dict
+    evaluation: Evaluation
+    signed: bool
+    seed_ranges: dict[str, SeedRange]
+
+    def row(self, test: str) -> TestRow | None:
+        return next((r for r in self.evaluation.tests if r.test == test), None)
+
+
+@dataclass(frozen=True)
+class SeedOverlap:
+    first: str  # archive label
+    first_group: str
+    first_range: SeedRange
+    second: str
+    second_group: str
+    second_range: SeedRange
+
+
+def load_views(archives: Sequence[Path]) -> list[ArchiveView]:
+    """Read every archive; the first is the primary run, the others replications."""
+    if not archives:
+        raise EvidenceError("no archives to report on")
+    views = []
+    for index, path in enumerate(archives):
+        contents = read_archive(Path(path))
+        run = contents.json_object("run.json")
+        views.append(ArchiveView(
+            label=_label(index), path=Path(path), run_id=str(run.get("run_id", contents.top)),
+            sha256=contents.sha256, run=run, evaluation=contents.evaluation(),
+            signed=ATTESTATION_NAME in contents.files,
+            seed_ranges=_seed_ranges(run.get("seed_ranges"), contents.path)))
+    return views
+
+
+def _label(index: int) -> str:
+    return "primary" if index == 0 else ("replication" if index == 1 else f"replication {index}")
+
+
+def _seed_ranges(raw, path: Path) -> dict[str, SeedRange]:
+    if raw is None:
+        return {}
+    try:
+        ranges = {}
+        for group, (start, stop) in raw.items():
+            start, stop = int(start), int(stop)
+            if stop < start:
+                raise ValueError(f"{group}: stop < start")
+            ranges[str(group)] = (start, stop)
+        return ranges
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise EvidenceError(f"{path}: run.json seed_ranges malformed ({exc})") from None
+
+
+def ordered_test_names(views: Sequence[ArchiveView]) -> list[str]:
+    """Every test name, in the primary's order, then new ones from replications."""
+    names: list[str] = []
+    for view in views:
+        names.extend(r.test for r in view.evaluation.tests if r.test not in names)
+    return names
+
+
+def role_of(views: Sequence[ArchiveView], test: str) -> str:
+    return next((r.role for v in views if (r := v.row(test)) is not None), "")
+
+
+def groups(views: Sequence[ArchiveView]) -> dict[str, list[str]]:
+    """{group: its tests} for rows whose detail carries a `group`, in first-seen order."""
+    found: dict[str, list[str]] = {}
+    for view in views:
+        for row in view.evaluation.tests:
+            group = row.detail.get("group") if isinstance(row.detail, dict) else None
+            if group is None:
+                continue
+            tests = found.setdefault(str(group), [])
+            if row.test not in tests:
+                tests.append(row.test)
+    return found
+
+
+def cross_archive_overlaps(views: Sequence[ArchiveView]) -> list[SeedOverlap]:
+    """Every pair of seed ranges from two different archives that share a seed."""
+    overlaps = []
+    for i, a in enumerate(views):
+        for b in views[i + 1:]:
+            for ga, ra in sorted(a.seed_ranges.items()):
+                for gb, rb in sorted(b.seed_ranges.items()):
+                    if max(ra[0], rb[0]) < min(ra[1], rb[1]):
+                        overlaps.append(SeedOverlap(a.label, ga, ra, b.label, gb, rb))
+    return overlaps
+
+
+def format_pvalue(p: float | None) -> str:
+    if p is None or not math.isfinite(p):
+        return "n/a"
+    return f"{p:.4f}" if p >= 1e-3 else f"{p:.2e}"
+
+
+def format_number(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x:.6g}"
+
+
+def outcome(row: TestRow) -> str:
+    """PASS / FAIL, or "info" for rows that never decide (exploratory)."""
+    return "info" if row.passed is None else ("PASS" if row.passed else "FAIL")
+
+
+def check_cell(row: TestRow | None) -> str:
+    """A formal-checks cell: p-value and outcome; an em dash if the archive lacks the test."""
+    if row is None:
+        return "—"
+    if row.pvalue is None and row.statistic is not None:
+        # Deterministic checks (quadrature) decide on a statistic against a bound.
+        return f"stat={format_number(row.statistic)} {outcome(row)}"
+    return f"p={format_pvalue(row.pvalue)} {outcome(row)}"
+
+
+def detail_cell(row: TestRow | None) -> str:
+    """A per-group cell: statistic, df, n, p-value and outcome."""
+    if row is None:
+        return "—"
+    df = "" if row.df is None else f", df={format_number(row.df)}"
+    return (f"stat={format_number(row.statistic)}{df}, n={row.n}, "
+            f"p={format_pvalue(row.pvalue)} {outcome(row)}")
+
+
+def format_range(r: SeedRange | None) -> str:
+    return "—" if r is None else f"[{r[0]}, {r[1]})"
+
+
+def disjointness_statement(views: Sequence[ArchiveView]) -> str:
+    """One explicit sentence on whether the archives' seed ranges are disjoint."""
+    if len(views) < 2:
+        return "One archive: there is no second run whose seeds could overlap."
+    missing = [v.label for v in views if not v.seed_ranges]
+    if missing:
+        return ("Disjointness cannot be stated: run.json of "
+                f"{', '.join(missing)} records no seed ranges.")
+    overlaps = cross_archive_overlaps(views)
+    if not overlaps:
+        return "The seed ranges of the archives are disjoint: no seed is used by two runs."
+    pairs = "; ".join(f"{o.first} {o.first_group} {format_range(o.first_range)} and "
+                      f"{o.second} {o.second_group} {format_range(o.second_range)}"
+                      for o in overlaps)
+    return f"The seed ranges of the archives are NOT disjoint: {pairs} overlap."
+
+
+def coverage_notes(views: Sequence[ArchiveView]) -> list[str]:
+    """One line per test row that reports `coverage` in its detail."""
+    notes = []
+    for view in views:
+        for row in view.evaluation.tests:
+            coverage = row.detail.get("coverage") if isinstance(row.detail, dict) else None
+            if coverage is not None:
+                notes.append(f"{view.label}, {row.test}: {format_coverage(coverage)}")
+    return notes
+
+
+def format_coverage(coverage) -> str:
+    if isinstance(coverage, dict):
+        return ", ".join(f"{k}={format_coverage(v)}" for k, v in sorted(coverage.items()))
+    if isinstance(coverage, float):
+        return format_number(coverage)
+    return str(coverage)
+
+
+def scope_lines(view: ArchiveView) -> list[str]:
+    """What the run covered: protocol, kind, engine configuration knobs, decision rule."""
+    run, verdict = view.run, view.evaluation.verdict
+    overrides = run.get("overrides") or {}
+    lines = [
+        f"protocol {run.get('protocol_name', '?')} (hash {str(run.get('protocol_hash', '?'))[:16]}), "
+        f"kind {run.get('kind', '?')}, device {run.get('device', '?')}, "
+        f"mutant {run.get('mutant') or 'none'}",
+        f"overrides: {', '.join(f'{k}={v}' for k, v in sorted(overrides.items())) or 'none'}",
+        f"decision rule (alpha {format_number(verdict.alpha)}): {verdict.rule or 'not stated'}",
+    ]
+    exploratory = [r.test for r in view.evaluation.tests if r.passed is None]
+    if exploratory:
+        lines.append(f"not deciding (exploratory): {', '.join(exploratory)}")
+    return lines

@@ -1,0 +1,168 @@
+"""Reproducible SVG plots for the HTML report (matplotlib, no pyplot global state).
+
+Reproducible bytes: `svg.hashsalt` is fixed (per plot, so the ids of several inline
+SVGs in one page never collide), the Date metadata is dropped, text stays text
+(`svg.fonttype` none: no glyph definitions with shared ids), and each plot is drawn on a
+fresh `Figure`. The same inputs and matplotlib version give the same SVG.
+
+Plot inputs come from test rows' `detail` (all optional):
+- `observed`, `expected`: equal-length lists of counts per cell (`labels` optional);
+- `strata`: a list of {"label", "observed", "expected"}: observed vs expected per cell of
+  every stratum, as one scatter with the y = x line;
+- `acceptance_ratio` (with optional `expected_acceptance_ratio`): one point per test.
+"""
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from specconform.report.model import ArchiveView
+from specconform.results import TestRow
+
+if TYPE_CHECKING:  # matplotlib is imported when a plot is drawn, not with the package
+    from matplotlib.figure import Figure
+
+MAX_BAR_CELLS = 60  # beyond this a bar per cell is unreadable: draw a scatter instead
+P_FLOOR = 1e-300  # -log10(0) is infinite; p-values below this are drawn at 300
+
+
+def render_svg(draw: Callable[[Figure], None], *, plot_id: str,
+               size: tuple[float, float] = (7.0, 3.2)) -> str:
+    """Draw on a fresh Figure and return its reproducible inline SVG (no XML prolog)."""
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context({"svg.hashsalt": f"specconform-{plot_id}",
+                                "svg.id": plot_id, "svg.fonttype": "none",
+                                "font.size": 8}):
+        figure = Figure(figsize=size, dpi=72)
+        draw(figure)
+        figure.tight_layout()
+        buffer = io.StringIO()
+        figure.savefig(buffer, format="svg", metadata={"Date": None})
+    svg = buffer.getvalue()
+    return svg[svg.index("<svg"):]
+
+
+def pvalue_plot(views: Sequence[ArchiveView], tests: Sequence[str]) -> str:
+    """-log10(p) per test, one bar per archive, with the alpha line of the primary run."""
+    alpha = views[0].evaluation.verdict.alpha
+
+    def draw(figure: Figure) -> None:
+        axes = figure.add_subplot()
+        width = 0.8 / len(views)
+        for index, view in enumerate(views):
+            heights = [_neg_log10(r.pvalue if (r := view.row(t)) else None) for t in tests]
+            axes.barh([i + index * width for i in range(len(tests))], heights, height=width,
+                      label=view.label)
+        if 0 < alpha < 1:
+            axes.axvline(-math.log10(alpha), color="black", linestyle="--", linewidth=1,
+                         label=f"alpha = {alpha:g}")
+        axes.set_yticks([i + 0.4 - width / 2 for i in range(len(tests))], labels=list(tests))
+        axes.invert_yaxis()
+        axes.set_xlabel("-log10(p)   (right of the dashed line: rejected at alpha)")
+        axes.legend(loc="lower right")
+
+    return render_svg(draw, plot_id="pvalues", size=(7.0, 1.2 + 0.3 * len(tests)))
+
+
+def observed_expected_plot(row: TestRow, plot_id: str) -> str | None:
+    """Observed vs expected counts for one test row, or None if its detail has none."""
+    detail = row.detail if isinstance(row.detail, dict) else {}
+    strata = detail.get("strata")
+    if isinstance(strata, list) and strata:
+        cells = [(o, e) for s in strata if isinstance(s, dict)
+                 for o, e in _pairs(s.get("observed"), s.get("expected"))]
+        return _scatter(cells, f"{row.test}: {len(strata)} strata", plot_id) if cells else None
+    pairs = _pairs(detail.get("observed"), detail.get("expected"))
+    if not pairs:
+        return None
+    if len(pairs) > MAX_BAR_CELLS:
+        return _scatter(pairs, row.test, plot_id)
+    labels = detail.get("labels")
+    if not (isinstance(labels, list) and len(labels) == len(pairs)):
+        labels = [str(i) for i in range(len(pairs))]
+
+    def draw(figure: Figure) -> None:
+        axes = figure.add_subplot()
+        xs = range(len(pairs))
+        axes.bar(xs, [o for o, _ in pairs], color="#9ecae1", label="observed")
+        axes.plot(xs, [e for _, e in pairs], "o", color="#d62728", markersize=4,
+                  label="expected")
+        axes.set_xticks(list(xs), labels=[str(label) for label in labels], rotation=90)
+        axes.set_title(row.test)
+        axes.set_ylabel("count")
+        axes.legend()
+
+    return render_svg(draw, plot_id=plot_id)
+
+
+def has_observed_expected(row: TestRow) -> bool:
+    """Whether `observed_expected_plot` would draw something for this row."""
+    detail = row.detail if isinstance(row.detail, dict) else {}
+    strata = detail.get("strata")
+    if isinstance(strata, list) and strata:
+        return any(isinstance(s, dict) and _pairs(s.get("observed"), s.get("expected"))
+                   for s in strata)
+    return bool(_pairs(detail.get("observed"), detail.get("expected")))
+
+
+def acceptance_plot(views: Sequence[ArchiveView]) -> str | None:
+    """Observed (and expected) acceptance ratios of every row that reports one."""
+    points = [(view.label, row) for view in views for row in view.evaluation.tests
+              if isinstance(row.detail, dict) and _is_number(row.detail.get("acceptance_ratio"))]
+    if not points:
+        return None
+
+    def draw(figure: Figure) -> None:
+        axes = figure.add_subplot()
+        ys = range(len(points))
+        axes.plot([r.detail["acceptance_ratio"] for _, r in points], ys, "o",
+                  label="observed")
+        expected = [(r.detail.get("expected_acceptance_ratio"), y)
+                    for (_, r), y in zip(points, ys, strict=True)]
+        expected = [(x, y) for x, y in expected if _is_number(x)]
+        if expected:
+            axes.plot([x for x, _ in expected], [y for _, y in expected], "x",
+                      color="black", label="expected")
+        axes.set_yticks(list(ys), labels=[f"{label}: {r.test}" for label, r in points])
+        axes.invert_yaxis()
+        axes.set_xlabel("acceptance ratio")
+        axes.margins(y=0.3)
+        axes.legend()
+
+    return render_svg(draw, plot_id="acceptance", size=(7.0, 1.2 + 0.3 * len(points)))
+
+
+def _scatter(pairs: list[tuple[float, float]], title: str, plot_id: str) -> str:
+    def draw(figure: Figure) -> None:
+        axes = figure.add_subplot()
+        axes.plot([e for _, e in pairs], [o for o, _ in pairs], ".", markersize=3)
+        top = max(max(o for o, _ in pairs), max(e for _, e in pairs), 1.0)
+        axes.plot([0, top], [0, top], color="black", linewidth=1, label="observed = expected")
+        axes.set_xlabel("expected count")
+        axes.set_ylabel("observed count")
+        axes.set_title(title)
+        axes.legend()
+
+    return render_svg(draw, plot_id=plot_id, size=(4.5, 4.0))
+
+
+def _pairs(observed, expected) -> list[tuple[float, float]]:
+    if not (isinstance(observed, list) and isinstance(expected, list)):
+        return []
+    if len(observed) != len(expected) or not all(map(_is_number, observed + expected)):
+        return []
+    return [(float(o), float(e)) for o, e in zip(observed, expected, strict=True)]
+
+
+def _neg_log10(p: float | None) -> float:
+    if p is None or not math.isfinite(p):
+        return 0.0
+    return -math.log10(max(p, P_FLOOR))
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -1,0 +1,164 @@
+"""Distribution runner: generate every group's seeds through the engine, checkpointing
+each batch, then replay the exact reference laws serially.
+
+Resume. A run writes ``OUT/<run-id>.inprogress/``: ``checkpoint.json`` (protocol hash,
+overrides, mutant, batch plan) first, then one CSV per finished batch, each written to a
+temporary name and renamed, so a batch is on disk whole or not at all. ``--resume`` on
+that folder skips finished batches and runs the rest with the same batch plan: after
+Ctrl-C or kill -9 at any point no seed is lost and none is counted twice.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+
+from specconform.errors import UsageError
+from specconform.runner.ledger import LedgerEntry, check_and_reserve
+
+SAMPLE_COLUMNS = ("group", "seed", "t1", "t2", "t3", "first_accepted", "drafted", "accepted",
+                  "finish_reason", "rounds")
+
+
+def group_seeds(protocol, group) -> range:
+    start = protocol.seeds.offset + group.seed_offset
+    return range(start, start + protocol.seeds.count)
+
+
+def batch_plan(protocol) -> list[tuple[str, int, int]]:
+    """(group, start, stop) for every batch, in run order; fixed by the protocol."""
+    size = protocol.engine.batch_size
+    plan = []
+    for group in protocol.groups:
+        seeds = group_seeds(protocol, group)
+        for s in range(seeds.start, seeds.stop, size):
+            plan.append((group.name, s, min(s + size, seeds.stop)))
+    return plan
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def open_checkpoint(loaded, *, mutant, context) -> Path:
+    """Create (new run) or validate (--resume) the checkpoint folder; returns it."""
+    model = loaded.model
+    state = {"run_id": context["run_id"], "protocol_hash": loaded.hash,
+             "overrides": loaded.overrides, "mutant": mutant, "plan": batch_plan(model)}
+    resume = context.get("resume")
+    if resume is not None:
+        folder = Path(resume)
+        saved = read_checkpoint(folder)
+        for key in ("protocol_hash", "overrides", "mutant"):
+            if json.loads(json.dumps(saved[key])) != json.loads(json.dumps(state[key])):
+                raise UsageError(f"--resume {folder}: {key} differs from the interrupted run "
+                                 f"({saved[key]!r} there, {state[key]!r} now)")
+        if [list(x) for x in saved["plan"]] != [list(x) for x in state["plan"]]:
+            raise UsageError(f"--resume {folder}: batch plan differs from the interrupted run")
+        return folder
+    folder = Path(context["out_dir"]) / f"{context['run_id']}.inprogress"
+    (folder / "batches").mkdir(parents=True, exist_ok=False)
+    _atomic_write(folder / "checkpoint.json", json.dumps(state, sort_keys=True).encode())
+    return folder
+
+
+def read_checkpoint(folder: Path) -> dict:
+    try:
+        return json.loads((Path(folder) / "checkpoint.json").read_text())
+    except FileNotFoundError:
+        raise UsageError(f"--resume {folder}: no checkpoint.json (not a run in progress)") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--resume {folder}: unreadable checkpoint ({exc})") from None
+
+
+def _records_frame(group, records) -> pd.DataFrame:
+    rows = []
+    for r in records:
+        toks = list(r.tokens) + [-1, -1, -1]
+        rows.append({"group": group.name, "seed": r.seed, "t1": toks[0], "t2": toks[1],
+                     "t3": toks[2], "first_accepted": r.first_accepted,
+                     "drafted": sum(d for d, _ in r.rounds),
+                     "accepted": sum(a for _, a in r.rounds),
+                     "finish_reason": r.finish_reason,
+                     "rounds": json.dumps([list(x) for x in r.rounds], separators=(",", ":"))})
+    return pd.DataFrame(rows, columns=list(SAMPLE_COLUMNS))
+
+
+def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
+    from specconform.adapters.engine import BundledEngine
+
+    model = loaded.model
+    engine = BundledEngine(model.engine, mutant=mutant, log=log)
+    ledger = Path(context.get("ledger") or Path(context["out_dir"]) / "seed-ledger.jsonl")
+    folder = open_checkpoint(loaded, mutant=mutant, context=context)
+    check_and_reserve(ledger, [
+        LedgerEntry(loaded.name, loaded.hash, context["run_id"], g.name,
+                    group_seeds(model, g).start, group_seeds(model, g).stop, mutant)
+        for g in model.groups], expansion=model.expansion)
+    groups = {g.name: g for g in model.groups}
+    plan = batch_plan(model)
+    frames = []
+    with progress("generate", len(plan) and sum(b - a for _, a, b in plan)) as bar:
+        for name, start, stop in plan:
+            path = folder / "batches" / f"{name}-{start}.csv"
+            if not path.exists():
+                records = engine.run_group(groups[name], list(range(start, stop)))
+                buf = io.StringIO()
+                _records_frame(groups[name], records).to_csv(buf, index=False,
+                                                            lineterminator="\n")
+                _atomic_write(path, buf.getvalue().encode())
+            frames.append(pd.read_csv(path))
+            bar.advance(stop - start)
+    samples = pd.concat(frames, ignore_index=True)
+    log(f"generated {len(samples)} samples in {len(plan)} batches ({folder})")
+    reference = replay_reference(engine, model, samples, progress)
+    buf = io.StringIO()
+    samples.to_csv(buf, index=False, lineterminator="\n")
+    context.setdefault("on_success", []).append(lambda: shutil.rmtree(folder, True))
+    context["extra_run_fields"] = {"seed_ranges": {
+        g.name: [group_seeds(model, g).start, group_seeds(model, g).stop]
+        for g in model.groups}}
+    return {"raw/samples.csv": buf.getvalue().encode(),
+            "raw/reference.json": json.dumps(reference, sort_keys=True,
+                                             separators=(",", ":")).encode()}
+
+
+def _sparse(law) -> dict[str, float]:
+    return {str(int(i)): float(law[i]) for i in law.nonzero()[0]}
+
+
+def replay_reference(engine, model, samples: pd.DataFrame, progress) -> dict:
+    """Exact laws by serial replay, one prefix at a time: p(t1 | prompt), p(t2 | prompt,
+    t1) and q_d(t2 | prompt, t1) for every observed t1 and draft depth, p(t3 | prompt,
+    t1, t2) for every observed (t1, t2)."""
+    prompt = engine.prompt
+    t1s = sorted(int(t) for t in samples["t1"].unique() if t >= 0)
+    pairs = sorted({(int(a), int(b)) for a, b in zip(samples["t1"], samples["t2"])
+                    if a >= 0 and b >= 0})
+    depths = sorted({g.draft_loops for g in model.groups if g.draft_loops is not None})
+    total = 1 + len(t1s) * (1 + len(depths)) + (len(pairs) if model.engine.max_tokens >= 3 else 0)
+    ref = {"vocab_size": engine.vocab_size, "prompt": prompt, "p_t2": {}, "p_t3": {},
+           "q_t2": {str(d): {} for d in depths}}
+    with progress("reference", total) as bar:
+        ref["p_t1"] = _sparse(engine.target_law(prompt))
+        bar.advance(1)
+        for t1 in t1s:
+            ref["p_t2"][str(t1)] = _sparse(engine.target_law(prompt + [t1]))
+            bar.advance(1)
+            for d in depths:
+                ref["q_t2"][str(d)][str(t1)] = _sparse(engine.draft_law(prompt + [t1], d))
+                bar.advance(1)
+        if model.engine.max_tokens >= 3:
+            for t1, t2 in pairs:
+                ref["p_t3"][f"{t1},{t2}"] = _sparse(engine.target_law(prompt + [t1, t2]))
+                bar.advance(1)
+    return ref
