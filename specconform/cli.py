@@ -128,7 +128,8 @@ def _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, 
 
         # The resumed run keeps its id and folder; protocol, overrides and mutant are
         # checked against the checkpoint before anything runs.
-        context["run_id"] = read_checkpoint(resume)["run_id"]
+        saved = read_checkpoint(resume)
+        context["run_id"], context["attempt"] = saved["run_id"], saved["attempt"]
         out_dir = resume.parent
         context["out_dir"] = out_dir
     return execute(loaded, out_dir=out_dir, argv=["specconform"] + sys.argv[1:],

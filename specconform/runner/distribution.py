@@ -52,7 +52,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
 def open_checkpoint(loaded, *, mutant, context) -> Path:
     """Create (new run) or validate (--resume) the checkpoint folder; returns it."""
     model = loaded.model
-    state = {"run_id": context["run_id"], "protocol_hash": loaded.hash,
+    state = {"run_id": context["run_id"], "attempt": context["attempt"],
+             "protocol_hash": loaded.hash,
              "overrides": loaded.overrides, "mutant": mutant, "plan": batch_plan(model)}
     resume = context.get("resume")
     if resume is not None:
@@ -66,7 +67,10 @@ def open_checkpoint(loaded, *, mutant, context) -> Path:
             raise UsageError(f"--resume {folder}: batch plan differs from the interrupted run")
         return folder
     folder = Path(context["out_dir"]) / f"{context['run_id']}.inprogress"
-    (folder / "batches").mkdir(parents=True, exist_ok=False)
+    if folder.exists():
+        raise UsageError(f"{folder}: an interrupted run with the same inputs is there; "
+                         f"continue it with --resume {folder} (or remove that folder)")
+    (folder / "batches").mkdir(parents=True)
     _atomic_write(folder / "checkpoint.json", json.dumps(state, sort_keys=True).encode())
     return folder
 
@@ -101,7 +105,7 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
     ledger = Path(context.get("ledger") or Path(context["out_dir"]) / "seed-ledger.jsonl")
     folder = open_checkpoint(loaded, mutant=mutant, context=context)
     check_and_reserve(ledger, [
-        LedgerEntry(loaded.name, loaded.hash, context["run_id"], g.name,
+        LedgerEntry(loaded.name, loaded.hash, context["attempt"], g.name,
                     group_seeds(model, g).start, group_seeds(model, g).stop, mutant)
         for g in model.groups], expansion=model.expansion)
     groups = {g.name: g for g in model.groups}

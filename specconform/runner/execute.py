@@ -40,10 +40,27 @@ class RunLog:
         self.lines.append(line)
 
 
-def make_run_id(loaded: LoadedProtocol, started: datetime, mutant: str | None) -> str:
-    stamp = started.strftime("%Y%m%dT%H%M%S")
+def make_run_id(loaded: LoadedProtocol, mutant: str | None) -> str:
+    """Content-addressed: protocol name, pre-registration hash and a digest of the
+    effective inputs (protocol after overrides, mutant). Two runs with the same inputs
+    get the same id, so their archives differ only in volatile.json (and the digests of
+    it in SHA256SUMS and the attestation)."""
+    import hashlib
+
+    inputs = canonical_json({"protocol": loaded.data, "mutant": mutant})
+    digest = hashlib.sha256(inputs.encode()).hexdigest()[:8]
     suffix = f"-{mutant}" if mutant else ""
-    return f"{loaded.name}-{loaded.hash[:8]}{suffix}-{stamp}"
+    return f"{loaded.name}-{loaded.hash[:8]}-{digest}{suffix}"
+
+
+def free_destination(out_dir: Path, run_id: str) -> Path:
+    """OUT/<run-id>, or OUT/<run-id>-2, -3 ... when an earlier run of the same inputs is
+    there: evidence is never overwritten; only the outer name differs."""
+    candidate, n = out_dir / run_id, 1
+    while candidate.exists() or candidate.with_suffix(".zip").exists():
+        n += 1
+        candidate = out_dir / f"{run_id}-{n}"
+    return candidate
 
 
 def collect_raw(loaded: LoadedProtocol, *, mutant: str | None, progress, log,
@@ -79,12 +96,10 @@ def execute(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str], mutant: s
 
     started = datetime.now(timezone.utc)
     run_context = dict(run_context or {})
-    run_id = run_context.get("run_id") or make_run_id(loaded, started, mutant)
+    run_id = run_context.get("run_id") or make_run_id(loaded, mutant)
     run_context["run_id"] = run_id
+    run_context.setdefault("attempt", f"{run_id}@{started:%Y%m%dT%H%M%SZ}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    final = out_dir / run_id
-    if final.exists() or final.with_suffix(".zip").exists():
-        raise UsageError(f"{final}: a run with this id already exists")
     log = RunLog()
     log(f"specconform {__version__} run {run_id}")
     log(f"protocol {loaded.path} sha256 {loaded.hash}")
@@ -115,7 +130,8 @@ def execute(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str], mutant: s
         "log.txt": ("\n".join(log.lines) + "\n").encode(),
     }
     files.update(raw)
-    staging = out_dir / f".partial-{run_id}"
+    final = free_destination(out_dir, run_id)
+    staging = out_dir / f".partial-{final.name}"
     if staging.exists():
         shutil.rmtree(staging)
     try:

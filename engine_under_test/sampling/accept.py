@@ -1,0 +1,162 @@
+"""Ragged speculative rejection sampling: one round's accept / correct / bonus step.
+
+p is always the target law (full depth R) and q the draft law (depth d). For each row:
+
+* draft j is accepted iff j < draft_len, 0 <= drafts[j] < V and
+  u[j] * q_j(x_j) < p_j(x_j), computed in float64. The strict < rejects a token with
+  p_j(x_j) == 0 even when u[j] == 0 (a `coin <= ratio` test would accept it).
+* the stop point s is the first position that is not a valid accept (0 <= s <= L,
+  L = draft_len);
+* s < L (rejection): the correction token is drawn from max(p_s - q_s, 0) with u[K + s];
+* s == L (every draft accepted; L == 0 is "effective K = 0"): the bonus token is drawn
+  from p_L with u[2K]. The bonus position is the stop point, draft_len, not K.
+* the law used at the stop point is invalid when it has a non-finite entry or no
+  positive mass (a zero residual included): the row's error flag is set and it commits
+  nothing. Positions after the stop point are never looked at for the result, so NaNs
+  there change nothing.
+
+Uniform layout per row: u[0:K] accept coins, u[K + j] the correction draw for a stop
+at j, u[2K] the bonus draw. A greedy row passes zeros with one-hot p and q: draft j is
+accepted iff it is the target argmax, and the correction and bonus are the target
+argmax (the residual of two one-hots is the target's one-hot), i.e. greedy acceptance.
+
+Kernel mutants (specconform's planted bugs, selected only by the explicit `mutant=`
+argument; the registry with their bug classes is engine_under_test.mutants):
+`residual_from_p`, `bonus_off_by_one`, `shared_uniform`.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from engine_under_test.sampling._checks import (
+    require_device,
+    require_float,
+    require_integer,
+    require_ndim,
+    require_shape,
+    require_tensor,
+)
+from engine_under_test.sampling.categorical import categorical
+
+KERNEL_MUTANTS = ("residual_from_p", "bonus_off_by_one", "shared_uniform")
+
+
+class AcceptResult(NamedTuple):
+    """What one round commits for each row."""
+
+    tokens: torch.Tensor         # [B, K+1] int64 committed tokens, -1 padded (all -1 on error)
+    num_accepted: torch.Tensor   # [B] int64 accepted drafts (0 on error)
+    num_committed: torch.Tensor  # [B] int64 == num_accepted + 1 (0 on error)
+    error: torch.Tensor          # [B] bool, invalid law at the stop point
+
+
+def _check(p, q, drafts, draft_lens, uniforms, mutant) -> None:
+    for name, t in (("p", p), ("q", q), ("drafts", drafts), ("draft_lens", draft_lens),
+                    ("uniforms", uniforms)):
+        require_tensor(name, t)
+    require_ndim("drafts", drafts, 2, "[B, K]")
+    require_integer("drafts", drafts)
+    B, K = drafts.shape
+    require_ndim("p", p, 3, "[B, K+1, V]")
+    require_float("p", p)
+    V = p.shape[2]
+    if V < 1:
+        raise ValueError("p must have a vocabulary of at least one token (V >= 1)")
+    require_shape("p", p, (B, K + 1, V), "[B, K+1, V]")
+    require_shape("q", q, (B, K, V), "[B, K, V]")
+    require_float("q", q)
+    require_shape("draft_lens", draft_lens, (B,), "[B]")
+    require_integer("draft_lens", draft_lens)
+    require_shape("uniforms", uniforms, (B, 2 * K + 1), "[B, 2K+1]")
+    require_float("uniforms", uniforms)
+    for name, t in (("q", q), ("drafts", drafts), ("draft_lens", draft_lens),
+                    ("uniforms", uniforms)):
+        require_device(name, t, p.device, "p")
+    if mutant is not None and mutant not in KERNEL_MUTANTS:
+        raise ValueError(
+            f"unknown kernel mutant {mutant!r}; valid: None or one of {', '.join(KERNEL_MUTANTS)}"
+        )
+
+
+def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
+                       draft_lens: torch.Tensor, uniforms: torch.Tensor,
+                       mutant: str | None = None) -> AcceptResult:
+    """Accept, correct or extend each row's drafts (rule in the module docstring).
+
+    p,           # [B, K+1, V] float32 target law per position
+    q,           # [B, K, V] float32 draft law per position
+    drafts,      # [B, K] int64 draft token ids
+    draft_lens,  # [B] int64 in [0, K] (values outside are clamped to [0, K])
+    uniforms,    # [B, 2K+1] float64: coins u[0:K], corrections u[K:2K], bonus u[2K]
+    mutant,      # None (correct) or a kernel mutant name; tests and protocols only
+    returns      AcceptResult (see its fields)
+
+    Fully vectorised, no host reads, inputs never modified.
+    """
+    _check(p, q, drafts, draft_lens, uniforms, mutant)
+    B, K = drafts.shape
+    V = p.shape[2]
+    device = p.device
+    u = uniforms.double()
+    lens = draft_lens.to(torch.int64).clamp(0, K)
+    positions = torch.arange(K, device=device)
+
+    # --- accept test at every draft position, float64 ---------------------------------
+    in_range = (drafts >= 0) & (drafts < V)
+    safe_drafts = drafts.to(torch.int64).clamp(0, V - 1)[..., None]   # [B, K, 1]
+    p_draft = p[:, :K].gather(-1, safe_drafts).squeeze(-1).double()   # [B, K]
+    q_draft = q.gather(-1, safe_drafts).squeeze(-1).double()          # [B, K]
+    # NaN in p or q makes the comparison False: a rejection, and then the stop-point
+    # law below holds the NaN and sets the error flag.
+    accepted = (positions < lens[:, None]) & in_range & (u[:, :K] * q_draft < p_draft)
+
+    # The stop point is the number of leading accepts (a cumulative product stops
+    # counting at the first non-accept, whatever comes after it).
+    stop = accepted.to(torch.int64).cumprod(dim=-1).sum(dim=-1)  # [B] in [0, lens]
+    rejected = stop < lens                                        # [B] bool
+
+    # --- the law at the stop point ----------------------------------------------------
+    law_position = stop
+    if mutant == "bonus_off_by_one":
+        # Bug: bonus from p at draft_len - 1 ("position K instead of K+1").
+        law_position = torch.where(rejected, stop, (stop - 1).clamp_min(0))
+    p_stop = p.gather(1, law_position[:, None, None].expand(B, 1, V)).squeeze(1).double()
+    finite = torch.isfinite(p_stop).all(dim=-1)
+    if K > 0:
+        q_position = stop.clamp(max=K - 1)  # bonus rows (stop == L) do not use q
+        q_stop = q.gather(1, q_position[:, None, None].expand(B, 1, V)).squeeze(1).double()
+        residual = (p_stop - q_stop).clamp_min(0.0)
+        # The residual is built from q too: q = +inf would hide as a 0 after the clamp.
+        finite = finite & (~rejected | torch.isfinite(q_stop).all(dim=-1))
+    else:
+        residual = p_stop  # K == 0: nothing can be rejected, so this is never used
+    if mutant == "residual_from_p":
+        residual = p_stop  # Bug: correction drawn from p instead of (p - q)+.
+    law = torch.where(rejected[:, None], residual, p_stop)  # [B, V] float64
+
+    finite = finite & torch.isfinite(law).all(dim=-1)
+    mass = torch.where(finite[:, None], law, 0.0).clamp_min(0.0).sum(dim=-1)
+    error = ~(finite & (mass > 0))  # non-finite, or no positive mass (zero residual)
+
+    # --- the correction or bonus draw -------------------------------------------------
+    draw_index = torch.where(rejected, K + stop, 2 * K)
+    if mutant == "shared_uniform":
+        # Bug: the correction reuses the accept coin that just rejected.
+        draw_index = torch.where(rejected, stop, 2 * K)
+    draw_u = u.gather(1, draw_index[:, None]).squeeze(1)
+    # Error rows get a finite dummy law so the draw itself stays well defined.
+    safe_law = torch.where(error[:, None], 1.0, law)
+    token = categorical(safe_law, draw_u)
+
+    # --- committed tokens: accepted drafts, then the correction or bonus --------------
+    slots = torch.arange(K + 1, device=device)
+    padded = torch.cat([drafts.to(torch.int64), drafts.new_full((B, 1), -1, dtype=torch.int64)],
+                       dim=1)
+    tokens = torch.where(slots < stop[:, None], padded,
+                         torch.where(slots == stop[:, None], token[:, None], -1))
+    tokens = torch.where(error[:, None], -1, tokens)
+    num_accepted = torch.where(error, 0, stop)
+    num_committed = torch.where(error, 0, stop + 1)
+    return AcceptResult(tokens, num_accepted, num_committed, error)

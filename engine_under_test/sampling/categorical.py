@@ -1,0 +1,64 @@
+"""Inverse-CDF sampling from rows of non-negative weights, driven by given uniforms.
+
+The randomness is an argument (one float64 uniform per row), not a generator: the
+caller owns it (RngRegistry, or a quadrature grid in specconform's kernel protocols),
+so the draw is a pure function of (weights, u).
+
+Token i is chosen for u in [cdf[i-1] / total, cdf[i] / total), computed as: target =
+u * total, index = first i with cdf[i] > target (`torch.searchsorted(..., right=True)`).
+A token of zero weight adds exactly 0 to a float64 running sum, so its cdf equals its
+predecessor's and "first cdf > target" can never land on it: zero-mass tokens, zero
+tails included, are never chosen. The one case the rule leaves open is a target that
+rounds to >= total (u just below 1): the draw then returns the last token of positive
+weight, never an index past the support or past V.
+"""
+from __future__ import annotations
+
+import torch
+
+from engine_under_test.sampling._checks import (
+    require_device,
+    require_float,
+    require_ndim,
+    require_shape,
+    require_tensor,
+)
+
+
+def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One token per row: the inverse CDF of the row's weights at u.
+
+    probs,    # [B, V] float32 or float64, rows of weights >= 0 (need not sum to 1;
+              #        negative entries are treated as 0)
+    u,        # [B] float64 in [0, 1)
+    returns   # [B] int64, a token of positive weight for every row with positive
+              #      finite mass (rows without are the caller's error; they still get
+              #      an index in [0, V))
+
+    No host reads.
+    """
+    require_tensor("probs", probs)
+    require_tensor("u", u)
+    require_ndim("probs", probs, 2, "[B, V]")
+    require_float("probs", probs)
+    B, V = probs.shape
+    if V < 1:
+        raise ValueError("probs must have a vocabulary of at least one token (V >= 1)")
+    require_shape("u", u, (B,), "[B]")
+    require_float("u", u)
+    require_device("u", u, probs.device, "probs")
+
+    # float64 cdf: float32 -> float64 is exact, running sums carry ~1e-16 relative
+    # rounding instead of float32's ~1e-7, and a zero weight adds exactly zero.
+    weights = probs.double().clamp_min(0.0)  # clamp_min keeps NaN, which stays an error
+    cdf = torch.cumsum(weights, dim=-1)
+    total = cdf[:, -1:]
+    # clamp: a (invalid) negative u must not pick a leading zero-weight token either.
+    target = (u.double()[:, None] * total).clamp_min(0.0)
+    index = torch.searchsorted(cdf, target, right=True).squeeze(-1)  # first cdf > target
+
+    # target >= total (rounding with u near 1): fall back to the last positive token.
+    columns = torch.arange(V, device=probs.device)
+    last_positive = torch.where(weights > 0, columns, -1).amax(dim=-1)
+    index = torch.where(index >= V, last_positive, index)
+    return index.clamp(0, V - 1)

@@ -1,0 +1,420 @@
+"""Evaluate a distribution protocol from its raw data: t1/t2/t3 tests, acceptance and joint
+mechanism tests, coverage and out-of-support, and the verdict.
+
+Raw data (written by the runner): ``raw/samples.csv`` (group, seed, t1, t2, t3,
+first_accepted, drafted, accepted; -1 = not generated / no draft) and
+``raw/reference.json`` (sparse exact laws p_t1, p_t2[t1], p_t3[t1,t2] from a serial
+replay, and the draft laws q_t2[d][t1] at the first draft position after prompt+t1).
+
+Dependence (issue 5): groups that share seeds can share randomness, so
+- t1 tests over several groups test each group and combine by Bonferroni, valid
+  under any dependence;
+- two-sample tests compare only disjoint seeds: if the groups' seed sets intersect,
+  the first group contributes its even seeds and the second its odd seeds;
+- χ² statistics are summed only over strata of one group (disjoint samples).
+
+Imports no torch: ``verify`` recomputes verdicts on a laptop.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from specconform.results import Evaluation, RawData, TestRow, decide
+from specconform.stats import bonferroni, pearson_gof, pearson_homogeneity, sum_chi2
+from specconform.stats.cells import align, on_union, strata
+from specconform.stats.rate import rate_test
+from specconform.stats.speculative import joint_cells, total_variation
+
+DECIDING_ROLES = ("prerequisite", "primary")
+_COLUMNS = ("seed", "t1", "t2", "t3", "first_accepted", "drafted", "accepted")
+
+
+def evaluate(protocol: dict, raw: RawData) -> Evaluation:
+    """Recompute every test and the verdict from a run's raw files."""
+    return evaluate_frames(protocol, raw.csv("raw/samples.csv"), raw.json("raw/reference.json"))
+
+
+def evaluate_frames(protocol: dict, samples, reference) -> Evaluation:
+    """Same as :func:`evaluate` from in-memory data: ``samples`` a pandas DataFrame with the
+    columns of samples.csv, ``reference`` the dict of reference.json (or a parsed
+    :class:`Reference`, which calibration reuses across replications)."""
+    ref = reference if isinstance(reference, Reference) else Reference(reference)
+    ctx = _Context(protocol, ref, _split(samples, ref.vocab_size))
+    rows, coverage = [], {}
+    for spec in protocol["tests"]:
+        row, cov = _RUNNERS[spec["type"]](ctx, spec)
+        rows.append(row)
+        if cov is not None:
+            coverage[spec["name"]] = cov
+    rows.append(_coverage_row(ctx, coverage))
+    rows.append(_support_row(ctx))
+    alpha = ctx.alpha
+    rule = f"PASS iff every prerequisite and primary test passes at alpha={alpha}"
+    return Evaluation(tuple(rows), decide(rows, alpha, DECIDING_ROLES, rule))
+
+
+# --- inputs --------------------------------------------------------------------------------
+
+class Reference:
+    """Parsed reference.json: sparse laws as (tokens [S] int64 ascending, probs [S] float64)."""
+
+    def __init__(self, ref: dict):
+        self.vocab_size = int(ref["vocab_size"])
+        self.p1 = _sparse(ref["p_t1"])
+        self.p2 = {int(k): _sparse(v) for k, v in ref["p_t2"].items()}
+        self.p3 = {_pair(k): _sparse(v) for k, v in ref.get("p_t3", {}).items()}
+        self.q2 = {int(d): {int(k): _sparse(v) for k, v in laws.items()}
+                   for d, laws in ref.get("q_t2", {}).items()}
+        self._codes = None
+
+    def codes(self, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Supports as int64 codes with base ``w`` > every token: (t1*w + t2) of every
+        possible pair, (pair*w + t3) of every possible triple, and the pairs with a p_t3."""
+        if self._codes is None or self._codes[0] != w:
+            c2 = [t1 * w + law[0] for t1, law in self.p2.items()]
+            c3 = [(a * w + b) * w + law[0] for (a, b), law in self.p3.items()]
+            k3 = np.array([a * w + b for a, b in self.p3], dtype=np.int64)
+            self._codes = (w, _cat(c2), _cat(c3), k3)
+        return self._codes[1:]
+
+    def possible(self, t1: int, t2: int | None = None) -> bool:
+        """Whether the prefix (t1[, t2]) has positive reference probability."""
+        if not np.isin(t1, self.p1[0]):
+            return False
+        return t2 is None or (t1 in self.p2 and bool(np.isin(t2, self.p2[t1][0])))
+
+    def law(self, table: dict, key, what: str):
+        """The law for a stratum ``key`` (t1 or (t1, t2)); None for an impossible prefix
+        the reference omits (its observations already fail the out-of-support row)."""
+        if key in table:
+            return table[key]
+        if not self.possible(*(key if isinstance(key, tuple) else (key,))):
+            return None
+        raise ValueError(f"reference.json has no {what} for {key!r}")
+
+
+@dataclass(frozen=True)
+class _Group:
+    seed: np.ndarray  # [N] int64, and the same for every column below
+    t1: np.ndarray
+    t2: np.ndarray
+    t3: np.ndarray
+    first_accepted: np.ndarray
+    drafted: np.ndarray
+    accepted: np.ndarray
+
+    def take(self, mask: np.ndarray) -> _Group:
+        return _Group(*(getattr(self, c)[mask] for c in _COLUMNS))
+
+
+class _Context:
+    def __init__(self, protocol: dict, ref: Reference, data: dict[str, _Group]):
+        self.alpha = float(protocol["alpha"])
+        strata_rule = protocol.get("strata") or {}
+        self.min_samples = int(strata_rule.get("min_samples", 200))
+        self.min_expected = float(strata_rule.get("min_expected", 5.0))
+        self.groups = {g["name"]: g for g in protocol["groups"]}
+        self.ref = ref
+        self.data = data
+        # Base for int64 (t1, t2[, t3]) codes: tokens lie in [0, vocab_size] after _split.
+        self.width = ref.vocab_size + 1
+
+    def group(self, name: str) -> _Group:
+        if name not in self.groups:
+            raise ValueError(f"test names unknown group {name!r}")
+        empty = np.zeros(0, dtype=np.int64)
+        return self.data.get(name, _Group(*(empty,) * len(_COLUMNS)))
+
+    def row(self, spec: dict, statistic, df, pvalue, n: int, detail: dict) -> TestRow:
+        role = spec["role"]
+        if role == "exploratory":
+            passed = None
+        elif n == 0 or pvalue is None:
+            # No stratum reached min_samples: there is no evidence, which is not a pass.
+            passed = False
+            detail = {**detail, "reason": "no data reached the strata threshold"}
+        else:
+            passed = bool(pvalue >= self.alpha)
+        return TestRow(spec["name"], role, float(statistic), df, pvalue, int(n), self.alpha,
+                       passed, detail)
+
+
+def _split(samples, vocab_size: int) -> dict[str, _Group]:
+    """Per-group int64 columns, sorted by seed. Every token outside [0, vocab_size) other
+    than -1 (not generated) becomes ``vocab_size``: out of support everywhere, and small
+    enough for the int64 codes of (t1, t2, t3)."""
+    out = {}
+    for name, frame in samples.groupby("group", sort=True):
+        frame = frame.sort_values("seed", kind="stable")
+        cols = [frame[c].to_numpy(dtype=np.int64) for c in _COLUMNS]
+        for k in (1, 2, 3):  # t1, t2, t3
+            t = cols[k]
+            cols[k] = np.where((t >= vocab_size) | (t < -1), vocab_size, t)
+        out[str(name)] = _Group(*cols)
+    return out
+
+
+def _sparse(law: dict) -> tuple[np.ndarray, np.ndarray]:
+    tokens = np.fromiter((int(k) for k in law), dtype=np.int64, count=len(law))
+    probs = np.fromiter((float(v) for v in law.values()), dtype=np.float64, count=len(law))
+    order = np.argsort(tokens)
+    keep = probs[order] > 0  # zero-probability entries are simply outside the support
+    return tokens[order][keep], probs[order][keep]
+
+
+def _cat(parts: list) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _pair(key: str) -> tuple[int, int]:
+    a, b = key.split(",")
+    return int(a), int(b)
+
+
+# --- tests ---------------------------------------------------------------------------------
+
+def _t1_gof(ctx: _Context, spec: dict):
+    """Each group's t1 against p_t1; several (seed-sharing) groups combined by Bonferroni."""
+    results, per_group = [], []
+    for name in spec["groups"]:
+        t1 = ctx.group(name).t1
+        t1 = t1[t1 >= 0]
+        tokens, probs, counts = align(*ctx.ref.p1, t1)
+        res = pearson_gof(counts, probs, min_expected=ctx.min_expected)
+        results.append(res)
+        per_group.append({"group": name, **_gof_detail(res, tokens, counts, probs)})
+    comb = bonferroni([r.pvalue for r in results])
+    decider = results[comb.argmin]
+    detail = {"groups": list(spec["groups"]), "per_group": per_group,
+              "combination": "single group" if comb.m == 1 else
+              f"Bonferroni over {comb.m} groups sharing seeds: p = min(1, m * min p_i); "
+              "statistic and df are those of the group with the smallest p-value",
+              "deciding_group": spec["groups"][comb.argmin]}
+    n = sum(r.n for r in results)
+    return ctx.row(spec, decider.statistic, decider.df, comb.pvalue, n, detail), None
+
+
+def _t2_gof(ctx: _Context, spec: dict):
+    """t2 against p_t2[t1] per t1 stratum; strata summed."""
+    return _stratified_gof(ctx, spec, depth=2)
+
+
+def _t3_gof(ctx: _Context, spec: dict):
+    """t3 against p_t3[t1, t2] per (t1, t2) stratum; strata summed."""
+    return _stratified_gof(ctx, spec, depth=3)
+
+
+def _stratified_gof(ctx: _Context, spec: dict, depth: int):
+    name = spec["groups"][0]
+    g = ctx.group(name)
+    ok = (g.t1 >= 0) & (g.t2 >= 0) & ((g.t3 >= 0) if depth == 3 else True)
+    g = g.take(ok)
+    # One int64 key per conditioning prefix: t1, or (t1, t2) coded as t1 * width + t2.
+    key_of = g.t1 if depth == 2 else g.t1 * ctx.width + g.t2
+    tested = g.t2 if depth == 2 else g.t3
+    keys, _ = strata(key_of, ctx.min_samples)
+    results, per, skipped = [], [], []
+    for key in keys:
+        if depth == 2:
+            where, law = {"t1": int(key)}, ctx.ref.law(ctx.ref.p2, int(key), "p_t2")
+        else:
+            t1, t2 = divmod(int(key), ctx.width)
+            where, law = {"t1": t1, "t2": t2}, ctx.ref.law(ctx.ref.p3, (t1, t2), "p_t3")
+        if law is None:
+            skipped.append(where)
+            continue
+        tokens, probs, counts = align(*law, tested[key_of == key])
+        res = pearson_gof(counts, probs, min_expected=ctx.min_expected)
+        results.append(res)
+        per.append({**where, **_gof_detail(res, tokens, counts, probs)})
+    head = {"group": name, "skipped_impossible_strata": skipped}
+    return _stratified_row(ctx, spec, head, results, per, int(ok.sum()))
+
+
+def _t2_homogeneity(ctx: _Context, spec: dict):
+    name_a, name_b = spec["groups"]
+    a, b = ctx.group(name_a), ctx.group(name_b)
+    a = a.take((a.t1 >= 0) & (a.t2 >= 0))
+    b = b.take((b.t1 >= 0) & (b.t2 >= 0))
+    overlap = np.intersect1d(a.seed, b.seed).size > 0
+    if overlap:
+        # Shared seeds can mean shared randomness; two-sample tests need independent
+        # samples, so split by seed parity: disjoint seed sets by construction.
+        a, b = a.take(a.seed % 2 == 0), b.take(b.seed % 2 == 1)
+        split = (f"seed sets overlap: {name_a} uses its even seeds, {name_b} its odd "
+                 "seeds (disjoint seeds, independent samples)")
+    else:
+        split = "seed sets disjoint: all samples of both groups"
+    keys_a, _ = strata(a.t1, ctx.min_samples)
+    keys_b, _ = strata(b.t1, ctx.min_samples)
+    keys = np.intersect1d(keys_a, keys_b)
+    results, per = [], []
+    for t1 in keys:
+        xa, xb = a.t2[a.t1 == t1], b.t2[b.t1 == t1]
+        tokens = np.union1d(xa, xb)
+        ca = np.bincount(np.searchsorted(tokens, xa), minlength=tokens.size)
+        cb = np.bincount(np.searchsorted(tokens, xb), minlength=tokens.size)
+        res = pearson_homogeneity(ca, cb, min_expected=ctx.min_expected)
+        results.append(res)
+        per.append({"t1": int(t1), "n": res.n, "n_a": res.n_a, "n_b": res.n_b,
+                    "statistic": _num(res.statistic), "df": res.df, "pvalue": _num(res.pvalue),
+                    "cells": res.cells, "pooled": [int(tokens[i]) for i in res.pooled],
+                    "tokens": tokens.tolist(), "observed_a": ca.tolist(),
+                    "observed_b": cb.tolist()})
+    head = {"groups": [name_a, name_b], "seed_split": split}
+    eligible = a.t1.size + b.t1.size
+    return _stratified_row(ctx, spec, head, results, per, eligible)
+
+
+def _speculative(ctx: _Context, spec: dict):
+    """The group's samples that had a draft at the first draft position, and its depth d."""
+    name = spec["groups"][0]
+    d = ctx.groups[name].get("draft_loops")
+    if d is None:
+        raise ValueError(f"test {spec['name']!r} needs a speculative group, got {name!r}")
+    g = ctx.group(name)
+    return name, int(d), g, g.take((g.first_accepted >= 0) & (g.t1 >= 0) & (g.t2 >= 0))
+
+
+def _acceptance(ctx: _Context, spec: dict):
+    """Rejection at the first draft position has probability exactly TV(p_t2[t1], q_t2[d][t1])."""
+    name, d, whole, g = _speculative(ctx, spec)
+    keys, _ = strata(g.t1, ctx.min_samples)
+    results, per, skipped = [], [], []
+    for t1 in keys:
+        p, q = _first_position_laws(ctx, d, int(t1))
+        if p is None:
+            skipped.append({"t1": int(t1)})
+            continue
+        tv = total_variation(*on_union(*p, *q)[1:])
+        fa = g.first_accepted[g.t1 == t1]
+        res = rate_test(int((fa == 0).sum()), fa.size, tv, min_expected=ctx.min_expected)
+        results.append(res)
+        per.append({"t1": int(t1), "n": res.n, "tv": tv, "rejected": res.k,
+                    "expected_rejection_rate": tv, "observed_rejection_rate": res.rate,
+                    "expected": [res.n * (1 - tv), res.n * tv], "observed": [res.n - res.k, res.k],
+                    "statistic": _num(res.statistic), "df": res.df, "pvalue": _num(res.pvalue),
+                    "binom_pvalue": res.binom_pvalue, "pooled": list(res.pooled)})
+    drafted, accepted = int(whole.drafted.clip(min=0).sum()), int(whole.accepted.clip(min=0).sum())
+    head = {"group": name, "draft_loops": d, "skipped_impossible_strata": skipped,
+            "mean_accepted_per_drafted": accepted / drafted if drafted else None,
+            "mean_drafted": float(whole.drafted.mean()) if whole.drafted.size else None,
+            "mean_accepted": float(whole.accepted.mean()) if whole.accepted.size else None,
+            "aggregate": "sum of the strata's 2-cell Pearson chi2 and df; exact binomial "
+                         "p-values per stratum in 'strata'"}
+    return _stratified_row(ctx, spec, head, results, per, g.t1.size)
+
+
+def _joint(ctx: _Context, spec: dict):
+    """Committed t2 split by first-position accept/reject against min(p, q) and (p - q)₊."""
+    name, d, _, g = _speculative(ctx, spec)
+    keys, _ = strata(g.t1, ctx.min_samples)
+    results, per, skipped = [], [], []
+    for t1 in keys:
+        p, q = _first_position_laws(ctx, d, int(t1))
+        if p is None:
+            skipped.append({"t1": int(t1)})
+            continue
+        sel = g.t1 == t1
+        x, acc = g.t2[sel], g.first_accepted[sel]
+        # Cells: supp p U supp q U observed (an observed token outside both has probability 0).
+        tokens = np.union1d(np.union1d(p[0], q[0]), x)
+        pp, qq = _spread(tokens, p), _spread(tokens, q)
+        probs = joint_cells(pp, qq)
+        cell = np.searchsorted(tokens, x) + np.where(acc == 1, 0, tokens.size)
+        counts = np.bincount(cell, minlength=2 * tokens.size)
+        res = pearson_gof(counts, probs, min_expected=ctx.min_expected)
+        results.append(res)
+        labels = [f"acc:{t}" for t in tokens.tolist()] + [f"rej:{t}" for t in tokens.tolist()]
+        entry = _gof_detail(res, tokens, counts, probs, labels=labels)
+        entry["tv"] = total_variation(pp, qq)
+        per.append({"t1": int(t1), **entry})
+    head = {"group": name, "draft_loops": d, "skipped_impossible_strata": skipped,
+            "cells": "acc:x ~ min(p, q)(x), rej:x ~ (p - q)+(x), x over supp p U supp q"}
+    return _stratified_row(ctx, spec, head, results, per, g.t1.size)
+
+
+def _first_position_laws(ctx: _Context, d: int, t1: int):
+    """(p_t2[t1], q_t2[d][t1]), or (None, None) for an impossible t1 the reference omits."""
+    p = ctx.ref.law(ctx.ref.p2, t1, "p_t2")
+    q = ctx.ref.law(ctx.ref.q2.get(d, {}), t1, f"q_t2[{d}]")
+    return (None, None) if p is None or q is None else (p, q)
+
+
+def _spread(tokens: np.ndarray, law) -> np.ndarray:
+    """A sparse law ([S] tokens, [S] probs) as a dense [C] vector over ``tokens`` (a superset)."""
+    out = np.zeros(tokens.size, dtype=np.float64)
+    out[np.searchsorted(tokens, law[0])] = law[1]
+    return out
+
+
+_RUNNERS = {"t1_gof": _t1_gof, "t2_gof": _t2_gof, "t2_homogeneity": _t2_homogeneity,
+            "t3_gof": _t3_gof, "acceptance": _acceptance, "joint": _joint}
+
+
+# --- rows ----------------------------------------------------------------------------------
+
+def _stratified_row(ctx: _Context, spec: dict, head: dict, results: list, per: list,
+                    eligible: int):
+    agg = sum_chi2(results)
+    detail = {**head, "min_samples": ctx.min_samples, "min_expected": ctx.min_expected,
+              "strata_count": agg.strata, "aggregate_df": agg.df, "strata": per}
+    pvalue = _num(agg.pvalue) if agg.strata else None
+    row = ctx.row(spec, agg.statistic, agg.df, pvalue, agg.n, detail)
+    keys = [{k: e[k] for k in ("t1", "t2") if k in e} for e in per]
+    cov = {"strata": len(per), "keys": keys, "n_covered": agg.n, "n_eligible": int(eligible),
+           "share": agg.n / eligible if eligible else 0.0}
+    return row, cov
+
+
+def _coverage_row(ctx: _Context, coverage: dict) -> TestRow:
+    share = min((c["share"] for c in coverage.values()), default=1.0)
+    n = sum(g.t1.size for g in ctx.data.values())
+    detail = {"statistic": "smallest share of eligible samples covered by the strata of any "
+                           "stratified test", "tests": coverage}
+    return TestRow("coverage", "exploratory", float(share), None, None, n, ctx.alpha, None,
+                   detail)
+
+
+def _support_row(ctx: _Context) -> TestRow:
+    """Observations of zero reference probability at t1, t2 or t3, any group: one is fatal.
+
+    A position is checked only when its prefix is possible (an impossible t1 is counted
+    once, at t1); tokens outside [0, vocab_size) are always out of support.
+    """
+    ref, w, per, total, n = ctx.ref, ctx.width, {}, 0, 0
+    codes2, codes3, keys3 = ref.codes(w)
+    for name, g in sorted(ctx.data.items()):
+        ok1 = g.t1 >= 0
+        bad1 = ok1 & ~np.isin(g.t1, ref.p1[0])
+        ok2 = ok1 & ~bad1 & (g.t2 >= 0)
+        pair = g.t1 * w + g.t2
+        bad2 = ok2 & ~np.isin(pair, codes2)
+        ok3 = ok2 & ~bad2 & (g.t3 >= 0) & np.isin(pair, keys3)
+        bad3 = ok3 & ~np.isin(pair * w + g.t3, codes3)
+        per[name] = {"t1": int(bad1.sum()), "t2": int(bad2.sum()), "t3": int(bad3.sum())}
+        total += sum(per[name].values())
+        n += int(ok1.sum() + ok2.sum() + ok3.sum())
+    detail = {"per_group": per, "rule": "any observation with reference probability 0 fails"}
+    return TestRow("out_of_support", "primary", float(total), None, None, n, ctx.alpha,
+                   total == 0, detail)
+
+
+def _gof_detail(res, tokens, counts, probs, labels=None) -> dict:
+    names = labels if labels is not None else [int(t) for t in tokens]
+    return {"n": res.n, "statistic": _num(res.statistic), "df": res.df, "pvalue": _num(res.pvalue),
+            "cells": res.cells, "out_of_support": res.out_of_support,
+            "pooled": [names[i] for i in res.pooled], "tokens": list(names),
+            "observed": [int(c) for c in counts],
+            "expected": [float(res.n * p) for p in probs / probs.sum()]}
+
+
+def _num(x):
+    """JSON-safe float: non-finite values (an out-of-support χ²) become None."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None

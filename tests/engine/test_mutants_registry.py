@@ -1,0 +1,50 @@
+"""The planted-bug registry: names, layers, descriptions, lookups."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from engine_under_test.mutants import MUTANTS, Mutant, get_mutant, list_mutants
+from engine_under_test.sampling import KERNEL_MUTANTS
+
+KERNEL = {"residual_from_p", "bonus_off_by_one", "shared_uniform"}
+ENGINE = {"greedy_draft", "target_default_params", "draft_raw_q", "residual_inplace",
+          "no_draft_probs", "bonus_params", "bf16_q", "shared_rng", "async_stale_input"}
+
+
+def test_registry_holds_exactly_the_planned_mutants():
+    assert {m.name for m in list_mutants("kernel")} == KERNEL
+    assert {m.name for m in list_mutants("engine")} == ENGINE
+    assert {m.name for m in list_mutants()} == KERNEL | ENGINE == set(MUTANTS)
+    assert all(MUTANTS[name].name == name for name in MUTANTS)
+
+
+def test_kernel_mutants_are_the_ones_speculative_accept_implements():
+    assert set(KERNEL_MUTANTS) == KERNEL
+
+
+def test_every_mutant_is_described_in_one_line_with_its_bug_class():
+    for m in list_mutants():
+        assert m.layer in ("kernel", "engine")
+        for text in (m.description, m.bug_class):
+            assert text and text.strip() == text and "\n" not in text
+    assert get_mutant("greedy_draft").bug_class == "greedy draft scored with softmax q"
+    assert get_mutant("bf16_q").bug_class == "bf16 q against fp32 p"
+
+
+def test_get_mutant_and_errors():
+    assert get_mutant("shared_uniform") is MUTANTS["shared_uniform"]
+    with pytest.raises(ValueError, match="unknown mutant 'nope'.*async_stale_input.*shared_uniform"):
+        get_mutant("nope")
+    with pytest.raises(ValueError, match="unknown mutant"):
+        get_mutant(None)
+    with pytest.raises(ValueError, match="layer must be None or one of"):
+        list_mutants("sampler")
+    with pytest.raises(ValueError, match="layer must be one of"):
+        Mutant("x", "model", "d", "b")
+
+
+def test_mutants_are_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        get_mutant("bf16_q").layer = "kernel"
