@@ -215,11 +215,9 @@ def _sample_group(w: World, u: np.ndarray, d: int | None, mutant: str | None) ->
         # Later positions only feed the reported mean accepted/drafted, not any test.
         accepted = first * (1 + (u[:, 5] < 0.8) + (u[:, 5] < 0.64))
     t3_law = w.p3[i, j]
-    t3 = w.p3_tokens[i, j, _draw(t3_law, u[:, 4])] if t3_law.sum(1).all() else None
-    if t3 is None:  # a t2 outside p's support (wrong sampler): no t3 law, stop at t2
-        has = t3_law.sum(1) > 0
-        t3 = np.full(n, -1)
-        t3[has] = w.p3_tokens[i[has], j[has], _draw(t3_law[has], u[has, 4])]
+    has = t3_law.sum(1) > 0  # a t2 outside p's support (wrong sampler) has no t3 law
+    t3 = np.full(n, -1)
+    t3[has] = w.p3_tokens[i[has], j[has], _draw(t3_law[has], u[has, 4])]
     if mutant == "bonus_off_by_one" and d is not None:
         wrong = first == 1
         t3[wrong] = w.u_tokens[i[wrong], _draw(w.p2[i[wrong]], u[wrong, 4])]
@@ -276,5 +274,6 @@ def summarize(runs: pd.DataFrame, alpha: float, level: float = 0.99) -> pd.DataF
 def verdict_bound(protocol: dict = PROTOCOL) -> float:
     """Union bound on the verdict's false-fail rate: alpha per deciding α-level test
     (prerequisite and primary rows; the out-of-support row cannot fail on exact laws)."""
-    deciding = [t for t in protocol["tests"] if t["role"] in ("prerequisite", "primary")]
+    roles = protocol.get("decision_roles") or ("prerequisite", "primary")
+    deciding = [t for t in protocol["tests"] if t["role"] in roles]
     return min(1.0, len(deciding) * float(protocol["alpha"]))

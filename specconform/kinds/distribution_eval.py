@@ -52,8 +52,9 @@ def evaluate_frames(protocol: dict, samples, reference) -> Evaluation:
     rows.append(_coverage_row(ctx, coverage))
     rows.append(_support_row(ctx))
     alpha = ctx.alpha
-    rule = f"PASS iff every prerequisite and primary test passes at alpha={alpha}"
-    return Evaluation(tuple(rows), decide(rows, alpha, DECIDING_ROLES, rule))
+    roles = tuple(protocol.get("decision_roles") or DECIDING_ROLES)
+    rule = f"PASS iff every {', '.join(roles)} test passes at alpha={alpha}"
+    return Evaluation(tuple(rows), decide(rows, alpha, roles, rule))
 
 
 # --- inputs --------------------------------------------------------------------------------
