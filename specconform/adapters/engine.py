@@ -51,11 +51,12 @@ class BundledEngine:
         self.spec = spec
         self.mutant = mutant
         self.dtype = getattr(torch, spec.dtype)
-        self.model_config = (eut.ModelConfig.from_checkpoint(spec.checkpoint)
-                             if spec.checkpoint else
+        # A checkpoint directory (Ouro's HF layout) or a preset with seeded weights.
+        self.model_config = (spec.checkpoint if spec.checkpoint else
                              eut.ModelConfig.preset(spec.preset, seed=spec.model_seed))
         self.prompt = list(eut.DEFAULT_PROMPT if spec.prompt == "default" else spec.prompt)
         self._engines: dict[tuple, object] = {}
+        self._model = None  # weights built once, shared by every group's engine
         self._reference = None
         self._log = log
 
@@ -69,10 +70,13 @@ class BundledEngine:
                 spec_cfg = eut.SpeculativeConfig(
                     num_speculative_tokens=self.spec.num_speculative_tokens, mode="block",
                     draft_loops=draft_loops)
-            self._engines[key] = eut.LLM(
+            llm = eut.LLM(
                 self.model_config, speculative_config=spec_cfg,
                 async_scheduling=(mode == "async"), device=self.spec.device,
-                dtype=self.dtype, mutant=self.mutant, max_batch_size=self.spec.batch_size)
+                dtype=self.dtype, mutant=self.mutant, max_num_seqs=self.spec.batch_size,
+                model=self._model)
+            self._model = llm.model
+            self._engines[key] = llm
         return self._engines[key]
 
     def params(self, seed: int | None):
@@ -83,7 +87,7 @@ class BundledEngine:
 
     @property
     def vocab_size(self) -> int:
-        return int(self.model_config.vocab_size)
+        return int(self._reference_llm().model_config.vocab_size)
 
     def run_group(self, group, seeds: list[int], progress=None) -> list[SeedRecord]:
         llm = self._engine(group.mode, group.draft_loops)
@@ -92,9 +96,11 @@ class BundledEngine:
         records = []
         for seed, out in zip(seeds, outs):
             rounds = tuple((int(r.drafted), int(r.accepted)) for r in out.rounds)
+            # The first speculative round follows t1 (prefill commits t1); its draft
+            # position 0 was accepted iff that round accepted at least one draft.
             first = -1
             if group.mode != "nospec" and rounds and rounds[0][0] > 0:
-                first = int(out.first_draft_accepted)
+                first = int(rounds[0][1] >= 1)
             records.append(SeedRecord(int(seed), tuple(int(t) for t in out.token_ids), first,
                                       rounds, str(out.finish_reason)))
         return records
