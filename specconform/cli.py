@@ -235,9 +235,11 @@ def main() -> None:
         # One line, not click's usage block: scripts and CI logs read the first line.
         click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(EXIT_USAGE)
-    except click.exceptions.Abort:
-        click.echo("error: aborted", err=True)
-        sys.exit(EXIT_USAGE)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        # Ctrl-C: nothing half-written is left in OUT; distribution runs keep their
+        # checkpoint folder for --resume. 130 is the shell's code for SIGINT.
+        click.echo("error: interrupted", err=True)
+        sys.exit(130)
     except SpecconformError as exc:
         _fail(exc)
     sys.exit(0)

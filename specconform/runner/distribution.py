@@ -13,6 +13,7 @@ import io
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -111,17 +112,21 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
     groups = {g.name: g for g in model.groups}
     plan = batch_plan(model)
     frames = []
-    with progress("generate", len(plan) and sum(b - a for _, a, b in plan)) as bar:
-        for name, start, stop in plan:
-            path = folder / "batches" / f"{name}-{start}.csv"
-            if not path.exists():
-                records = engine.run_group(groups[name], list(range(start, stop)))
-                buf = io.StringIO()
-                _records_frame(groups[name], records).to_csv(buf, index=False,
-                                                            lineterminator="\n")
-                _atomic_write(path, buf.getvalue().encode())
-            frames.append(pd.read_csv(path))
-            bar.advance(stop - start)
+    try:
+        with progress("generate", sum(b - a for _, a, b in plan)) as bar:
+            for name, start, stop in plan:
+                path = folder / "batches" / f"{name}-{start}.csv"
+                if not path.exists():
+                    records = engine.run_group(groups[name], list(range(start, stop)))
+                    buf = io.StringIO()
+                    _records_frame(groups[name], records).to_csv(buf, index=False,
+                                                                lineterminator="\n")
+                    _atomic_write(path, buf.getvalue().encode())
+                frames.append(pd.read_csv(path))
+                bar.advance(stop - start)
+    except KeyboardInterrupt:
+        print(f"interrupted: continue with --resume {folder}", file=sys.stderr, flush=True)
+        raise
     samples = pd.concat(frames, ignore_index=True)
     log(f"generated {len(samples)} samples in {len(plan)} batches ({folder})")
     reference = replay_reference(engine, model, samples, progress)
