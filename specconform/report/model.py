@@ -184,9 +184,16 @@ def coverage_notes(views: Sequence[ArchiveView]) -> list[str]:
     notes = []
     for view in views:
         for row in view.evaluation.tests:
-            coverage = row.detail.get("coverage") if isinstance(row.detail, dict) else None
+            detail = row.detail if isinstance(row.detail, dict) else {}
+            coverage = detail.get("coverage")
             if coverage is not None:
                 notes.append(f"{view.label}, {row.test}: {format_coverage(coverage)}")
+            if row.test == "coverage" and isinstance(detail.get("tests"), dict):
+                # The distribution evaluator's coverage row: strata and share per test.
+                for test, cov in sorted(detail["tests"].items()):
+                    notes.append(f"{view.label}, {test}: {cov.get('strata')} strata cover "
+                                 f"{cov.get('n_covered')}/{cov.get('n_eligible')} samples "
+                                 f"({100 * float(cov.get('share', 0)):.1f}%)")
     return notes
 
 
