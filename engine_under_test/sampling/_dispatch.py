@@ -2,8 +2,9 @@
 
 Triton ships with CUDA builds of torch only, so `triton_kernels` is imported the first
 time a CUDA tensor asks for it, never at package import. Every caller keeps a pure
-torch path that is always correct; the Triton kernels are tested equal to it
-(tests/engine/test_sampling_gpu.py). ENGINE_UNDER_TEST_TRITON=0 switches them off for
+torch path that is always correct; the Triton kernels are tested against it
+(tests/engine/test_sampling_gpu.py): Philox bit for bit, the probabilities with the same
+support and within 1e-6. ENGINE_UNDER_TEST_TRITON=0 switches them off for
 a process, `set_triton_enabled(False)` at run time.
 """
 from __future__ import annotations

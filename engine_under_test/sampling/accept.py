@@ -38,7 +38,7 @@ from engine_under_test.sampling._checks import (
     require_shape,
     require_tensor,
 )
-from engine_under_test.sampling.categorical import categorical
+from engine_under_test.sampling.categorical import _draw, _last_positive
 
 KERNEL_MUTANTS = ("residual_from_p", "bonus_off_by_one", "shared_uniform")
 
@@ -118,26 +118,35 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
     rejected = stop < lens                                        # [B] bool
 
     # --- the law at the stop point ----------------------------------------------------
+    # Only the stop point's rows of p and q are copied ([B, V] float32 each); float64
+    # appears once, for the law itself, which then becomes its cdf in place.
     law_position = stop
     if mutant == "bonus_off_by_one":
         # Bug: bonus from p at draft_len - 1 ("position K instead of K+1").
         law_position = torch.where(rejected, stop, (stop - 1).clamp_min(0))
-    p_stop = p.gather(1, law_position[:, None, None].expand(B, 1, V)).squeeze(1).double()
-    finite = torch.isfinite(p_stop).all(dim=-1)
+    rows = torch.arange(B, device=device)
+    law = p[rows, law_position].to(torch.float64)  # [B, V], exact widening
+    q_finite = None
     if K > 0:
-        q_position = stop.clamp(max=K - 1)  # bonus rows (stop == L) do not use q
-        q_stop = q.gather(1, q_position[:, None, None].expand(B, 1, V)).squeeze(1).double()
-        residual = (p_stop - q_stop).clamp_min(0.0)
-        # The residual is built from q too: q = +inf would hide as a 0 after the clamp.
-        finite = finite & (~rejected | torch.isfinite(q_stop).all(dim=-1))
-    else:
-        residual = p_stop  # K == 0: nothing can be rejected, so this is never used
-    if mutant == "residual_from_p":
-        residual = p_stop  # Bug: correction drawn from p instead of (p - q)+.
-    law = torch.where(rejected[:, None], residual, p_stop)  # [B, V] float64
-
-    finite = finite & torch.isfinite(law).all(dim=-1)
-    mass = torch.where(finite[:, None], law, 0.0).clamp_min(0.0).sum(dim=-1)
+        q_stop = q[rows, stop.clamp(max=K - 1)]  # bonus rows (stop == L) do not use q
+        if mutant == "residual_from_p":
+            # Bug: the correction is drawn from p instead of (p - q)+ (q still checked).
+            q_finite = torch.isfinite(q_stop.sum(dim=-1, dtype=torch.float64))
+        else:
+            # Rejected rows: the residual p - q in float64 (q is widened exactly inside
+            # the subtraction); the other rows keep p (their q is not read: a NaN there
+            # stays out).
+            law.sub_(torch.where(rejected[:, None], q_stop, 0.0))
+    # K == 0 rejects nothing. A row is finite iff its float64 sum is: the entries are
+    # float32 values or differences of two, far from float64 overflow, and any inf or
+    # NaN makes the sum inf or NaN. For rejected rows that checks p and q both (q = +inf
+    # would hide as a 0 after the clamp).
+    finite = torch.isfinite(law.sum(dim=-1))
+    if q_finite is not None:
+        finite = finite & (~rejected | q_finite)
+    # Every use of the law clamps it at 0 (NaN stays NaN), so clamp once, in place.
+    law.clamp_min_(0.0)
+    mass = torch.where(finite, law.sum(dim=-1), 0.0)
     error = ~(finite & (mass > 0))  # non-finite, or no positive mass (zero residual)
 
     # --- the correction or bonus draw -------------------------------------------------
@@ -146,9 +155,9 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
         # Bug: the correction reuses the accept coin that just rejected.
         draw_index = torch.where(rejected, stop, 2 * K)
     draw_u = u.gather(1, draw_index[:, None]).squeeze(1)
-    # Error rows get a finite dummy law so the draw itself stays well defined.
-    safe_law = torch.where(error[:, None], 1.0, law)
-    token = categorical(safe_law, draw_u)
+    # Error rows draw from whatever their law holds (the draw stays an index in [0, V)
+    # even on NaN); their token is replaced by -1 below, so it never matters.
+    token = _draw(law, draw_u, _last_positive(law))
 
     # --- committed tokens: accepted drafts, then the correction or bonus --------------
     slots = torch.arange(K + 1, device=device)

@@ -50,15 +50,31 @@ def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
     # float64 cdf: float32 -> float64 is exact, running sums carry ~1e-16 relative
     # rounding instead of float32's ~1e-7, and a zero weight adds exactly zero.
-    weights = probs.double().clamp_min(0.0)  # clamp_min keeps NaN, which stays an error
-    cdf = torch.cumsum(weights, dim=-1)
+    # A fresh float64 copy (never the caller's tensor), then everything in place.
+    weights = probs.to(torch.float64, copy=True)
+    # The last token of positive weight, read before the copy becomes the cdf (NaN is
+    # not > 0; with no positive weight it is 0, as the clamp below made it before).
+    last_positive = _last_positive(probs)
+    weights.clamp_min_(0.0)  # keeps NaN, which stays an error
+    return _draw(weights, u, last_positive)
+
+
+def _last_positive(weights: torch.Tensor) -> torch.Tensor:
+    """[B] int64: the largest index of a weight > 0 in each row (0 when there is none)."""
+    V = weights.shape[-1]
+    columns = torch.arange(1, V + 1, dtype=torch.int32, device=weights.device)
+    return ((weights > 0) * columns).amax(dim=-1).to(torch.int64).sub_(1).clamp_min_(0)
+
+
+def _draw(weights: torch.Tensor, u: torch.Tensor, last_positive: torch.Tensor) -> torch.Tensor:
+    """The inverse-CDF draw on float64 weights >= 0 (or NaN) that this module owns:
+    `weights` is turned into its cdf in place."""
+    V = weights.shape[-1]
+    cdf = weights.cumsum_(dim=-1)
     total = cdf[:, -1:]
     # clamp: a (invalid) negative u must not pick a leading zero-weight token either.
     target = (u.double()[:, None] * total).clamp_min(0.0)
     index = torch.searchsorted(cdf, target, right=True).squeeze(-1)  # first cdf > target
-
     # target >= total (rounding with u near 1): fall back to the last positive token.
-    columns = torch.arange(V, device=probs.device)
-    last_positive = torch.where(weights > 0, columns, -1).amax(dim=-1)
     index = torch.where(index >= V, last_positive, index)
     return index.clamp(0, V - 1)

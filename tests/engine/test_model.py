@@ -29,7 +29,7 @@ def test_deterministic_weights():
     a = build_model(ModelConfig.preset("tiny", seed=3))
     b = build_model(ModelConfig.preset("tiny", seed=3))
     c = build_model(ModelConfig.preset("tiny", seed=4))
-    for (n, pa), pb, pc in zip(a.named_parameters(), b.parameters(), c.parameters(), strict=True):
+    for (n, pa), pb in zip(a.named_parameters(), b.parameters(), strict=True):
         assert torch.equal(pa, pb), n
     assert not torch.equal(a.embed_tokens.weight, c.embed_tokens.weight)
 
@@ -63,8 +63,11 @@ def test_each_depth_has_its_own_kv_namespace(tiny):
     assert cache.k[:d, :, 0, :, :T].abs().sum() > 0
     assert cache.k[d:].abs().sum() == 0                      # deep namespaces untouched
     h_R = tiny.run_loops(h_d, d, R, cache, ctx)
-    torch.testing.assert_close(tiny.logits(h_R[0]), tiny.reference_logits(DEFAULT_PROMPT))
-    torch.testing.assert_close(tiny.logits(h_d[0]), tiny.reference_logits(DEFAULT_PROMPT, d))
+    # (the reference uses a 12-position cache: attention reductions differ in rounding)
+    tol = dict(atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(tiny.logits(h_R[0]), tiny.reference_logits(DEFAULT_PROMPT), **tol)
+    torch.testing.assert_close(tiny.logits(h_d[0]), tiny.reference_logits(DEFAULT_PROMPT, d),
+                               **tol)
     assert not torch.allclose(cache.k[0], cache.k[1])        # depths differ
 
 

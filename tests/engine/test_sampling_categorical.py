@@ -126,3 +126,13 @@ def test_makes_no_host_reads(monkeypatch):
 def test_validates_host_arguments(probs, u, message):
     with pytest.raises(ValueError, match=message):
         categorical(probs, u)
+
+
+def test_leaves_its_input_untouched():
+    # The draw works in place on its own float64 copy, never on the caller's weights.
+    g = torch.Generator().manual_seed(6)
+    for probs in (torch.rand(5, 30, generator=g) - 0.2,
+                  (torch.rand(5, 30, generator=g) - 0.2).double()):
+        before = probs.clone()
+        categorical(probs, torch.rand(5, dtype=torch.float64, generator=g))
+        assert torch.equal(probs, before)

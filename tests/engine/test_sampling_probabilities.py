@@ -237,3 +237,86 @@ def test_batched_equals_reference_on_many_random_configurations():
     p = torch.rand(B, generator=g).where(torch.rand(B, generator=g) > 0.2, 1.0).clamp_min(0.01)
     want = reference(logits, t.tolist(), k.tolist(), p.tolist())
     assert_same_law(batched_probabilities(logits, t, k, p), want)
+
+
+# --- host hints: max_top_k and any_top_p ------------------------------------------------
+
+
+def _hinted_case(seed, kind, B=10, V=200):
+    g = torch.Generator().manual_seed(seed)
+    if kind == "normal":
+        logits = torch.randn(B, V, generator=g) * 3
+    elif kind == "bf16":  # bf16 logits tie often, at the k-th value too
+        logits = (torch.randn(B, V, generator=g) * 2).to(torch.bfloat16)
+    else:  # few distinct values: tie groups wider than max_top_k at the k-th value
+        logits = torch.randint(0, 6, (B, V), generator=g).float() * 0.5
+    max_top_k = int(torch.randint(1, 40, (1,), generator=g))
+    k = torch.randint(1, max_top_k + 1, (B,), generator=g)
+    t = (torch.rand(B, generator=g) * 2 + 0.05).where(torch.rand(B, generator=g) > 0.15, 0.0)
+    k = torch.where(t == 0, torch.randint(-1, V + 2, (B,), generator=g), k)  # greedy: anything
+    p = torch.rand(B, generator=g).clamp_min(0.01).where(torch.rand(B, generator=g) > 0.3, 1.0)
+    return logits, t, k, p, max_top_k
+
+
+@pytest.mark.parametrize("kind", ["normal", "bf16", "wide_ties"])
+def test_max_top_k_hint_equals_the_reference_bit_for_bit(kind):
+    # torch.topk(max_top_k) instead of full-row sorts; the top-p cut from the candidates
+    # (ties at the k-th value past max_top_k included) must still be the reference's.
+    for seed in range(12):
+        logits, t, k, p, max_top_k = _hinted_case(seed, kind)
+        want = reference(logits, t.tolist(), k.tolist(), p.tolist())
+        assert_same_law(batched_probabilities(logits, t, k, p, max_top_k=max_top_k), want)
+        # A loose bound is a valid hint too.
+        assert_same_law(batched_probabilities(logits, t, k, p, max_top_k=max_top_k + 7), want)
+
+
+def test_top_p_cut_inside_a_tie_group_wider_than_the_hint():
+    # Token 0 leads, then 30 tokens tie at the k-th value: top_k=3 keeps all 31, and
+    # top_p cuts inside the tie group, which holds more tokens than topk(3) returns.
+    logits = torch.full((4, 64), -2.0)
+    logits[:, 0] = 1.0
+    logits[:, 10:40] = 0.0
+    t, k = torch.ones(4), torch.full((4,), 3)
+    p = torch.tensor([0.5, 0.8, 0.99, 1.0])
+    want = reference(logits, t.tolist(), k.tolist(), p.tolist())
+    assert (want[:3] > 0).sum(-1).tolist() != [31] * 3  # the cut is inside the group
+    assert_same_law(batched_probabilities(logits, t, k, p, max_top_k=3), want)
+
+
+def test_any_top_p_false_skips_top_p():
+    for seed in range(6):
+        logits, t, k, p, max_top_k = _hinted_case(seed, "bf16")
+        p = torch.where(t == 0, p, 1.0)  # the promise: no non-greedy row uses top-p
+        want = reference(logits, t.tolist(), k.tolist(), p.tolist())
+        assert_same_law(batched_probabilities(logits, t, k, p, any_top_p=False), want)
+        assert_same_law(batched_probabilities(logits, t, k, p, max_top_k=max_top_k,
+                                              any_top_p=False), want)
+
+
+def test_hints_keep_inputs_untouched_and_make_no_host_reads(monkeypatch):
+    logits, t, k, p, max_top_k = _hinted_case(3, "normal")
+    clones = [x.clone() for x in (logits, t, k, p)]
+
+    def boom(*args, **kwargs):
+        raise AssertionError("host read on the batched path")
+
+    with monkeypatch.context() as patch:
+        for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__",
+                     "__index__"):
+            patch.setattr(torch.Tensor, name, boom)
+        batched_probabilities(logits, t, k, p, max_top_k=max_top_k)
+        batched_probabilities(logits, t, k, p, max_top_k=max_top_k, any_top_p=False)
+    for before, after in zip(clones, (logits, t, k, p), strict=True):
+        assert torch.equal(before, after)
+
+
+@pytest.mark.parametrize("hints, message", [
+    ({"max_top_k": 0}, "max_top_k must be None or an int >= 1"),
+    ({"max_top_k": 2.0}, "max_top_k must be None or an int >= 1"),
+    ({"max_top_k": True}, "max_top_k must be None or an int >= 1"),
+    ({"any_top_p": None}, "any_top_p must be a bool"),
+])
+def test_hints_are_validated(hints, message):
+    args = (torch.zeros(3, 8), torch.ones(3), torch.zeros(3, dtype=torch.int64), torch.ones(3))
+    with pytest.raises(ValueError, match=message):
+        batched_probabilities(*args, **hints)

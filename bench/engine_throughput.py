@@ -1,0 +1,148 @@
+"""Benchmark: committed tokens/s and peak memory, nospec vs sync vs async speculation.
+
+For each concurrency (default 1, 4, 64, 1024) and each sampling kind (greedy: T=0;
+random: T=1, top_k=20, per-request seeds), the three modes generate ``--max-tokens``
+tokens (ignore_eos) for ``concurrency`` requests. Modes run in ABBA order -- nospec,
+sync, async, async, sync, nospec -- so drift (clocks, caches, thermal) hits every mode
+alike; each mode's number is the mean of its two runs. Printed side by side: tokens/s,
+the ratio to nospec, the draft acceptance ratio (accepted / drafted) and peak memory
+(CUDA: max allocated; CPU: the process's peak RSS so far). Nothing is asserted.
+
+    python bench/engine_throughput.py --preset small --device cuda
+    python bench/engine_throughput.py --quick            # CPU smoke: tiny, few tokens
+    python bench/engine_throughput.py --json out.json    # also write the rows
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+
+import torch
+
+from engine_under_test import (
+    DEFAULT_PROMPT,
+    LLM,
+    ModelConfig,
+    SamplingParams,
+    SpeculativeConfig,
+)
+from engine_under_test.model import build_model
+
+MODES = ("nospec", "sync", "async")
+ABBA = ("nospec", "sync", "async", "async", "sync", "nospec")
+
+
+def sampling(kind: str, n: int, max_tokens: int) -> list[SamplingParams]:
+    if kind == "greedy":
+        return [SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)] * n
+    return [SamplingParams(temperature=1.0, top_k=20, seed=1000 + i, max_tokens=max_tokens,
+                           ignore_eos=True) for i in range(n)]
+
+
+def prompts(n: int, vocab: int) -> list[list[int]]:
+    base = list(DEFAULT_PROMPT)
+    return [base[: 6 + i % 7] + [(17 * i + 3) % vocab] for i in range(n)]
+
+
+def peak_memory(device: torch.device) -> float:
+    """GiB."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def run_once(llm: LLM, ps, params, device) -> dict:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+    t0 = time.perf_counter()
+    outs = llm.generate(ps, params)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    tokens = sum(len(o.token_ids) for o in outs)
+    drafted = sum(o.num_drafted for o in outs)
+    accepted = sum(o.num_accepted for o in outs)
+    return {"seconds": dt, "tokens": tokens, "tok_s": tokens / dt,
+            "acceptance": accepted / drafted if drafted else None,
+            "peak_gib": peak_memory(device)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on "
+                    "CUDA, fp32 on CPU)")
+    ap.add_argument("--concurrency", default="1,4,64,1024")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--k", type=int, default=3, help="num_speculative_tokens K")
+    ap.add_argument("--draft-loops", type=int, default=2)
+    ap.add_argument("--kinds", default="greedy,random")
+    ap.add_argument("--no-graphs", action="store_true", help="async without CUDA Graphs")
+    ap.add_argument("--quick", action="store_true",
+                    help="CPU smoke: concurrency 1,4,64, 16 tokens")
+    ap.add_argument("--json", default=None, help="write the result rows to this file")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.concurrency, args.max_tokens = "1,4,64", 16
+    device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype) if args.dtype else (
+        torch.bfloat16 if device.type == "cuda" else torch.float32)
+    conc = [int(c) for c in args.concurrency.split(",")]
+    kinds = args.kinds.split(",")
+
+    t0 = time.perf_counter()
+    model = build_model(ModelConfig.preset(args.preset), device, dtype)
+    print(f"# preset={args.preset} device={device} dtype={dtype} K={args.k} "
+          f"d={args.draft_loops} max_tokens={args.max_tokens} (model built in "
+          f"{time.perf_counter() - t0:.1f}s)", flush=True)
+    spec = SpeculativeConfig(args.k, "block", args.draft_loops)
+    engines = {
+        "nospec": LLM(model=model, device=device, max_num_seqs=max(conc)),
+        "sync": LLM(model=model, speculative_config=spec, device=device,
+                    max_num_seqs=max(conc)),
+        "async": LLM(model=model, speculative_config=spec, async_scheduling=True,
+                     device=device, max_num_seqs=max(conc),
+                     use_cuda_graphs=not args.no_graphs),
+    }
+    vocab = model.cfg.vocab_size
+    rows = []
+    header = (f"{'conc':>5} {'kind':>7} | " + " | ".join(f"{m:>18}" for m in MODES)
+              + f" | {'sync/ns':>7} {'async/ns':>8} | {'accept':>6} | peak GiB (ns/sy/as)")
+    print(header)
+    for c in conc:
+        ps = prompts(c, vocab)
+        for kind in kinds:
+            params = sampling(kind, c, args.max_tokens)
+            for m in MODES:                       # warm-up: caches, graphs, allocator
+                engines[m].generate(ps[: min(c, 4)], params[: min(c, 4)])
+                engines[m].generate(ps, [p for p in params])
+            runs = {m: [] for m in MODES}
+            for m in ABBA:
+                runs[m].append(run_once(engines[m], ps, params, device))
+            mean = {m: sum(r["tok_s"] for r in runs[m]) / len(runs[m]) for m in MODES}
+            acc = runs["async"][0]["acceptance"]
+            peak = {m: max(r["peak_gib"] for r in runs[m]) for m in MODES}
+            row = {"concurrency": c, "kind": kind, "tok_s": mean,
+                   "ratio_sync": mean["sync"] / mean["nospec"],
+                   "ratio_async": mean["async"] / mean["nospec"],
+                   "acceptance": acc, "peak_gib": peak, "runs": runs}
+            rows.append(row)
+            cells = " | ".join(f"{mean[m]:>12.1f} tok/s" for m in MODES)
+            print(f"{c:>5} {kind:>7} | {cells} | {row['ratio_sync']:>7.2f} "
+                  f"{row['ratio_async']:>8.2f} | {acc if acc is not None else 0:>6.3f} | "
+                  + "/".join(f"{peak[m]:.2f}" for m in MODES), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"preset": args.preset, "device": str(device), "dtype": str(dtype),
+                       "K": args.k, "draft_loops": args.draft_loops,
+                       "max_tokens": args.max_tokens, "rows": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Load and save checkpoints in Ouro's Hugging Face layout (config.json + safetensors).
+
+Parameter names, as in ``ByteDance/Ouro-1.4B``::
+
+    model.embed_tokens.weight                          [V, D]
+    model.layers.{i}.self_attn.{q,k,v,o}_proj.weight   (no biases)
+    model.layers.{i}.mlp.{gate,up,down}_proj.weight
+    model.layers.{i}.input_layernorm.weight            sandwich norms around attention
+    model.layers.{i}.input_layernorm_2.weight
+    model.layers.{i}.post_attention_layernorm.weight   sandwich norms around the MLP
+    model.layers.{i}.post_attention_layernorm_2.weight
+    model.norm.weight                                  the final norm (inside the loop)
+    model.early_exit_gate.{weight,bias}                learned exit gate (loaded, unused)
+    lm_head.weight                                     absent when tie_word_embeddings
+
+A single ``model.safetensors`` or shards listed by ``model.safetensors.index.json``.
+Tensors are converted to the requested dtype on load; rotary ``inv_freq`` buffers, if
+present, are ignored (recomputed from rope_theta).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from ..config import ModelConfig
+from .model import LoopedLM
+
+
+def hf_name(name: str) -> str:
+    """Our parameter name -> the checkpoint's."""
+    return name if name.startswith("lm_head.") else f"model.{name}"
+
+
+def _files(path: Path) -> list[Path]:
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [path / s for s in shards]
+    single = path / "model.safetensors"
+    if single.exists():
+        return [single]
+    found = sorted(path.glob("*.safetensors"))
+    if not found:
+        raise FileNotFoundError(f"no safetensors file in {path}")
+    return found
+
+
+@torch.no_grad()
+def load_checkpoint(cfg: ModelConfig, device: torch.device | str = "cpu",
+                    dtype: torch.dtype = torch.float32) -> LoopedLM:
+    """Build the model of ``cfg`` with the weights stored in ``cfg.checkpoint``."""
+    path = Path(cfg.checkpoint)
+    with torch.device("meta"):
+        model = LoopedLM(cfg, dtype=dtype)
+    model = model.to_empty(device=device)
+    wanted = {hf_name(n): p for n, p in model.named_parameters()}
+    seen: set[str] = set()
+    unexpected = []
+    for file in _files(path):
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for key in f.keys():
+                if key.endswith("rotary_emb.inv_freq"):
+                    continue
+                param = wanted.get(key)
+                if param is None:
+                    unexpected.append(key)
+                    continue
+                t = f.get_tensor(key)
+                if tuple(t.shape) != tuple(param.shape):
+                    raise ValueError(f"{key}: checkpoint shape {tuple(t.shape)} != "
+                                     f"model shape {tuple(param.shape)}")
+                param.copy_(t.to(device=param.device, dtype=param.dtype))
+                seen.add(key)
+    missing = sorted(set(wanted) - seen)
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {path} does not match the config: missing "
+                         f"{missing[:8]}{'...' if len(missing) > 8 else ''}, unexpected "
+                         f"{unexpected[:8]}{'...' if len(unexpected) > 8 else ''}")
+    return model.eval().requires_grad_(False)
+
+
+def save_checkpoint(model: LoopedLM, path: str | Path, dtype: torch.dtype | None = None) -> Path:
+    """Write ``model`` as config.json + model.safetensors (Ouro's layout)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = model.cfg.to_hf_dict()
+    dt = dtype or next(model.parameters()).dtype
+    cfg["torch_dtype"] = str(dt).replace("torch.", "")
+    (path / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
+    tensors = {hf_name(n): p.detach().to(device="cpu", dtype=dt).contiguous()
+               for n, p in model.named_parameters()}
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+    return path

@@ -1,0 +1,211 @@
+"""Host side shared by every runner: slots, admission, prefill, commits, fatal cleanup.
+
+A runner owns the device state of ``max_num_seqs`` slots, a per-depth KV cache (grown
+lazily: slots to the next power of two in use, positions to what admitted requests
+need), the request-owned RNG registry and the host records. Subclasses implement
+``step()``: one scheduling iteration (admit + prefill, one decode round, collect).
+
+Contract 3 (numerical errors) lives in ``apply_round``: the host applies exactly what
+the device did. If the device flagged the round as failed (an invalid law at a live
+row's stop point), every live request of the round is finished with "error" before
+any token of the round is looked at (so before EOS truncation) and nothing of the round
+is committed; the device did not advance those slots either. Rows that were not live
+(empty slots, requests that had finished, an aborted request still in flight) are
+never looked at, whatever their error flags say.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+import numpy as np
+import torch
+
+from ..model import KVCache, LoopedLM
+from ..sampling import RngRegistry
+from .mutant_hooks import MutantHooks
+from .outputs import RoundStat
+from .prefill import prefill
+from .state import HostTransfer, Request, SlotState, bucket_size
+
+LEN_ALIGN = 64  # KV positions are allocated in multiples of this
+
+
+class RunnerBase:
+    mode = "base"
+    lookahead = 1  # KV positions a round may write past the last committed token
+
+    def __init__(self, model: LoopedLM, *, device: torch.device, max_num_seqs: int,
+                 max_model_len: int, num_draws: int, hooks: MutantHooks):
+        self.model = model
+        self.device = torch.device(device)
+        self.max_num_seqs = max_num_seqs
+        self.max_model_len = max_model_len
+        self.hooks = hooks
+        self.state = SlotState(max_num_seqs, self.device)
+        self.rng = RngRegistry(num_draws, max_num_seqs, self.device)
+        self.cache: KVCache | None = None
+        self.cache_version = 0
+        self.slots: list[Request | None] = [None] * max_num_seqs
+        self._free = list(range(max_num_seqs))
+        self.waiting: deque[Request] = deque()
+        self.transfer = HostTransfer(self.device)
+        self.fault = None          # tests: fault(kind, logits) -> logits
+        self.trace: list | None = None   # tests: collected rounds when a list
+        self.failed_rounds = 0
+        self.rounds_run = 0
+
+    # ------------------------------------------------------------------ capacity
+    def max_len_needed(self, req: Request) -> int:
+        return len(req.prompt) + req.params.max_tokens + self.lookahead
+
+    def check_request(self, req: Request) -> None:
+        need = self.max_len_needed(req)
+        if need > self.max_model_len:
+            raise ValueError(
+                f"prompt ({len(req.prompt)}) + max_tokens ({req.params.max_tokens}) + "
+                f"lookahead ({self.lookahead}) = {need} exceeds max_model_len "
+                f"{self.max_model_len}")
+        V = self.model.cfg.vocab_size
+        if not req.prompt or any(not 0 <= t < V for t in req.prompt):
+            raise ValueError(f"prompt must be a non-empty list of ids in [0, {V})")
+
+    def _ensure_cache(self, slots_needed: int, len_needed: int) -> None:
+        slots = bucket_size(slots_needed, self.max_num_seqs)
+        length = -(-len_needed // LEN_ALIGN) * LEN_ALIGN
+        c = self.cache
+        if c is None:
+            self.cache = self.model.new_cache(slots, length)
+        elif slots > c.num_slots or length > c.max_len:
+            grown = self.model.new_cache(max(slots, c.num_slots), max(length, c.max_len))
+            n, L = c.num_slots, c.max_len
+            grown.k[:, :, :n, :, :L] = c.k
+            grown.v[:, :, :n, :, :L] = c.v
+            self.cache = grown
+        else:
+            return
+        self.cache_version += 1
+
+    # ------------------------------------------------------------------ requests
+    def add(self, req: Request) -> None:
+        self.check_request(req)
+        self.waiting.append(req)
+
+    def live_requests(self) -> list[Request]:
+        """Requests a new round could still serve (see ``Request.budget_bound``)."""
+        return [r for r in self.slots if r is not None and r.budget_bound > 0]
+
+    def has_work(self) -> bool:
+        return bool(self.waiting) or any(r is not None for r in self.slots)
+
+    def admit(self) -> list[Request]:
+        """Move waiting requests into the lowest free slots and write their state."""
+        admitted = []
+        while self.waiting and self._free:
+            req = self.waiting.popleft()
+            req.slot = heapq.heappop(self._free)
+            self.slots[req.slot] = req
+            admitted.append(req)
+        if not admitted:
+            return admitted
+        live = [r for r in self.slots if r is not None]
+        self._ensure_cache(max(r.slot for r in live) + 1,
+                           max(self.max_len_needed(r) for r in live))
+        self.state.set_params([r.slot for r in admitted], admitted)
+        for r in admitted:
+            if r.seed is not None:
+                self.rng.bind(r.slot, r.seed)
+        return admitted
+
+    def run_prefill(self, admitted: list[Request]) -> torch.Tensor:
+        return prefill(self.model, self.cache, self.state, self.rng, admitted, self.hooks,
+                       self.sampling_hints(admitted))
+
+    def finish(self, req: Request, reason: str) -> None:
+        """Finish a request and free its slot (device state cleared, generator released)."""
+        if req.output.finish_reason is None:
+            req.output.finish_reason = reason
+        if req.slot >= 0 and self.slots[req.slot] is req:
+            self.state.clear([req.slot])
+            if req.seed is not None:
+                self.rng.release(req.slot)
+            self.slots[req.slot] = None
+            heapq.heappush(self._free, req.slot)
+
+    def abort(self, req: Request) -> None:
+        if req in self.waiting:
+            self.waiting.remove(req)
+            req.output.finish_reason = "abort"
+            return
+        self.finish(req, "abort")
+
+    def bucket(self) -> int:
+        used = [r.slot for r in self.live_requests()]
+        return bucket_size(max(used) + 1, self.cache.num_slots) if used else 0
+
+    def draft_width(self, rows: list[Request | None], K: int) -> int:
+        """An upper bound of every live row's draft length this round (<= K).
+
+        Uses the host's token counts: exact for sync runners, lagging (hence an upper
+        bound, budgets only shrink) for the async one."""
+        need = max((r.budget_bound - 1 for r in rows if r is not None), default=0)
+        return max(0, min(K, need))
+
+    def sampling_hints(self, requests: list[Request | None]) -> dict:
+        """Host promises for ``batched_probabilities`` over these rows (CPU path only).
+
+        Every row a round computes holds either a request the host has not finished
+        (its parameters are known here) or a cleared slot (greedy), so the promise
+        "every non-greedy row has 0 < top_k <= max_top_k" and "no top_p < 1" can be
+        read off the host records. CUDA ignores hints (the fused kernel needs none), so
+        none are given there and captured graphs do not depend on them."""
+        if self.device.type == "cuda":
+            return {}
+        V = self.model.cfg.vocab_size
+        ps = [r.params for r in requests if r is not None and not r.finished
+              and r.seed is not None]
+        ks = [p.top_k for p in ps]
+        return {"max_top_k": max(ks, default=1) if all(0 < k < V for k in ks) else None,
+                "any_top_p": any(p.top_p < 1.0 for p in ps)}
+
+    def snapshot(self, B: int) -> list[Request | None]:
+        """The request of each row 0..B-1 that a round submitted now may serve."""
+        return [r if r is not None and r.budget_bound > 0 else None for r in self.slots[:B]]
+
+    # ------------------------------------------------------------------ host commits
+    def apply_prefill(self, admitted: list[Request], t1: np.ndarray) -> None:
+        for req, tok in zip(admitted, t1.tolist(), strict=True):
+            if req.finished:
+                continue
+            if req.commit([tok], None):
+                self.finish(req, req.output.finish_reason)
+
+    def apply_round(self, rows: list[Request | None], host: dict[str, np.ndarray]) -> None:
+        """Commit one collected round (spec or nospec) to the host records."""
+        self.rounds_run += 1
+        if self.trace is not None:  # copies: pinned ring buffers get reused
+            self.trace.append(([r.serial if r is not None else None for r in rows],
+                               {k: v.copy() for k, v in host.items()}))
+        live = host["live"]
+        if bool(host["failed"][0]):
+            # Fatal cleanup, before any token or EOS of this round is looked at.
+            self.failed_rounds += 1
+            for b, req in enumerate(rows):
+                if req is not None and not req.finished and live[b]:
+                    self.finish(req, "error")
+            return
+        tokens, n_commit = host["tokens"], host["num_committed"]
+        drafted, accepted = host["draft_lens"], host["num_accepted"]
+        for b, req in enumerate(rows):
+            if req is None or req.finished or not live[b]:
+                continue  # stale row: whatever it holds is ignored
+            n = int(n_commit[b])
+            stat = RoundStat(int(drafted[b]), int(accepted[b]))
+            if req.commit(tokens[b, :n].tolist(), stat):
+                self.finish(req, req.output.finish_reason)
+
+    def step(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def drain(self) -> None:
+        """Collect whatever is still in flight (async runners override)."""

@@ -1,0 +1,152 @@
+"""Asynchronous block speculation: round n+1 is submitted before the host reads round n.
+
+The device is authoritative for each slot's next input: the round itself (inside the
+same CUDA Graph on GPU) writes the last committed token, its position, the remaining
+budget and the slot's liveness (``advance_slots``); the host never uploads them. At
+most two rounds are in flight: each ``step()`` admits and prefills new requests (device
+only), submits the next round, then collects the older round. Results reach the host
+through ``HostTransfer`` (a side stream into pinned memory on CUDA); the host commits
+them in submission order, so a request that stopped (EOS, stop id, max_tokens) in
+round n has its round n+1 row discarded -- the device, which saw the stop token in
+round n, already treated that row as dead in round n+1.
+
+On CUDA the round (draft, verify, accept, state update) is captured once per batch
+bucket and replayed (``GraphedRound``); on CPU the same function runs eagerly, with the
+same semantics, so CI exercises this path.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+
+from ..sampling import RngRegistry
+from .base import RunnerBase
+from .cuda_graphs import GraphedRound
+from .mutant_hooks import MutantHooks
+from .spec_round import RoundOutputs, speculative_round
+from .state import Request, SlotState, Ticket
+
+
+def advance_slots(state: SlotState, rng: RngRegistry, out: RoundOutputs,
+                  hooks: MutantHooks) -> None:
+    """Device-side commit of one round into slots 0..B-1 (no host reads).
+
+    A failed round (``out.failed``) advances no slot and rewinds the random rows'
+    generators; its live rows die (the host finishes them with "error"). Otherwise a
+    live row's next input becomes its last committed token at pos + num_committed,
+    its budget drops by num_committed, and it dies on a committed stop token or an
+    exhausted budget.
+    """
+    B, K1 = out.tokens.shape
+    live = out.live
+    failed = out.failed                                              # [1] bool
+    advance = live & ~failed
+    n = out.num_committed
+    last = out.tokens.gather(1, (n - 1).clamp_min(0)[:, None]).squeeze(1)
+    last = hooks.next_input(last, out.drafts, out.draft_lens, state.random[:B] & live)
+    committed = torch.arange(K1, device=n.device)[None, :] < n[:, None]
+    stop_hit = ((out.tokens[:, :, None] == state.stop_ids[:B, None, :]).any(-1)
+                & committed).any(-1)
+    budget = torch.where(advance, state.budget[:B] - n, state.budget[:B])
+    state.next_token[:B] = torch.where(advance, last, state.next_token[:B])
+    state.next_pos[:B] = torch.where(advance, out.pos + n, state.next_pos[:B])
+    state.budget[:B] = budget
+    state.live[:B] = advance & ~stop_hit & (budget > 0)
+    rows = torch.arange(B, device=n.device)
+    rng.rewind(rows, state.random[:B] & live & failed)
+
+
+@dataclass
+class InFlight:
+    ticket: Ticket
+    rows: list[Request | None]     # the request of each row when submitted
+    admitted: list[Request]        # prefilled just before this round (t1 in the ticket)
+
+
+class AsyncBlockRunner(RunnerBase):
+    mode = "async"
+
+    def __init__(self, model, *, device, max_num_seqs, max_model_len, hooks,
+                 num_speculative_tokens: int, draft_loops: int, use_cuda_graphs: bool = True):
+        K = num_speculative_tokens
+        super().__init__(model, device=device, max_num_seqs=max_num_seqs,
+                         max_model_len=max_model_len, num_draws=2 * K + 1, hooks=hooks)
+        self.K, self.d = K, draft_loops
+        self.lookahead = K + 1
+        self.inflight: deque[InFlight] = deque()
+        self.graphs = None
+        if self.device.type == "cuda" and use_cuda_graphs:
+            self.graphs = GraphedRound(self._round, self._mutable_state, self.device)
+        self._graph_key = None
+        self._hints: dict = {}
+
+    # ------------------------------------------------------------------ the round
+    def _round(self, B: int, W: int) -> tuple:
+        out = speculative_round(self.model, self.cache, self.state, self.rng, B, self.K,
+                                self.d, self.hooks, self.fault, width=W, hints=self._hints)
+        advance_slots(self.state, self.rng, out, self.hooks)
+        return tuple(out)
+
+    def _mutable_state(self) -> list[torch.Tensor]:
+        s = self.state
+        return [s.next_token, s.next_pos, s.budget, s.live, self.rng.round]
+
+    def submit_round(self, B: int, W: int | None = None) -> RoundOutputs:
+        """Enqueue one round for slots 0..B-1 drafting at most W (default K) tokens per
+        row; no host reads (graph replay on CUDA)."""
+        W = self.K if W is None else W
+        self._hints = self.sampling_hints(self.slots[:B])   # {} on CUDA
+        use_graph = self.graphs is not None and self.fault is None
+        if use_graph:
+            key = (self.cache_version, self.state.version)
+            if key != self._graph_key:
+                self.graphs.invalidate()
+                self._graph_key = key
+            # Private copies of the static outputs, ordered on the compute stream: the
+            # side-stream transfer reads these, so the next replay may overwrite the
+            # static buffers without waiting for the host copy.
+            return RoundOutputs(*(t.clone() for t in self.graphs(B, W)))
+        return RoundOutputs(*self._round(B, W))
+
+    # ------------------------------------------------------------------ scheduling
+    def step(self) -> None:
+        admitted = self.admit()
+        t1 = self.run_prefill(admitted) if admitted else None
+        for r in admitted:
+            r.inflight += 1
+        B = self.bucket()
+        if B:
+            rows = self.snapshot(B)
+            out = self.submit_round(B, self.draft_width(rows, self.K))
+            for r in rows:
+                if r is not None:
+                    r.inflight += 1
+            view = out.host_view()
+            if t1 is not None:
+                view["t1"] = t1
+            self.inflight.append(InFlight(self.transfer.submit(view), rows, admitted))
+        elif admitted:  # nothing to decode (all max_tokens == 1): carry t1 alone
+            self.inflight.append(InFlight(self.transfer.submit({"t1": t1}), [], admitted))
+        # Keep one round in flight while there is work; otherwise drain.
+        while len(self.inflight) > (1 if B else 0):
+            self.collect()
+
+    def collect(self) -> None:
+        """Read the oldest in-flight round and commit it (prefill t1 first)."""
+        flight = self.inflight.popleft()
+        host = self.transfer.wait(flight.ticket)
+        for r in flight.admitted + [r for r in flight.rows if r is not None]:
+            r.inflight -= 1
+        if flight.admitted:
+            self.apply_prefill(flight.admitted, host["t1"])
+        if flight.rows:
+            self.apply_round(flight.rows, host)
+
+    def drain(self) -> None:
+        while self.inflight:
+            self.collect()
+
+    def has_work(self) -> bool:
+        return super().has_work() or bool(self.inflight)

@@ -1,0 +1,40 @@
+"""Synchronous block speculation: submit a round, read it, schedule the next.
+
+The host is authoritative: before each round it uploads every live row's last committed
+token, its position and its remaining budget (``SlotState.host_sync_rows``), runs
+``speculative_round`` and reads the result before anything else is submitted. Eager on
+every device. ``mode="pipeline"`` runs here too, greedy requests only (the LLM facade
+rejects random sampling for it).
+"""
+from __future__ import annotations
+
+from .base import RunnerBase
+from .spec_round import speculative_round
+
+
+class SyncBlockRunner(RunnerBase):
+    mode = "sync"
+
+    def __init__(self, model, *, device, max_num_seqs, max_model_len, hooks,
+                 num_speculative_tokens: int, draft_loops: int):
+        K = num_speculative_tokens
+        super().__init__(model, device=device, max_num_seqs=max_num_seqs,
+                         max_model_len=max_model_len, num_draws=2 * K + 1, hooks=hooks)
+        self.K, self.d = K, draft_loops
+        self.lookahead = K + 1
+
+    def step(self) -> None:
+        admitted = self.admit()
+        if admitted:
+            t1 = self.run_prefill(admitted)
+            self.apply_prefill(admitted, self.transfer.wait(self.transfer.submit({"t1": t1}))["t1"])
+        B = self.bucket()
+        if B == 0:
+            return
+        rows = self.snapshot(B)
+        self.state.host_sync_rows(B, rows)
+        out = speculative_round(self.model, self.cache, self.state, self.rng, B, self.K,
+                                self.d, self.hooks, self.fault,
+                                width=self.draft_width(rows, self.K),
+                                hints=self.sampling_hints(self.slots[:B]))
+        self.apply_round(rows, self.transfer.wait(self.transfer.submit(out.host_view())))

@@ -1,0 +1,69 @@
+"""CUDA Graph capture and replay of a round, one graph per round shape.
+
+``GraphedRound(fn, protect)`` wraps ``fn(*key) -> tuple of tensors``, a round whose
+inputs all live in persistent device tensors (slot state, RNG registry, KV cache); the
+key is the round's static shape (batch bucket B, draft width W). The first call for a
+key warms ``fn`` up on a side stream (lazy CUDA/cuBLAS initialisation,
+Triton compilation), restores the tensors that the warm-up mutated (``protect()``:
+slot state and RNG counters; the warm-up's KV writes land past the committed tokens,
+where the real round rewrites them), then captures one graph in a shared memory pool.
+Every later call replays it and returns the same static output tensors, which the next
+replay overwrites: the async runner clones them on the compute stream right after the
+replay and hands the clones to ``HostTransfer``.
+
+Capture needs every shape static and no host synchronisation inside ``fn``; both are
+properties of the round (see spec_round.py). ``invalidate()`` drops every graph, e.g.
+after the KV cache or a slot-state tensor was reallocated.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+class GraphedRound:
+    def __init__(self, fn: Callable[..., tuple], protect: Callable[[], list[torch.Tensor]],
+                 device: torch.device, warmup: int = 2):
+        self.fn = fn
+        self.protect = protect
+        self.device = device
+        self.warmup = warmup
+        self.graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, tuple]] = {}
+        self.pool = None
+        self.captures = 0
+        self.replays = 0
+
+    def invalidate(self) -> None:
+        # Dropping the graphs frees their memory pool: later captures need a new one.
+        self.graphs.clear()
+        self.pool = None
+
+    def _capture(self, key: tuple):
+        stream = torch.cuda.current_stream(self.device)
+        saved = [t.clone() for t in self.protect()]
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(stream)
+        with torch.cuda.stream(side):
+            for _ in range(self.warmup):
+                self.fn(*key)
+        stream.wait_stream(side)
+        for t, v in zip(self.protect(), saved, strict=True):
+            t.copy_(v)
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            outputs = self.fn(*key)
+        self.captures += 1
+        self.graphs[key] = (graph, outputs)
+        return self.graphs[key]
+
+    def __call__(self, *key) -> tuple:
+        entry = self.graphs.get(key)
+        if entry is None:
+            entry = self._capture(key)
+        graph, outputs = entry
+        graph.replay()
+        self.replays += 1
+        return outputs

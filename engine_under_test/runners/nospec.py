@@ -1,0 +1,83 @@
+"""Plain decoding: one token per step at full depth R, sampled from p.
+
+Random rows sample with ``categorical(p, u)`` where u is the first uniform of the
+request's block for that step (``RngRegistry.draw``, one block per step, the same
+request-owned Philox stream as every mode), so fixed-seed replay holds. Greedy rows
+take the argmax and draw nothing. An invalid law (non-finite or no mass) on a live row
+fails the step exactly like a speculative round (contract 3).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ..model import KVCache, LoopedLM
+from ..sampling import RngRegistry, batched_probabilities, categorical
+from .base import RunnerBase
+from .mutant_hooks import MutantHooks
+from .state import SlotState
+
+
+class StepOutputs(NamedTuple):
+    tokens: torch.Tensor      # [B, 1] int64 the sampled token
+    error: torch.Tensor       # [B] bool invalid law
+    live: torch.Tensor        # [B] bool
+    failed: torch.Tensor      # [1] bool
+    pos: torch.Tensor         # [B] int64 input position
+    input_token: torch.Tensor  # [B] int64
+
+    def host_view(self) -> dict[str, torch.Tensor]:
+        B = self.tokens.shape[0]
+        ones = torch.ones(B, dtype=torch.int64, device=self.tokens.device)
+        zeros = torch.zeros_like(ones)
+        return {"tokens": self.tokens, "num_committed": torch.where(self.error, 0, ones),
+                "num_accepted": zeros, "draft_lens": zeros, "error": self.error,
+                "live": self.live, "failed": self.failed, "pos": self.pos,
+                "input_token": self.input_token}
+
+
+@torch.no_grad()
+def nospec_step(model: LoopedLM, cache: KVCache, state: SlotState, rng: RngRegistry,
+                B: int, hooks: MutantHooks, fault=None,
+                hints: dict | None = None) -> StepOutputs:
+    """One decode step for slots 0..B-1 (inputs read from ``state``; no host reads)."""
+    rows = torch.arange(B, device=state.device)
+    tok, pos = state.next_token[:B], state.next_pos[:B]
+    live = state.live[:B].clone()
+    random = state.random[:B] & live
+    u = hooks.share(rng.draw(rows, random), random)[:, 0]
+    ctx = model.context(pos[:, None], rows, cache.max_len, prefix=True)
+    h = model.run_loops(model.embed(tok[:, None]), 0, model.num_loops, cache, ctx)
+    logits = model.logits(h[:, 0])                                       # [B, V] f32
+    if fault is not None:
+        logits = fault(("p", None), logits)
+    p = batched_probabilities(logits, state.temperature[:B], state.top_k[:B],
+                              state.top_p[:B], **(hints or {}))
+    error = ~(torch.isfinite(p).all(dim=-1) & (p.sum(dim=-1) > 0))
+    token = categorical(torch.where(error[:, None], 1.0, p), u)
+    failed = (error & live).any().view(1)
+    return StepOutputs(token[:, None], error, live, failed, pos.clone(), tok.clone())
+
+
+class NospecRunner(RunnerBase):
+    mode = "nospec"
+    lookahead = 1
+
+    def __init__(self, model, *, device, max_num_seqs, max_model_len, hooks):
+        super().__init__(model, device=device, max_num_seqs=max_num_seqs,
+                         max_model_len=max_model_len, num_draws=1, hooks=hooks)
+
+    def step(self) -> None:
+        admitted = self.admit()
+        if admitted:
+            t1 = self.run_prefill(admitted)
+            self.apply_prefill(admitted, self.transfer.wait(self.transfer.submit({"t1": t1}))["t1"])
+        B = self.bucket()
+        if B == 0:
+            return
+        rows = self.snapshot(B)
+        self.state.host_sync_rows(B, rows)
+        out = nospec_step(self.model, self.cache, self.state, self.rng, B, self.hooks,
+                          self.fault, self.sampling_hints(self.slots[:B]))
+        self.apply_round(rows, self.transfer.wait(self.transfer.submit(out.host_view())))

@@ -1,0 +1,155 @@
+"""One block-speculation round over the slot prefix 0..B-1 (shared by sync and async).
+
+Vocabulary (docs/contracts.md): a **round** drafts K tokens at depth d and verifies the
+K+1 positions at full depth R; a draft is **accepted** iff ``u_j * q(x_j) < p(x_j)``;
+the **stop point** is the first position that is not a valid accept; there the
+**correction** is drawn from max(p - q, 0), or, when all L = draft_len drafts were
+accepted, the **bonus** from p at L; the **committed** tokens are the accepted drafts
+followed by the correction or bonus. p is the target law, q the draft law.
+
+Self-speculation, nothing recomputed::
+
+    draft   j = 0..K-1: input x_j (x_0 = last committed token) at pos + j,
+            loops 0..d-1 -> h_d[j] -> q_j = law(lm_head(h_d[j])) -> x_{j+1} ~ q_j
+    verify  loops 0..d-1 on x_K (its shallow state), then loops d..R-1 on the K+1
+            states h_d[0..K] at pos..pos+K -> p_0..p_K
+    accept  speculative_accept(p, q, drafts, draft_lens, uniforms)
+
+Loops 0..d-1 write the shallow KV namespaces at pos..pos+K and loops d..R-1 the deep
+ones, each exactly once per position. Positions past the committed tokens hold stale
+entries that the next round overwrites before any query can see them (a query at i
+only attends to keys <= i, and key i is written in the same forward).
+
+Randomness (contract 2). A random request owns a Philox stream keyed by its seed:
+
+- the accept block, 2K+1 uniforms per submitted round, comes from ``RngRegistry.draw``
+  keyed by (seed, round) -- coins u[0:K], corrections u[K:2K], bonus u[2K];
+- the K draft-token uniforms come from the same generator in a distinct domain:
+  ``philox_uniforms(seed, round + DRAFT_ROUND_OFFSET, K)`` with the round counter read
+  on the device just before the draw (the offset sets the counter's high word, so the
+  two blocks never overlap and are independent).
+
+Greedy rows (and dead rows) draw nothing: their uniforms are zeros and their one-hot
+p and q reduce the rule to greedy acceptance. No host reads anywhere in this module.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ..model import KVCache, LoopedLM
+from ..sampling import RngRegistry, batched_probabilities, philox_uniforms, speculative_accept
+from .mutant_hooks import MutantHooks
+from .state import SlotState
+
+# Counter high word 2**30 for draft uniforms; accept blocks use rounds < 2**32.
+DRAFT_ROUND_OFFSET = 1 << 62
+
+
+class RoundOutputs(NamedTuple):
+    """Device outputs of one round (B rows)."""
+
+    tokens: torch.Tensor         # [B, K+1] int64 committed tokens, -1 padded
+    num_accepted: torch.Tensor   # [B] int64
+    num_committed: torch.Tensor  # [B] int64 (0 on error)
+    error: torch.Tensor          # [B] bool, invalid law at the stop point
+    draft_lens: torch.Tensor     # [B] int64 L of each row
+    drafts: torch.Tensor         # [B, K] int64
+    live: torch.Tensor           # [B] bool rows live when the round ran
+    failed: torch.Tensor         # [1] bool: an error on a live row fails the round
+    pos: torch.Tensor            # [B] int64 position of each row's input token
+    input_token: torch.Tensor    # [B] int64 the round's input (last committed token)
+
+    def host_view(self) -> dict[str, torch.Tensor]:
+        """What the host needs to collect (drafts stay on the device)."""
+        return {"tokens": self.tokens, "num_accepted": self.num_accepted,
+                "num_committed": self.num_committed, "error": self.error,
+                "draft_lens": self.draft_lens, "live": self.live, "failed": self.failed,
+                "pos": self.pos, "input_token": self.input_token}
+
+
+def draft_uniforms(rng: RngRegistry, B: int, K: int,
+                   random: torch.Tensor) -> torch.Tensor:  # [B] bool -> [B, K] float64
+    """The K draft uniforms of rows 0..B-1 for the round about to be drawn."""
+    u = philox_uniforms(rng.seed[:B], rng.round[:B] + DRAFT_ROUND_OFFSET, K)
+    return torch.where(random[:, None], u, 0.0)
+
+
+@torch.no_grad()
+def speculative_round(model: LoopedLM, cache: KVCache, state: SlotState, rng: RngRegistry,
+                      B: int, K: int, d: int, hooks: MutantHooks, fault=None,
+                      width: int | None = None, hints: dict | None = None) -> RoundOutputs:
+    """Run one round for slots 0..B-1, reading inputs from ``state`` (no host reads).
+
+    width: drafts actually computed, W <= K (default K). The host passes an upper bound
+        of every live row's draft length (rows near max_tokens draft fewer), which
+        saves work; since each row drafts clamp(budget - 1, 0, W) and every uniform
+        keeps its place in the request's 2K+1 block (coins u[j], corrections u[K + j],
+        bonus u[2K]), W changes the round's shapes, never its law or its draws.
+    fault: test hook ``fault(kind, logits) -> logits``; kind is ("q", j) with [B, V]
+        draft logits of step j, or ("p", None) with [B, W+1, V]; None in production.
+    hints: host promises for ``batched_probabilities`` (``RunnerBase.sampling_hints``).
+    """
+    hints = hints or {}
+    R = model.num_loops
+    W = K if width is None else width
+    dev = state.next_token.device
+    rows = torch.arange(B, device=dev)
+    tok, pos = state.next_token[:B], state.next_pos[:B]
+    live = state.live[:B].clone()
+    temp, top_k, top_p = state.temperature[:B], state.top_k[:B], state.top_p[:B]
+    random = state.random[:B] & live
+    draft_lens = (state.budget[:B] - 1).clamp(0, W)
+
+    # Draft-domain uniforms first: they read the round counter that draw() advances.
+    u_draft = hooks.share(draft_uniforms(rng, B, K, random), random)
+    u_block = hooks.share(rng.draw(rows, random), random)        # [B, 2K+1]
+    u_accept = torch.cat([u_block[:, :W], u_block[:, K:K + W], u_block[:, 2 * K:]], dim=1)
+
+    # ---- draft: K steps at depth d ------------------------------------------------
+    x = tok
+    shallow, qs, draft_logits, drafts = [], [], [], []
+    for j in range(W):
+        ctx = model.context((pos + j)[:, None], rows, cache.max_len, prefix=True)
+        h = model.run_loops(model.embed(x[:, None]), 0, d, cache, ctx)   # [B, 1, D]
+        shallow.append(h)
+        logits_q = model.logits(h[:, 0])                                 # [B, V] f32
+        if fault is not None:
+            logits_q = fault(("q", j), logits_q)
+        q_j = batched_probabilities(logits_q, temp, top_k, top_p, **hints)
+        x = hooks.draft(q_j, u_draft[:, j], random)
+        qs.append(q_j)
+        drafts.append(x)
+        if hooks.needs_draft_logits:
+            draft_logits.append(logits_q)
+    V = model.cfg.vocab_size
+    drafts_t = torch.stack(drafts, dim=1) if drafts else tok.new_zeros((B, 0))   # [B, W]
+    q = torch.stack(qs, dim=1) if qs else torch.zeros(B, 0, V, device=dev)     # [B, W, V]
+
+    # ---- verify: shallow state of x_W, then loops d..R-1 over W+1 positions -------
+    ctx = model.context((pos + W)[:, None], rows, cache.max_len, prefix=True)
+    shallow.append(model.run_loops(model.embed(x[:, None]), 0, d, cache, ctx))
+    h = torch.cat(shallow, dim=1)                                       # [B, W+1, D]
+    offsets = torch.arange(W + 1, device=dev)
+    ctx = model.context(pos[:, None] + offsets[None, :], rows, cache.max_len, prefix=True)
+    h = model.run_loops(h, d, R, cache, ctx)
+    logits_p = model.logits(h)                                          # [B, W+1, V]
+    if fault is not None:
+        logits_p = fault(("p", None), logits_p)
+    per_position = lambda t: t[:, None].expand(B, W + 1).reshape(-1)   # noqa: E731
+    p = batched_probabilities(logits_p.reshape(B * (W + 1), V), per_position(temp),
+                              per_position(top_k), per_position(top_p),
+                              **hints).view(B, W + 1, V)
+
+    q = hooks.q_for_accept(q, drafts_t,
+                           torch.stack(draft_logits, 1) if draft_logits else None, random)
+    p = hooks.p_for_accept(p, logits_p if hooks.needs_target_logits else None,
+                           draft_lens, random)
+    res = speculative_accept(p, q, drafts_t, draft_lens, u_accept, mutant=hooks.kernel)
+    failed = (res.error & live).any().view(1)
+    # Host format is static: [B, K+1] tokens and [B, K] drafts, -1 padded past W.
+    tokens = torch.nn.functional.pad(res.tokens, (0, K - W), value=-1)
+    drafts_t = torch.nn.functional.pad(drafts_t, (0, K - W), value=-1)
+    return RoundOutputs(tokens, res.num_accepted, res.num_committed, res.error,
+                        draft_lens, drafts_t, live, failed, pos.clone(), tok.clone())

@@ -1,0 +1,190 @@
+"""GPU-only engine tests (``gpu`` marker; skipped without CUDA): two rounds in flight,
+CUDA Graph capture/replay, no host synchronisation while a round is submitted, the
+layout regression under graphs, and pinned result buffers reused without stale flags."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine_under_test import (
+    DEFAULT_PROMPT,
+    LLM,
+    ModelConfig,
+    SamplingParams,
+    SpeculativeConfig,
+)
+from engine_under_test.model import build_model
+
+pytestmark = pytest.mark.gpu
+
+PROMPT = list(DEFAULT_PROMPT)
+SPEC = SpeculativeConfig(3, "block", 2)
+GREEDY = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
+
+
+def rand(seed, max_tokens=9):
+    return SamplingParams(temperature=1.0, top_k=20, seed=seed, max_tokens=max_tokens,
+                          ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return build_model(ModelConfig.preset("tiny", seed=0), device="cuda")
+
+
+def async_llm(model, **kw):
+    return LLM(model=model, speculative_config=SPEC, async_scheduling=True, device="cuda", **kw)
+
+
+def test_greedy_speculation_equals_nospec_on_gpu(model):
+    prompts = [PROMPT, PROMPT[:5], [7, 8, 9]]
+    base = LLM(model=model, device="cuda").generate(prompts, GREEDY)
+    for llm in (LLM(model=model, speculative_config=SPEC, device="cuda"), async_llm(model),
+                async_llm(model, use_cuda_graphs=False)):
+        outs = llm.generate(prompts, GREEDY)
+        assert [o.token_ids for o in outs] == [o.token_ids for o in base]
+
+
+def test_two_rounds_in_flight(model):
+    """Round n+1 is submitted before the host collects round n; never more than two."""
+    llm = async_llm(model)
+    runner = llm.runner
+    events = []
+    submit, collect = runner.submit_round, runner.collect
+
+    def tracked_submit(*a, **k):
+        events.append(("submit", len(runner.inflight)))
+        return submit(*a, **k)
+
+    def tracked_collect():
+        events.append(("collect", len(runner.inflight)))
+        return collect()
+
+    runner.submit_round, runner.collect = tracked_submit, tracked_collect
+    outs = llm.generate([PROMPT] * 8, [rand(s, max_tokens=40) for s in range(8)])
+    assert all(len(o.token_ids) == 40 for o in outs)
+    assert events[0] == ("submit", 0) and events[1] == ("submit", 1)
+    assert max(n for kind, n in events if kind == "collect") == 2
+    assert max(n for kind, n in events if kind == "submit") <= 1
+    overlapped = sum(1 for i in range(1, len(events))
+                     if events[i] == ("collect", 2) and events[i - 1][0] == "submit")
+    assert overlapped >= 5
+
+
+def test_cuda_graph_capture_and_replay(model):
+    llm = async_llm(model)
+    params = [rand(s, max_tokens=30) for s in range(16)]
+    first = llm.generate([PROMPT] * 16, params)
+    graphs = llm.runner.graphs
+    assert graphs is not None and graphs.captures >= 1
+    assert graphs.replays > graphs.captures
+    captures = graphs.captures
+    again = llm.generate([PROMPT] * 16, params)                 # replays, no new capture
+    assert graphs.captures == captures
+    assert [o.token_ids for o in again] == [o.token_ids for o in first]   # fixed-seed replay
+    fresh = async_llm(model).generate([PROMPT] * 16, params)
+    assert [o.token_ids for o in fresh] == [o.token_ids for o in first]
+
+
+def test_no_host_sync_while_submitting_a_round(model):
+    llm = async_llm(model)
+    runner = llm.runner
+    for s in range(4):
+        llm.add_request(s, PROMPT, rand(s, max_tokens=200))
+    for _ in range(4):          # admit, prefill, capture the graph of this shape
+        llm.step()
+    B = runner.bucket()
+    rows = runner.snapshot(B)
+    W = runner.draft_width(rows, runner.K)
+    runner.submit_round(B, W)   # capture happens outside the checked region
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = runner.submit_round(B, W)
+        ticket = runner.transfer.submit(out.host_view())
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    runner.transfer.wait(ticket)
+    for s in range(4):
+        llm.abort_request(s)
+    llm.step()
+
+
+def test_layout_regression_under_graphs(model):
+    llm = async_llm(model)
+    outs = llm.generate([PROMPT] * 200, [rand(s) for s in range(200)])
+    seed = None
+    for s, o in enumerate(outs):
+        if o.first_draft_accepted:
+            p = llm.target_probabilities(PROMPT + o.token_ids[:1], rand(s))
+            if int(p.argmax()) != o.token_ids[1]:
+                seed = s
+                break
+    assert seed is not None, "no accepted non-argmax draft"
+    llm = async_llm(model)
+    llm.runner.trace = []
+    out = llm.generate([PROMPT], rand(seed))[0]
+    assert llm.runner.graphs.replays > 0
+    tokens = out.token_ids
+    assert tokens == outs[seed].token_ids
+    committed = 1
+    for _, h in llm.runner.trace:
+        if not h["live"][0]:
+            continue
+        assert int(h["input_token"][0]) == tokens[committed - 1]
+        assert int(h["pos"][0]) == len(PROMPT) + committed - 1
+        committed += int(h["num_committed"][0])
+    fed = PROMPT + tokens[:-1]
+    ref = model.new_cache(1, len(fed))
+    model.reference_logits(fed, cache=ref)
+    n = len(fed)
+    cache = llm.runner.cache
+    tol = dict(atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(cache.k[:, :, 0, :, :n], ref.k[:, :, 0, :, :n], **tol)
+    torch.testing.assert_close(cache.v[:, :, 0, :, :n], ref.v[:, :, 0, :, :n], **tol)
+
+
+def test_stale_flags_in_reused_pinned_buffers_are_ignored(model):
+    """Poison every pinned result buffer with error/failed flags between rounds: each
+    round overwrites its rows, so nothing stale is ever read."""
+    params = [rand(s, max_tokens=25) for s in range(6)]
+    clean = async_llm(model).generate([PROMPT] * 6, params)
+    llm = async_llm(model)
+    runner = llm.runner
+    submit = runner.transfer.submit
+
+    def poisoning_submit(tensors):
+        # The ring slot this submit reuses: its previous round was collected, so it is
+        # free; it still holds that round's flags, now all set.
+        transfer = runner.transfer
+        ring = transfer.ring[transfer.count % len(transfer.ring)]
+        for name in ("error", "failed", "live"):
+            if name in ring:
+                ring[name].fill_(True)
+        return submit(tensors)
+
+    runner.transfer.submit = poisoning_submit
+    outs = llm.generate([PROMPT] * 6, params)
+    assert runner.failed_rounds == 0
+    assert [o.token_ids for o in outs] == [o.token_ids for o in clean]
+
+
+def test_nan_fails_the_round_and_engine_recovers_on_gpu(model):
+    llm = async_llm(model)
+    calls = {"n": 0}
+
+    def fault(kind, logits):
+        if kind[0] == "p":
+            calls["n"] += 1
+            if calls["n"] == 2:
+                logits = logits.clone()
+                logits[0] = float("nan")
+        return logits
+
+    llm.runner.fault = fault             # eager rounds while a fault hook is set
+    outs = llm.generate([PROMPT] * 2, [rand(1, 20), rand(2, 20)])
+    assert [o.finish_reason for o in outs] == ["error", "error"]
+    llm.runner.fault = None
+    again = llm.generate([PROMPT] * 2, [rand(1, 20), rand(2, 20)])
+    fresh = async_llm(model).generate([PROMPT] * 2, [rand(1, 20), rand(2, 20)])
+    assert [o.token_ids for o in again] == [o.token_ids for o in fresh]
