@@ -68,6 +68,8 @@ class MutantHooks:
                      random: torch.Tensor) -> torch.Tensor:
         """The q handed to the verifier (the law the drafts came from, unless mutated)."""
         name = self.name
+        if q.shape[1] == 0:  # an effective-K=0 round: no drafts, q unused
+            return q
         r = random[:, None, None]
         if name == "draft_raw_q":
             B, K, V = draft_logits.shape

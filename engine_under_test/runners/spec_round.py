@@ -7,7 +7,8 @@ the **stop point** is the first position that is not a valid accept; there the
 accepted, the **bonus** from p at L; the **committed** tokens are the accepted drafts
 followed by the correction or bonus. p is the target law, q the draft law.
 
-Self-speculation, nothing recomputed::
+Self-speculation, nothing recomputed (K below is the round's width W <= K, see
+``speculative_round``)::
 
     draft   j = 0..K-1: input x_j (x_0 = last committed token) at pos + j,
             loops 0..d-1 -> h_d[j] -> q_j = law(lm_head(h_d[j])) -> x_{j+1} ~ q_j
@@ -107,7 +108,7 @@ def speculative_round(model: LoopedLM, cache: KVCache, state: SlotState, rng: Rn
     u_block = hooks.share(rng.draw(rows, random), random)        # [B, 2K+1]
     u_accept = torch.cat([u_block[:, :W], u_block[:, K:K + W], u_block[:, 2 * K:]], dim=1)
 
-    # ---- draft: K steps at depth d ------------------------------------------------
+    # ---- draft: W steps at depth d ------------------------------------------------
     x = tok
     shallow, qs, draft_logits, drafts = [], [], [], []
     for j in range(W):

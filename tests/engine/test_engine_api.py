@@ -191,3 +191,15 @@ def test_each_engine_mutant_changes_the_run(model, name):
     greedy = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
     assert bugged.generate([PROMPT], greedy)[0].token_ids == \
         clean.generate([PROMPT], greedy)[0].token_ids        # greedy rows untouched
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_every_mutant_runs_ragged_and_k0_rounds(model, asynchronous):
+    """Every mutant survives rounds of every width, effective K = 0 included."""
+    params = [SamplingParams(temperature=0.8, top_k=10, top_p=0.9, seed=s,
+                             max_tokens=2 + s % 5) for s in range(10)]
+    for m in list_mutants():
+        llm = LLM(model=model, speculative_config=SPEC, async_scheduling=asynchronous,
+                  mutant=m.name)
+        outs = llm.generate([PROMPT] * 10, params)
+        assert [len(o.token_ids) for o in outs] == [p.max_tokens for p in params], m.name

@@ -188,3 +188,16 @@ def test_nan_fails_the_round_and_engine_recovers_on_gpu(model):
     again = llm.generate([PROMPT] * 2, [rand(1, 20), rand(2, 20)])
     fresh = async_llm(model).generate([PROMPT] * 2, [rand(1, 20), rand(2, 20)])
     assert [o.token_ids for o in again] == [o.token_ids for o in fresh]
+
+
+def test_graphs_recaptured_after_the_cache_grows(model):
+    """A later, larger batch reallocates the KV cache: the captured graphs (and their
+    memory pool) are dropped and recaptured, and results equal a fresh engine's."""
+    llm = async_llm(model)
+    llm.generate([PROMPT], rand(3, max_tokens=12))
+    captures = llm.runner.graphs.captures
+    params = [rand(s, max_tokens=20) for s in range(8)]
+    grown = llm.generate([PROMPT] * 8, params)
+    assert llm.runner.graphs.captures > captures
+    fresh = async_llm(model).generate([PROMPT] * 8, params)
+    assert [o.token_ids for o in grown] == [o.token_ids for o in fresh]
