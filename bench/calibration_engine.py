@@ -44,7 +44,7 @@ class CachedReference:
                 for d in self.depths:
                     self.ref["q_t2"][str(d)][str(t1)] = _sparse(
                         self.engine.draft_law(prompt + [t1], d))
-        for t1, t2 in sorted({(int(a), int(b)) for a, b in zip(samples["t1"], samples["t2"])
+        for t1, t2 in sorted({(int(a), int(b)) for a, b in zip(samples["t1"], samples["t2"], strict=False)
                               if a >= 0 and b >= 0}):
             key = f"{t1},{t2}"
             if key not in self.ref["p_t3"]:

@@ -94,7 +94,7 @@ class BundledEngine:
         outs = llm.generate([self.prompt] * len(seeds), [self.params(s) for s in seeds],
                             progress=progress)
         records = []
-        for seed, out in zip(seeds, outs):
+        for seed, out in zip(seeds, outs, strict=False):
             rounds = tuple((int(r.drafted), int(r.accepted)) for r in out.rounds)
             # The first speculative round follows t1 (prefill commits t1); its draft
             # position 0 was accepted iff that round accepted at least one draft.

@@ -151,7 +151,7 @@ def replay_reference(engine, model, samples: pd.DataFrame, progress) -> dict:
     t1, t2) for every observed (t1, t2)."""
     prompt = engine.prompt
     t1s = sorted(int(t) for t in samples["t1"].unique() if t >= 0)
-    pairs = sorted({(int(a), int(b)) for a, b in zip(samples["t1"], samples["t2"])
+    pairs = sorted({(int(a), int(b)) for a, b in zip(samples["t1"], samples["t2"], strict=False)
                     if a >= 0 and b >= 0})
     depths = sorted({g.draft_loops for g in model.groups if g.draft_loops is not None})
     total = 1 + len(t1s) * (1 + len(depths)) + (len(pairs) if model.engine.max_tokens >= 3 else 0)

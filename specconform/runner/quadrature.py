@@ -116,4 +116,4 @@ def _accept_chunked(kernel, p_rows, q_rows, drafts, lens, uniforms, vocab):
 
 def _count(tokens: np.ndarray) -> dict[int, int]:
     values, counts = np.unique(tokens, return_counts=True)
-    return {int(v): int(c) for v, c in zip(values, counts)}
+    return {int(v): int(c) for v, c in zip(values, counts, strict=False)}

@@ -5,8 +5,13 @@ import pytest
 import yaml
 
 from specconform.errors import ProtocolError, UsageError
-from specconform.protocol.load import (apply_overrides, exact_int, json_schema, load_protocol,
-                                       overridable_fields)
+from specconform.protocol.load import (
+    apply_overrides,
+    exact_int,
+    json_schema,
+    load_protocol,
+    overridable_fields,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOLS = sorted((ROOT / "protocols").glob("*.yaml"))
