@@ -50,6 +50,8 @@ def seeds_needed(statistic, df, n, alpha, power=0.99) -> float | None:
 def _fmt_n(x) -> str:
     if x is None:
         return "—"
+    if isinstance(x, str):
+        return x
     return "∞" if x == float("inf") else f"{int(x):,}"
 
 
@@ -91,10 +93,12 @@ def main(argv=None) -> int:
             for family, types in FAMILIES.items():
                 # Samples needed, scaled to seeds per group by the share of the group's
                 # seeds the test used (strata below min_samples are not tested).
+                # Only failed tests measure an effect; a family with none failed is
+                # reported as not detected (an estimate from noise would mislead).
                 values = [(seeds_needed(t.statistic, t.df, t.n, alpha), t.n) for t in ev.tests
-                          if kinds.get(t.test) in types]
+                          if kinds.get(t.test) in types and t.passed is False]
                 values = [v * group_n / n for v, n in values if v is not None and n]
-                need[family] = min(values) if values else None
+                need[family] = min(values) if values else f"not detected at {group_n:,}"
             lines.append(f"| {mutant or '(clean)'} | {ev.verdict.verdict} | {failed} | {mech} "
                          f"| {_fmt_n(need['t2 marginal'])} | {_fmt_n(need['mechanism'])} "
                          f"| {time.perf_counter() - t0:.0f} |")
