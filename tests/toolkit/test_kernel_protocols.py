@@ -99,3 +99,24 @@ def test_schema_prints_json_schema():
     proc = run_cli("schema")
     assert proc.returncode == 0
     assert "overridable" in json.loads(proc.stdout).__repr__()
+
+
+def test_two_identical_runs_differ_only_in_the_volatile_file(tmp_path):
+    """Same protocol, same seeds, same machine, same command: the archives' members are
+    byte-identical except volatile.json and the digest lists that cover it."""
+    import zipfile
+
+    from specconform.evidence import compare_archives
+
+    for _ in range(2):
+        proc = run_cli("run", ROOT / "protocols" / "montecarlo.yaml", "--seeds", "5000",
+                       "--out", tmp_path, "--no-sign")
+        assert proc.returncode == 0, proc.stderr
+    first, second = sorted(tmp_path.glob("*.zip"), key=lambda p: len(p.name))
+    assert second.name == first.name.replace(".zip", "-2.zip")  # never overwritten
+    assert compare_archives(first, second) == []
+    a, b = zipfile.ZipFile(first), zipfile.ZipFile(second)
+    assert a.namelist() == b.namelist()
+    differing = {n.split("/", 1)[1] for n in a.namelist() if a.read(n) != b.read(n)}
+    assert differing <= {"volatile.json", "SHA256SUMS", "attestation.dsse.json"}
+    assert "volatile.json" in differing
