@@ -99,7 +99,6 @@ def execute(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str], mutant: s
     run_id = run_context.get("run_id") or make_run_id(loaded, mutant)
     run_context["run_id"] = run_id
     run_context.setdefault("attempt", f"{run_id}@{started:%Y%m%dT%H%M%SZ}")
-    out_dir.mkdir(parents=True, exist_ok=True)
     log = RunLog()
     log(f"specconform {__version__} run {run_id}")
     log(f"protocol {loaded.path} sha256 {loaded.hash}")
@@ -130,6 +129,7 @@ def execute(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str], mutant: s
         "log.txt": ("\n".join(log.lines) + "\n").encode(),
     }
     files.update(raw)
+    out_dir.mkdir(parents=True, exist_ok=True)  # only now: bad input writes nothing
     final = free_destination(out_dir, run_id)
     staging = out_dir / f".partial-{final.name}"
     if staging.exists():
