@@ -53,7 +53,7 @@ def evaluate_frames(protocol: dict, samples, reference) -> Evaluation:
     rows.append(_support_row(ctx))
     alpha = ctx.alpha
     roles = tuple(protocol.get("decision_roles") or DECIDING_ROLES)
-    rule = f"PASS iff every {', '.join(roles)} test passes at alpha={alpha}"
+    rule = f"PASS iff every {' and '.join(roles)} test passes at alpha={alpha}"
     return Evaluation(tuple(rows), decide(rows, alpha, roles, rule))
 
 

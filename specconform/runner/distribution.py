@@ -71,8 +71,13 @@ def open_checkpoint(loaded, *, mutant, context) -> Path:
     if folder.exists():
         raise UsageError(f"{folder}: an interrupted run with the same inputs is there; "
                          f"continue it with --resume {folder} (or remove that folder)")
-    (folder / "batches").mkdir(parents=True)
-    _atomic_write(folder / "checkpoint.json", json.dumps(state, sort_keys=True).encode())
+    # Built under a temporary name and renamed: a kill at any point leaves either no
+    # checkpoint folder or one with its checkpoint.json.
+    building = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(building, ignore_errors=True)
+    (building / "batches").mkdir(parents=True)
+    _atomic_write(building / "checkpoint.json", json.dumps(state, sort_keys=True).encode())
+    os.replace(building, folder)
     return folder
 
 

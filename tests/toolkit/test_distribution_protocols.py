@@ -88,6 +88,17 @@ def _start(args, env):
                             env=env, cwd=ROOT)
 
 
+def _wait_for_checkpoint(out: Path, proc, timeout: float = 300.0) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = list(out.glob("*.inprogress/checkpoint.json"))
+        if found:
+            return found[0].parent
+        assert proc.poll() is None, "run ended before writing its checkpoint"
+        time.sleep(0.05)
+    raise AssertionError("no checkpoint folder appeared")
+
+
 def test_resume_after_kill_gives_identical_counts_and_verdict(tmp_path):
     """Kill a real run with SIGKILL (and once with SIGINT) at random points, resume each
     time, and compare with an uninterrupted run: same samples byte for byte, same tests,
@@ -100,15 +111,17 @@ def test_resume_after_kill_gives_identical_counts_and_verdict(tmp_path):
     out = tmp_path / "killed"
     rng = random.Random(20261130)
     proc = _start(["run", protocol, "--out", out, "--no-sign"], env)
+    folder = _wait_for_checkpoint(out, proc)
     kills = 0
     for sig in (signal.SIGKILL, signal.SIGINT, signal.SIGKILL):
-        time.sleep(rng.uniform(2.0, 6.0))
+        # A random point after the run has started generating (imports take seconds on a
+        # loaded machine; a kill before the checkpoint exists would test nothing).
+        time.sleep(rng.uniform(0.5, 4.0))
         if proc.poll() is not None:
             break
         proc.send_signal(sig)
         proc.wait(timeout=60)
         kills += 1
-        folder = next(out.glob("*.inprogress"))
         proc = _start(["run", protocol, "--out", out, "--no-sign", "--resume", folder], env)
     stdout, stderr = proc.communicate(timeout=600)
     assert proc.returncode in (0, 1), stderr
