@@ -81,6 +81,14 @@ def open_checkpoint(loaded, *, mutant, context) -> Path:
     return folder
 
 
+def _discard_checkpoint(folder: Path) -> None:
+    """After the archive is in place: rename first (atomic), then delete, so a kill
+    during the deletion never leaves a half-deleted folder that looks resumable."""
+    done = folder.with_name(folder.name + ".done")
+    os.replace(folder, done)
+    shutil.rmtree(done, ignore_errors=True)
+
+
 def read_checkpoint(folder: Path) -> dict:
     try:
         return json.loads((Path(folder) / "checkpoint.json").read_text())
@@ -137,7 +145,7 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
     reference = replay_reference(engine, model, samples, progress)
     buf = io.StringIO()
     samples.to_csv(buf, index=False, lineterminator="\n")
-    context.setdefault("on_success", []).append(lambda: shutil.rmtree(folder, True))
+    context.setdefault("on_success", []).append(lambda: _discard_checkpoint(folder))
     context["extra_run_fields"] = {"seed_ranges": {
         g.name: [group_seeds(model, g).start, group_seeds(model, g).stop]
         for g in model.groups}}
