@@ -204,6 +204,21 @@ class RunnerBase:
             if req.commit(tokens[b, :n].tolist(), stat):
                 self.finish(req, req.output.finish_reason)
 
+    def begin_blocking_step(self) -> tuple[int, list[Request | None]]:
+        """The synchronous runners' step prelude: admit and prefill new requests (t1
+        read back at once), then size the batch and upload its rows' host state.
+        Returns (B, rows); B == 0 means nothing to decode this step."""
+        admitted = self.admit()
+        if admitted:
+            t1 = self.run_prefill(admitted)
+            self.apply_prefill(admitted, self.transfer.wait(self.transfer.submit({"t1": t1}))["t1"])
+        B = self.bucket()
+        if B == 0:
+            return 0, []
+        rows = self.snapshot(B)
+        self.state.host_sync_rows(B, rows)
+        return B, rows
+
     def step(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 

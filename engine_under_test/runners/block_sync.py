@@ -24,15 +24,9 @@ class SyncBlockRunner(RunnerBase):
         self.lookahead = K + 1
 
     def step(self) -> None:
-        admitted = self.admit()
-        if admitted:
-            t1 = self.run_prefill(admitted)
-            self.apply_prefill(admitted, self.transfer.wait(self.transfer.submit({"t1": t1}))["t1"])
-        B = self.bucket()
+        B, rows = self.begin_blocking_step()
         if B == 0:
             return
-        rows = self.snapshot(B)
-        self.state.host_sync_rows(B, rows)
         out = speculative_round(self.model, self.cache, self.state, self.rng, B, self.K,
                                 self.d, self.hooks, self.fault,
                                 width=self.draft_width(rows, self.K),

@@ -69,15 +69,9 @@ class NospecRunner(RunnerBase):
                          max_model_len=max_model_len, num_draws=1, hooks=hooks)
 
     def step(self) -> None:
-        admitted = self.admit()
-        if admitted:
-            t1 = self.run_prefill(admitted)
-            self.apply_prefill(admitted, self.transfer.wait(self.transfer.submit({"t1": t1}))["t1"])
-        B = self.bucket()
+        B, rows = self.begin_blocking_step()
         if B == 0:
             return
-        rows = self.snapshot(B)
-        self.state.host_sync_rows(B, rows)
         out = nospec_step(self.model, self.cache, self.state, self.rng, B, self.hooks,
                           self.fault, self.sampling_hints(self.slots[:B]))
         self.apply_round(rows, self.transfer.wait(self.transfer.submit(out.host_view())))
