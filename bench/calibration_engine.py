@@ -22,7 +22,11 @@ from specconform.adapters.engine import BundledEngine
 from specconform.calibration import summarize, verdict_bound
 from specconform.kinds.distribution_eval import evaluate_frames
 from specconform.protocol.load import apply_overrides, load_protocol
-from specconform.runner.distribution import SAMPLE_COLUMNS, _records_frame
+from specconform.runner.distribution import (
+    SAMPLE_COLUMNS,
+    _records_frame,
+    _sparse,  # the run's own sparse-law encoding
+)
 
 
 class CachedReference:
@@ -50,10 +54,6 @@ class CachedReference:
             if key not in self.ref["p_t3"]:
                 self.ref["p_t3"][key] = _sparse(self.engine.target_law(prompt + [t1, t2]))
         return self.ref
-
-
-def _sparse(law) -> dict[str, float]:
-    return {str(int(i)): float(law[i]) for i in law.nonzero()[0]}
 
 
 def main(argv=None) -> int:
