@@ -151,7 +151,7 @@ _PRESETS: dict[str, ModelConfig] = {
         name="ouro-1.4b", vocab_size=49152, hidden_size=2048, num_hidden_layers=24,
         num_attention_heads=16, num_key_value_heads=16, head_dim=128,
         intermediate_size=5632, total_ut_steps=4, rope_theta=1000000.0,
-        max_position_embeddings=65536, init=InitConfig(lm_scale=9.0)),
+        max_position_embeddings=65536, init=InitConfig(lm_scale=7.0)),
 }
 
 PRESET_NAMES = tuple(_PRESETS)

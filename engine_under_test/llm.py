@@ -78,7 +78,8 @@ class LLM:
                   hooks=self.hooks)
         spec = speculative_config
         if spec is None:
-            self.runner: RunnerBase = NospecRunner(self.model, **kw)
+            self.runner: RunnerBase = NospecRunner(self.model, **kw,
+                                                   use_cuda_graphs=use_cuda_graphs)
         elif spec.mode == "block" and self.async_scheduling:
             self.runner = AsyncBlockRunner(self.model, **kw,
                                            num_speculative_tokens=spec.num_speculative_tokens,
@@ -87,7 +88,8 @@ class LLM:
         else:  # sync block, and pipeline (greedy only, checked per request)
             self.runner = SyncBlockRunner(self.model, **kw,
                                           num_speculative_tokens=spec.num_speculative_tokens,
-                                          draft_loops=spec.draft_loops)
+                                          draft_loops=spec.draft_loops,
+                                          use_cuda_graphs=use_cuda_graphs)
         self._seed_rng = np.random.default_rng(seed)
         self._requests: dict[object, Request] = {}
         self._next_id = 0

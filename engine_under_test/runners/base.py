@@ -23,6 +23,7 @@ import torch
 
 from ..model import KVCache, LoopedLM
 from ..sampling import RngRegistry
+from .cuda_graphs import GraphedRound
 from .mutant_hooks import MutantHooks
 from .outputs import RoundStat
 from .prefill import prefill
@@ -54,6 +55,34 @@ class RunnerBase:
         self.trace: list | None = None   # tests: collected rounds when a list
         self.failed_rounds = 0
         self.rounds_run = 0
+        self.graphs: GraphedRound | None = None
+        self._graph_key = None
+
+    # ------------------------------------------------------------------ CUDA Graphs
+    def enable_cuda_graphs(self, round_fn) -> None:
+        """Capture ``round_fn(*key) -> tuple of tensors`` once per key and replay it
+        (CUDA only; a no-op elsewhere). ``round_fn`` must read its inputs from the
+        persistent slot state, RNG registry and KV cache, and never sync the host."""
+        if self.device.type == "cuda":
+            self.graphs = GraphedRound(round_fn, self._mutable_state, self.device)
+
+    def _mutable_state(self) -> list[torch.Tensor]:
+        """Tensors a round may mutate; the capture's warm-up restores them."""
+        s = self.state
+        return [s.next_token, s.next_pos, s.budget, s.live, self.rng.round]
+
+    def run_round(self, round_fn, *key) -> tuple:
+        """Run one round: graph replay on CUDA (unless a test fault is injected, which
+        the graph could not see), eager otherwise. Returns private copies of the graph's
+        static outputs, ordered on the compute stream, so the next replay may overwrite
+        them while a side-stream transfer still reads these."""
+        if self.graphs is None or self.fault is not None:
+            return round_fn(*key)
+        version = (self.cache_version, self.state.version)
+        if version != self._graph_key:   # a reallocated tensor: captured graphs are stale
+            self.graphs.invalidate()
+            self._graph_key = version
+        return tuple(t.clone() for t in self.graphs(*key))
 
     # ------------------------------------------------------------------ capacity
     def max_len_needed(self, req: Request) -> int:

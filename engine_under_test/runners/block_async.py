@@ -23,7 +23,6 @@ import torch
 
 from ..sampling import RngRegistry
 from .base import RunnerBase
-from .cuda_graphs import GraphedRound
 from .mutant_hooks import MutantHooks
 from .spec_round import RoundOutputs, speculative_round
 from .state import Request, SlotState, Ticket
@@ -76,10 +75,8 @@ class AsyncBlockRunner(RunnerBase):
         self.K, self.d = K, draft_loops
         self.lookahead = K + 1
         self.inflight: deque[InFlight] = deque()
-        self.graphs = None
-        if self.device.type == "cuda" and use_cuda_graphs:
-            self.graphs = GraphedRound(self._round, self._mutable_state, self.device)
-        self._graph_key = None
+        if use_cuda_graphs:
+            self.enable_cuda_graphs(self._round)
         self._hints: dict = {}
 
     # ------------------------------------------------------------------ the round
@@ -89,26 +86,12 @@ class AsyncBlockRunner(RunnerBase):
         advance_slots(self.state, self.rng, out, self.hooks)
         return tuple(out)
 
-    def _mutable_state(self) -> list[torch.Tensor]:
-        s = self.state
-        return [s.next_token, s.next_pos, s.budget, s.live, self.rng.round]
-
     def submit_round(self, B: int, W: int | None = None) -> RoundOutputs:
         """Enqueue one round for slots 0..B-1 drafting at most W (default K) tokens per
         row; no host reads (graph replay on CUDA)."""
         W = self.K if W is None else W
         self._hints = self.sampling_hints(self.slots[:B])   # {} on CUDA
-        use_graph = self.graphs is not None and self.fault is None
-        if use_graph:
-            key = (self.cache_version, self.state.version)
-            if key != self._graph_key:
-                self.graphs.invalidate()
-                self._graph_key = key
-            # Private copies of the static outputs, ordered on the compute stream: the
-            # side-stream transfer reads these, so the next replay may overwrite the
-            # static buffers without waiting for the host copy.
-            return RoundOutputs(*(t.clone() for t in self.graphs(B, W)))
-        return RoundOutputs(*self._round(B, W))
+        return RoundOutputs(*self.run_round(self._round, B, W))
 
     # ------------------------------------------------------------------ scheduling
     def step(self) -> None:

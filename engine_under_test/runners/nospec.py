@@ -4,7 +4,9 @@ Random rows sample with ``categorical(p, u)`` where u is the first uniform of th
 request's block for that step (``RngRegistry.draw``, one block per step, the same
 request-owned Philox stream as every mode), so fixed-seed replay holds. Greedy rows
 take the argmax and draw nothing. An invalid law (non-finite or no mass) on a live row
-fails the step exactly like a speculative round (contract 3).
+fails the step exactly like a speculative round (contract 3). On CUDA the step is
+captured once per batch bucket and replayed (``RunnerBase.run_round``), like the
+speculative rounds, so throughput comparisons between modes are like for like.
 """
 from __future__ import annotations
 
@@ -64,14 +66,22 @@ class NospecRunner(RunnerBase):
     mode = "nospec"
     lookahead = 1
 
-    def __init__(self, model, *, device, max_num_seqs, max_model_len, hooks):
+    def __init__(self, model, *, device, max_num_seqs, max_model_len, hooks,
+                 use_cuda_graphs: bool = True):
         super().__init__(model, device=device, max_num_seqs=max_num_seqs,
                          max_model_len=max_model_len, num_draws=1, hooks=hooks)
+        self._hints: dict = {}
+        if use_cuda_graphs:
+            self.enable_cuda_graphs(self._step)
+
+    def _step(self, B: int) -> tuple:
+        return tuple(nospec_step(self.model, self.cache, self.state, self.rng, B,
+                                 self.hooks, self.fault, self._hints))
 
     def step(self) -> None:
         B, rows = self.begin_blocking_step()
         if B == 0:
             return
-        out = nospec_step(self.model, self.cache, self.state, self.rng, B, self.hooks,
-                          self.fault, self.sampling_hints(self.slots[:B]))
+        self._hints = self.sampling_hints(self.slots[:B])   # {} on CUDA
+        out = StepOutputs(*self.run_round(self._step, B))
         self.apply_round(rows, self.transfer.wait(self.transfer.submit(out.host_view())))

@@ -201,3 +201,17 @@ def test_graphs_recaptured_after_the_cache_grows(model):
     assert llm.runner.graphs.captures > captures
     fresh = async_llm(model).generate([PROMPT] * 8, params)
     assert [o.token_ids for o in grown] == [o.token_ids for o in fresh]
+
+
+@pytest.mark.parametrize("spec", [None, SPEC], ids=["nospec", "sync"])
+def test_blocking_runners_replay_graphs_like_eager(model, spec):
+    """nospec and sync block speculation capture their step too; greedy and fixed-seed
+    random rows give the same tokens with and without graphs."""
+    prompts = [PROMPT, PROMPT[:5], [7, 8, 9], PROMPT[2:]]
+    params = [GREEDY, rand(1, 30), rand(2, 30), GREEDY]
+    graphed = LLM(model=model, speculative_config=spec, device="cuda")
+    outs = graphed.generate(prompts, params)
+    assert graphed.runner.graphs is not None and graphed.runner.graphs.replays > 0
+    eager = LLM(model=model, speculative_config=spec, device="cuda", use_cuda_graphs=False)
+    assert eager.runner.graphs is None
+    assert [o.token_ids for o in outs] == [o.token_ids for o in eager.generate(prompts, params)]
