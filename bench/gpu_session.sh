@@ -45,11 +45,11 @@ part_fp32() {
 }
 part_kill() {
   lim python3 bench/kill_matrix.py protocols/fp32_t2.yaml --seeds 5000 --offset 3e6 \
-    --device cuda --out "$OUT/kill-fp32_t2.md" 2>&1 | tail -25
+    --device cuda --out "$OUT/kill-fp32_t2.md" 2>&1 | grep -v "^generate\|^reference"
 }
 part_killci() {
   lim python3 bench/kill_matrix.py protocols/ci_gate.yaml --device cuda \
-    --out "$OUT/kill-ci_gate.md" 2>&1 | tail -25
+    --out "$OUT/kill-ci_gate.md" 2>&1 | grep -v "^generate\|^reference"
 }
 part_engine() {
   for preset in ${ENGINE_PRESETS:-small ouro-1.4b}; do

@@ -61,23 +61,49 @@ class BundledEngine:
         self._log = log
 
     # -- engines ------------------------------------------------------------------------
+    def _new_llm(self, mode: str, draft_loops: int | None, *, mutant, max_num_seqs: int):
+        eut = self._eut
+        spec_cfg = None
+        if mode != "nospec":
+            spec_cfg = eut.SpeculativeConfig(
+                num_speculative_tokens=self.spec.num_speculative_tokens, mode="block",
+                draft_loops=draft_loops)
+        llm = eut.LLM(self.model_config, speculative_config=spec_cfg,
+                      async_scheduling=(mode == "async"), device=self.spec.device,
+                      dtype=self.dtype, mutant=mutant, max_num_seqs=max_num_seqs,
+                      model=self._model)
+        self._model = llm.model
+        return llm
+
     def _engine(self, mode: str, draft_loops: int | None):
+        """The generation engine of one group configuration.
+
+        Only one is alive at a time: at batch_size concurrent requests each engine's
+        per-depth KV cache and captured graphs take tens of GiB (small preset, 5,000
+        seeds: about 40 GiB), so five groups' engines side by side would not fit one
+        GPU. Switching configuration frees the previous one (weights are shared and
+        kept); the distribution runner works through one group at a time, so each
+        engine is built once per group."""
         key = (mode, draft_loops)
         if key not in self._engines:
-            eut = self._eut
-            spec_cfg = None
-            if mode != "nospec":
-                spec_cfg = eut.SpeculativeConfig(
-                    num_speculative_tokens=self.spec.num_speculative_tokens, mode="block",
-                    draft_loops=draft_loops)
-            llm = eut.LLM(
-                self.model_config, speculative_config=spec_cfg,
-                async_scheduling=(mode == "async"), device=self.spec.device,
-                dtype=self.dtype, mutant=self.mutant, max_num_seqs=self.spec.batch_size,
-                model=self._model)
-            self._model = llm.model
-            self._engines[key] = llm
+            self._engines.clear()
+            if self.spec.device == "cuda":
+                self._torch.cuda.empty_cache()
+            self._engines[key] = self._new_llm(mode, draft_loops, mutant=self.mutant,
+                                               max_num_seqs=self.spec.batch_size)
         return self._engines[key]
+
+    def close(self) -> None:
+        """Free every engine and the weights (GPU memory goes back to the allocator's
+        pool and the pool to the device), so that runs in one process do not pile up."""
+        self._engines.clear()
+        self._reference = None
+        self._model = None
+        if self.spec.device == "cuda":
+            import gc
+
+            gc.collect()
+            self._torch.cuda.empty_cache()
 
     def params(self, seed: int | None):
         s = self.spec
@@ -107,8 +133,11 @@ class BundledEngine:
 
     # -- serial reference ----------------------------------------------------------------
     def _reference_llm(self):
+        """A one-slot nospec engine for serial replays (``LLM.target_probabilities`` and
+        ``draft_probabilities`` run the model's reference forward, not the runner), built
+        without the mutant: the reference is the clean law whatever is under test."""
         if self._reference is None:
-            self._reference = self._engine("nospec", None)
+            self._reference = self._new_llm("nospec", None, mutant=None, max_num_seqs=1)
         return self._reference
 
     def target_law(self, prefix: list[int]) -> np.ndarray:

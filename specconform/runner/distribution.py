@@ -142,7 +142,10 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
         raise
     samples = pd.concat(frames, ignore_index=True)
     log(f"generated {len(samples)} samples in {len(plan)} batches ({folder})")
-    reference = replay_reference(engine, model, samples, progress)
+    try:
+        reference = replay_reference(engine, model, samples, progress)
+    finally:
+        engine.close()
     buf = io.StringIO()
     samples.to_csv(buf, index=False, lineterminator="\n")
     context.setdefault("on_success", []).append(lambda: _discard_checkpoint(folder))
