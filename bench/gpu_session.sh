@@ -4,7 +4,7 @@
 # and engine benchmarks, fp32_t2 at 5,000 seeds, and the fp32_t2 kill matrix.
 #
 # Usage: bash bench/gpu_session.sh [part...]
-#   parts: env tests bench fp32 kill killci engine
+#   parts: env tests bench fp32 kill kill2 killci engine   (kill2: kill in 2 processes)
 #          tests+kill   GPU tests and the fp32_t2 kill matrix side by side (neither is
 #                       timed, so they may share the GPU); timed parts always run alone.
 # Every part runs under its own time limit (PART_LIMIT seconds, default 420) so that one
@@ -47,6 +47,19 @@ part_kill() {
   lim python3 bench/kill_matrix.py protocols/fp32_t2.yaml --seeds 5000 --offset 3e6 \
     --device cuda --out "$OUT/kill-fp32_t2.md" 2>&1 | grep -v "^generate\|^reference"
 }
+part_kill2() {
+  # The fp32_t2 kill matrix in two processes side by side (one engine of about 45 GiB
+  # each at 5,000 seeds; runs are latency-bound, so two share the GPU well).
+  local half=(greedy_draft target_default_params draft_raw_q residual_inplace no_draft_probs bonus_params)
+  local rest=(bf16_q shared_rng async_stale_input residual_from_p bonus_off_by_one shared_uniform)
+  lim python3 bench/kill_matrix.py protocols/fp32_t2.yaml --seeds 5000 --offset 3e6 \
+    --device cuda --mutants "${half[@]}" --out "$OUT/kill-fp32_t2-a.md" > "$OUT/.kill-a.log" 2>&1 &
+  local a=$!
+  lim python3 bench/kill_matrix.py protocols/fp32_t2.yaml --seeds 5000 --offset 3e6 \
+    --device cuda --no-clean --mutants "${rest[@]}" --out "$OUT/kill-fp32_t2-b.md" 2>&1 \
+    | grep -v "^generate\|^reference"
+  wait $a; grep -v "^generate\|^reference" "$OUT/.kill-a.log"; rm -f "$OUT/.kill-a.log"
+}
 part_killci() {
   lim python3 bench/kill_matrix.py protocols/ci_gate.yaml --device cuda \
     --out "$OUT/kill-ci_gate.md" 2>&1 | grep -v "^generate\|^reference"
@@ -66,7 +79,7 @@ for part in ${*:-env tests bench fp32 kill}; do
       tests_pid=$!
       part_kill
       wait $tests_pid; cat "$OUT/.tests.log"; rm -f "$OUT/.tests.log" ;;
-    env|tests|bench|fp32|kill|killci|engine) "part_$part" ;;
+    env|tests|bench|fp32|kill|kill2|killci|engine) "part_$part" ;;
     *) echo "unknown part: $part (env tests bench fp32 kill killci engine tests+kill)"; exit 2 ;;
   esac
 done

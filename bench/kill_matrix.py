@@ -62,6 +62,8 @@ def main(argv=None) -> int:
     ap.add_argument("--offset", default=None)
     ap.add_argument("--device", default=None)
     ap.add_argument("--mutants", nargs="*", default=LAW_CHANGING)
+    ap.add_argument("--no-clean", action="store_true",
+                    help="skip the clean run (when the mutants are split across processes)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     loaded = load_protocol(args.protocol)
@@ -79,7 +81,7 @@ def main(argv=None) -> int:
              "t2 marginal: min seeds needed | mechanism: min seeds needed | wall s |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     with tempfile.TemporaryDirectory() as tmp:
-        for mutant in [None] + list(args.mutants):
+        for mutant in ([] if args.no_clean else [None]) + list(args.mutants):
             t0 = time.perf_counter()
             out = execute(loaded, out_dir=Path(tmp) / (mutant or "clean"),
                           argv=["kill_matrix"], mutant=mutant, key=None, sign=False,

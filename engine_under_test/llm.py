@@ -185,6 +185,11 @@ class LLM:
         return [results[i] for i in ids]
 
     # ------------------------------------------------------------------ references
+    def close(self) -> None:
+        """Free the KV cache and captured CUDA Graphs now (the weights stay: they may be
+        shared). The engine can still serve requests afterwards; it reallocates."""
+        self.runner.release()
+
     def _serial_logits(self, prefix: Sequence[int], loops: int) -> torch.Tensor:
         if len(prefix) == 0:
             raise ValueError("prefix must hold at least one token")

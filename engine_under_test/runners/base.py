@@ -71,6 +71,18 @@ class RunnerBase:
         s = self.state
         return [s.next_token, s.next_pos, s.budget, s.live, self.rng.round]
 
+    def release(self) -> None:
+        """Drop the KV cache and every captured graph (with its memory pool). The graphs
+        hold the runner through their round function, a reference cycle, so without
+        this the memory would wait for Python's cyclic collector. The runner stays
+        usable: the next admission reallocates the cache and recaptures."""
+        if self.has_work():
+            raise RuntimeError("release() with requests still waiting or in flight")
+        if self.graphs is not None:
+            self.graphs.invalidate()
+        self.cache = None
+        self.cache_version += 1
+
     def run_round(self, round_fn, *key) -> tuple:
         """Run one round: graph replay on CUDA (unless a test fault is injected, which
         the graph could not see), eager otherwise. Returns private copies of the graph's

@@ -14,11 +14,20 @@ three methods.
 """
 from __future__ import annotations
 
+import gc
+import sys
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from specconform.errors import UsageError
+
+
+def _timing(line: str) -> None:
+    """Wall times go to stderr, next to the progress bars, and never into the archive's
+    log.txt: two runs with the same inputs must give byte-identical evidence."""
+    print(f"timing: {line}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -86,22 +95,28 @@ class BundledEngine:
         engine is built once per group."""
         key = (mode, draft_loops)
         if key not in self._engines:
-            self._engines.clear()
-            if self.spec.device == "cuda":
-                self._torch.cuda.empty_cache()
+            self._free_engines()
+            t0 = time.perf_counter()
             self._engines[key] = self._new_llm(mode, draft_loops, mutant=self.mutant,
                                                max_num_seqs=self.spec.batch_size)
+            _timing(f"engine {mode} d={draft_loops} built in {time.perf_counter() - t0:.1f}s")
         return self._engines[key]
+
+    def _free_engines(self) -> None:
+        for llm in self._engines.values():
+            llm.close()
+        self._engines.clear()
+        if self.spec.device == "cuda":
+            gc.collect()
+            self._torch.cuda.empty_cache()
 
     def close(self) -> None:
         """Free every engine and the weights (GPU memory goes back to the allocator's
         pool and the pool to the device), so that runs in one process do not pile up."""
-        self._engines.clear()
+        self._free_engines()
         self._reference = None
         self._model = None
         if self.spec.device == "cuda":
-            import gc
-
             gc.collect()
             self._torch.cuda.empty_cache()
 
@@ -117,8 +132,10 @@ class BundledEngine:
 
     def run_group(self, group, seeds: list[int], progress=None) -> list[SeedRecord]:
         llm = self._engine(group.mode, group.draft_loops)
+        t0 = time.perf_counter()
         outs = llm.generate([self.prompt] * len(seeds), [self.params(s) for s in seeds],
                             progress=progress)
+        _timing(f"group {group.name}: {len(seeds)} seeds in {time.perf_counter() - t0:.1f}s")
         records = []
         for seed, out in zip(seeds, outs, strict=False):
             rounds = tuple((int(r.drafted), int(r.accepted)) for r in out.rounds)
