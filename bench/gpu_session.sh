@@ -4,10 +4,12 @@
 # and engine benchmarks, fp32_t2 at 5,000 seeds, and the fp32_t2 kill matrix.
 #
 # Usage: bash bench/gpu_session.sh [part...]
-#   parts: env tests bench fp32 kill kill2 killci engine   (kill2: kill in 2 processes)
+#   parts: env tests bench fp32 kill kill2 bonus killci engine engine_small engine_ouro
+#          (kill2: the kill matrix in 2 processes; bonus: extra kill rows, BONUS_MUTANTS)
 #          tests+kill   GPU tests and the fp32_t2 kill matrix side by side (neither is
 #                       timed, so they may share the GPU); timed parts always run alone.
-# Every part runs under its own time limit (PART_LIMIT seconds, default 420) so that one
+# Every part runs under its own time limit (LIMIT_<part>, else PART_LIMIT seconds,
+# default 420) so that one
 # slow part cannot take the others' output with it; the whole log is tee'd to
 # $OUT/session.log, which comes back even when the call is cut short.
 set -uo pipefail
@@ -22,7 +24,12 @@ else
 fi
 exec > >(tee -a "$OUT/session.log") 2>&1
 log() { echo "=== $* ($(date -u +%H:%M:%S))"; }
-lim() { timeout --kill-after=10 "$LIMIT" "$@"; local rc=$?; [ $rc -eq 0 ] || echo "!!! rc=$rc: $*"; }
+# The limit of the part now running: LIMIT_<part> (e.g. LIMIT_fp32=90) or PART_LIMIT.
+lim() {
+  local var="LIMIT_${PART//[^a-zA-Z0-9]/_}"
+  timeout --kill-after=10 "${!var:-$LIMIT}" "$@"; local rc=$?
+  [ $rc -eq 0 ] || echo "!!! rc=$rc: $*"
+}
 
 part_env() {
   nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv
@@ -60,18 +67,26 @@ part_kill2() {
     | grep -v "^generate\|^reference"
   wait $a; grep -v "^generate\|^reference" "$OUT/.kill-a.log"; rm -f "$OUT/.kill-a.log"
 }
+part_bonus() {
+  # One more fp32_t2 kill-matrix row (the mutant the split run did not reach).
+  lim python3 bench/kill_matrix.py protocols/fp32_t2.yaml --seeds 5000 --offset 3e6 \
+    --device cuda --no-clean --mutants ${BONUS_MUTANTS:-bonus_params} \
+    --out "$OUT/kill-fp32_t2-c.md" 2>&1 | grep -v "^generate\|^reference"
+}
 part_killci() {
   lim python3 bench/kill_matrix.py protocols/ci_gate.yaml --device cuda \
     --out "$OUT/kill-ci_gate.md" 2>&1 | grep -v "^generate\|^reference"
 }
-part_engine() {
-  for preset in ${ENGINE_PRESETS:-small ouro-1.4b}; do
-    lim python3 bench/engine_throughput.py --device cuda --preset "$preset" \
-      --json "$OUT/engine-$preset.json"
-  done
+engine_preset() {
+  lim python3 bench/engine_throughput.py --device cuda --preset "$1" \
+    --max-tokens "${ENGINE_TOKENS:-128}" --json "$OUT/engine-$1.json"
 }
+part_engine_small() { engine_preset small; }
+part_engine_ouro() { engine_preset ouro-1.4b; }
+part_engine() { PART=engine_small part_engine_small; PART=engine_ouro part_engine_ouro; }
 
 for part in ${*:-env tests bench fp32 kill}; do
+  PART=$part
   log "$part"
   case $part in
     tests+kill)
@@ -79,8 +94,8 @@ for part in ${*:-env tests bench fp32 kill}; do
       tests_pid=$!
       part_kill
       wait $tests_pid; cat "$OUT/.tests.log"; rm -f "$OUT/.tests.log" ;;
-    env|tests|bench|fp32|kill|kill2|killci|engine) "part_$part" ;;
-    *) echo "unknown part: $part (env tests bench fp32 kill killci engine tests+kill)"; exit 2 ;;
+    env|tests|bench|fp32|kill|kill2|bonus|killci|engine|engine_small|engine_ouro) "part_$part" ;;
+    *) echo "unknown part: $part"; exit 2 ;;
   esac
 done
 log done

@@ -57,6 +57,7 @@ class RunnerBase:
         self.rounds_run = 0
         self.graphs: GraphedRound | None = None
         self._graph_key = None
+        self._finished_slots: list[tuple[int, bool]] = []   # (slot, seeded) to clear
 
     # ------------------------------------------------------------------ CUDA Graphs
     def enable_cuda_graphs(self, round_fn) -> None:
@@ -153,25 +154,39 @@ class RunnerBase:
         self._ensure_cache(max(r.slot for r in live) + 1,
                            max(self.max_len_needed(r) for r in live))
         self.state.set_params([r.slot for r in admitted], admitted)
-        for r in admitted:
-            if r.seed is not None:
-                self.rng.bind(r.slot, r.seed)
+        seeded = [r for r in admitted if r.seed is not None]
+        self.rng.bind_many([r.slot for r in seeded], [r.seed for r in seeded])
         return admitted
 
     def run_prefill(self, admitted: list[Request]) -> torch.Tensor:
         return prefill(self.model, self.cache, self.state, self.rng, admitted, self.hooks,
                        self.sampling_hints(admitted))
 
-    def finish(self, req: Request, reason: str) -> None:
-        """Finish a request and free its slot (device state cleared, generator released)."""
+    def finish(self, req: Request, reason: str, *, defer: bool = False) -> None:
+        """Finish a request and free its slot (device state cleared, generator released).
+
+        defer=True queues the slot's device writes for ``flush_finished``, so a commit
+        pass that finishes thousands of requests issues one batched clear instead of
+        thousands of small ones. The slot is not free for admission until then."""
         if req.output.finish_reason is None:
             req.output.finish_reason = reason
         if req.slot >= 0 and self.slots[req.slot] is req:
-            self.state.clear([req.slot])
-            if req.seed is not None:
-                self.rng.release(req.slot)
             self.slots[req.slot] = None
-            heapq.heappush(self._free, req.slot)
+            self._finished_slots.append((req.slot, req.seed is not None))
+            if not defer:
+                self.flush_finished()
+
+    def flush_finished(self) -> None:
+        """Clear the device state of every slot finished since the last flush and
+        return the slots to the free list."""
+        if not self._finished_slots:
+            return
+        slots = [s for s, _ in self._finished_slots]
+        self.state.clear(slots)
+        self.rng.release_many([s for s, seeded in self._finished_slots if seeded])
+        for s in slots:
+            heapq.heappush(self._free, s)
+        self._finished_slots = []
 
     def abort(self, req: Request) -> None:
         if req in self.waiting:
@@ -219,7 +234,8 @@ class RunnerBase:
             if req.finished:
                 continue
             if req.commit([tok], None):
-                self.finish(req, req.output.finish_reason)
+                self.finish(req, req.output.finish_reason, defer=True)
+        self.flush_finished()
 
     def apply_round(self, rows: list[Request | None], host: dict[str, np.ndarray]) -> None:
         """Commit one collected round (spec or nospec) to the host records."""
@@ -233,7 +249,8 @@ class RunnerBase:
             self.failed_rounds += 1
             for b, req in enumerate(rows):
                 if req is not None and not req.finished and live[b]:
-                    self.finish(req, "error")
+                    self.finish(req, "error", defer=True)
+            self.flush_finished()
             return
         tokens, n_commit = host["tokens"], host["num_committed"]
         drafted, accepted = host["draft_lens"], host["num_accepted"]
@@ -243,7 +260,8 @@ class RunnerBase:
             n = int(n_commit[b])
             stat = RoundStat(int(drafted[b]), int(accepted[b]))
             if req.commit(tokens[b, :n].tolist(), stat):
-                self.finish(req, req.output.finish_reason)
+                self.finish(req, req.output.finish_reason, defer=True)
+        self.flush_finished()
 
     def begin_blocking_step(self) -> tuple[int, list[Request | None]]:
         """The synchronous runners' step prelude: admit and prefill new requests (t1

@@ -164,19 +164,48 @@ class RngRegistry:
 
     def bind(self, slot: int, seed: int) -> None:
         """Give `slot` to a random request with `seed`; its stream starts at round 0."""
-        self._check_slot(slot)
-        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < SEED_LIMIT:
-            raise ValueError(f"seed must be an int in [0, 2**63), got {seed!r}")
-        self.seed[slot] = seed
-        self.round[slot] = 0
-        self.random_mask[slot] = True
+        self.bind_many([slot], [seed])
+
+    def bind_many(self, slots: list[int], seeds: list[int]) -> None:
+        """``bind`` for many slots at once: one upload instead of three writes per slot
+        (admitting thousands of requests is otherwise launch-bound on a GPU)."""
+        if len(slots) != len(seeds):
+            raise ValueError(f"bind_many: {len(slots)} slots but {len(seeds)} seeds")
+        for slot, seed in zip(slots, seeds, strict=True):
+            self._check_slot(slot)
+            if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < SEED_LIMIT:
+                raise ValueError(f"seed must be an int in [0, 2**63), got {seed!r}")
+        if len(set(slots)) != len(slots):
+            raise ValueError("bind_many: a slot is listed twice")
+        if not slots:
+            return
+        idx = self._upload(slots)
+        self.seed.index_copy_(0, idx, self._upload(seeds))
+        self.round.index_fill_(0, idx, 0)
+        self.random_mask.index_fill_(0, idx, True)
 
     def release(self, slot: int) -> None:
         """Free `slot`: it draws zeros and never advances until bound again."""
-        self._check_slot(slot)
-        self.seed[slot] = 0
-        self.round[slot] = 0
-        self.random_mask[slot] = False
+        self.release_many([slot])
+
+    def release_many(self, slots: list[int]) -> None:
+        """``release`` for many slots at once (one upload)."""
+        for slot in slots:
+            self._check_slot(slot)
+        if not slots:
+            return
+        idx = self._upload(slots)
+        self.seed.index_fill_(0, idx, 0)
+        self.round.index_fill_(0, idx, 0)
+        self.random_mask.index_fill_(0, idx, False)
+
+    def _upload(self, values: list[int]) -> torch.Tensor:
+        """[n] int64 on the registry's device, through pinned memory on CUDA (the copy
+        is ordered on the current stream; no host synchronisation)."""
+        host = torch.tensor(values, dtype=torch.int64)
+        if self.device.type == "cuda":
+            return host.pin_memory().to(self.device, non_blocking=True)
+        return host
 
     def _rows(self, slots, random_mask) -> torch.Tensor:
         require_tensor("slots", slots)

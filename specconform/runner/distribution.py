@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -143,7 +144,10 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
     samples = pd.concat(frames, ignore_index=True)
     log(f"generated {len(samples)} samples in {len(plan)} batches ({folder})")
     try:
+        t0 = time.perf_counter()
         reference = replay_reference(engine, model, samples, progress)
+        print(f"timing: reference replay in {time.perf_counter() - t0:.1f}s",
+              file=sys.stderr, flush=True)
     finally:
         engine.close()
     buf = io.StringIO()
