@@ -78,11 +78,13 @@ part_killci() {
     --out "$OUT/kill-ci_gate.md" 2>&1 | grep -v "^generate\|^reference"
 }
 engine_preset() {
-  lim python3 bench/engine_throughput.py --device cuda --preset "$1" \
-    --max-tokens "${ENGINE_TOKENS:-128}" --json "$OUT/engine-$1.json"
+  local preset=$1; shift
+  lim python3 bench/engine_throughput.py --device cuda --preset "$preset" \
+    --max-tokens "${ENGINE_TOKENS:-128}" --json "$OUT/engine-$preset.json" "$@"
 }
 part_engine_small() { engine_preset small; }
-part_engine_ouro() { engine_preset ouro-1.4b; }
+# ouro-1.4b at 1,024 requests: 48 GiB of per-depth KV per mode, so one mode at a time.
+part_engine_ouro() { engine_preset ouro-1.4b --one-engine-from 1024; }
 part_engine() { PART=engine_small part_engine_small; PART=engine_ouro part_engine_ouro; }
 
 for part in ${*:-env tests bench fp32 kill}; do
