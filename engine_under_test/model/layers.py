@@ -19,6 +19,24 @@ import torch.nn.functional as F
 from torch import nn
 
 
+class Linear(nn.Linear):
+    """``nn.Linear`` without its default random initialisation.
+
+    Every weight is written afterwards, by ``init_weights`` (seeded) or by the checkpoint
+    loader, so the default init is wasted work; on the meta device its first call also
+    imports ``torch._dynamo`` (1 to 3 s per process, most of a small run's start-up)."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
+class Embedding(nn.Embedding):
+    """``nn.Embedding`` without its default random initialisation (see ``Linear``)."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
 class RMSNorm(nn.Module):
     """Root-mean-square norm computed in float32, cast back to the input dtype."""
 
@@ -78,10 +96,10 @@ class Attention(nn.Module):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         kw = dict(bias=False, device=device, dtype=dtype)
-        self.q_proj = nn.Linear(hidden, heads * head_dim, **kw)
-        self.k_proj = nn.Linear(hidden, kv_heads * head_dim, **kw)
-        self.v_proj = nn.Linear(hidden, kv_heads * head_dim, **kw)
-        self.o_proj = nn.Linear(heads * head_dim, hidden, **kw)
+        self.q_proj = Linear(hidden, heads * head_dim, **kw)
+        self.k_proj = Linear(hidden, kv_heads * head_dim, **kw)
+        self.v_proj = Linear(hidden, kv_heads * head_dim, **kw)
+        self.o_proj = Linear(heads * head_dim, hidden, **kw)
 
     def forward(self, x: torch.Tensor,          # [B, T, D]
                 k_cache: torch.Tensor,          # [S, kv_heads, Lmax, hd] (one depth, one layer)
@@ -126,9 +144,9 @@ class MLP(nn.Module):
     def __init__(self, hidden: int, inter: int, device=None, dtype=None):
         super().__init__()
         kw = dict(bias=False, device=device, dtype=dtype)
-        self.gate_proj = nn.Linear(hidden, inter, **kw)
-        self.up_proj = nn.Linear(hidden, inter, **kw)
-        self.down_proj = nn.Linear(inter, hidden, **kw)
+        self.gate_proj = Linear(hidden, inter, **kw)
+        self.up_proj = Linear(hidden, inter, **kw)
+        self.down_proj = Linear(inter, hidden, **kw)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))

@@ -18,7 +18,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from .kv_cache import KVCache
-from .layers import AttnContext, DecoderLayer, RMSNorm, rope_tables
+from .layers import AttnContext, DecoderLayer, Embedding, Linear, RMSNorm, rope_tables
 
 
 class LoopedLM(nn.Module):
@@ -27,7 +27,7 @@ class LoopedLM(nn.Module):
         self.cfg = cfg
         kw = dict(device=device, dtype=dtype)
         D = cfg.hidden_size
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, D, **kw)
+        self.embed_tokens = Embedding(cfg.vocab_size, D, **kw)
         self.layers = nn.ModuleList(
             DecoderLayer(D, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
                          cfg.intermediate_size, cfg.rms_norm_eps, **kw)
@@ -35,8 +35,8 @@ class LoopedLM(nn.Module):
         self.norm = RMSNorm(D, cfg.rms_norm_eps, **kw)
         # Ouro's learned early-exit gate: stored and loaded for checkpoint fidelity, unused
         # (the engine exits at a fixed depth: d for the draft, R for the target).
-        self.early_exit_gate = nn.Linear(D, 1, bias=True, **kw)
-        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(
+        self.early_exit_gate = Linear(D, 1, bias=True, **kw)
+        self.lm_head = None if cfg.tie_word_embeddings else Linear(
             D, cfg.vocab_size, bias=False, **kw)
 
     # ------------------------------------------------------------------ pieces
