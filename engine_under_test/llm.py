@@ -187,7 +187,12 @@ class LLM:
     # ------------------------------------------------------------------ references
     def close(self) -> None:
         """Free the KV cache and captured CUDA Graphs now (the weights stay: they may be
-        shared). The engine can still serve requests afterwards; it reallocates."""
+        shared). Rounds still in flight for finished or aborted requests are collected
+        first. The engine can still serve requests afterwards; it reallocates."""
+        if self.has_unfinished_requests():
+            raise RuntimeError("close() with unfinished requests: abort them or run them "
+                               "to the end first")
+        self.runner.drain()
         self.runner.release()
 
     def _serial_logits(self, prefix: Sequence[int], loops: int) -> torch.Tensor:

@@ -203,3 +203,41 @@ def test_every_mutant_runs_ragged_and_k0_rounds(model, asynchronous):
                   mutant=m.name)
         outs = llm.generate([PROMPT] * 10, params)
         assert [len(o.token_ids) for o in outs] == [p.max_tokens for p in params], m.name
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_close_frees_the_cache_and_the_engine_serves_again(model, mode):
+    params = [rand(s, max_tokens=8, ignore_eos=True) for s in range(3)]
+    llm = LLM(model=model, **MODES[mode])
+    first = llm.generate([PROMPT] * 3, params)
+    assert llm.runner.cache is not None
+    llm.close()
+    assert llm.runner.cache is None
+    again = llm.generate([PROMPT] * 3, params)        # reallocates; same fixed-seed tokens
+    assert [o.token_ids for o in again] == [o.token_ids for o in first]
+
+
+def test_close_refuses_while_requests_are_running(model):
+    llm = LLM(model=model, **MODES["async"])
+    llm.add_request("a", PROMPT, rand(1, max_tokens=20, ignore_eos=True))
+    llm.step()
+    with pytest.raises(RuntimeError, match="unfinished requests"):
+        llm.close()
+    llm.abort_request("a")      # its last round may still be in flight: close collects it
+    while llm.has_unfinished_requests():
+        llm.step()
+    llm.close()
+    assert llm.runner.cache is None and not llm.runner.has_work()
+
+
+def test_slots_finished_in_one_round_are_cleared_together(model):
+    """Requests finishing in the same commit pass free their slots in one batched
+    clear; a later admission reuses them with fresh device state."""
+    llm = LLM(model=model, **MODES["sync"])
+    llm.generate([PROMPT] * 4, [rand(s, max_tokens=3, ignore_eos=True) for s in range(4)])
+    runner = llm.runner
+    assert runner._finished_slots == [] and sorted(runner._free)[:4] == [0, 1, 2, 3]
+    assert not runner.state.live[:4].any() and not runner.rng.random_mask[:4].any()
+    greedy = SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True)
+    out = llm.generate([PROMPT], greedy)[0]
+    assert out.token_ids == LLM(model=model).generate([PROMPT], greedy)[0].token_ids

@@ -165,6 +165,29 @@ def test_release_rebind_and_rewind():
     assert torch.equal(reg.draw(torch.tensor([0])), a)
 
 
+def test_bind_many_and_release_many_equal_one_slot_at_a_time():
+    one, many = RngRegistry(3, 6), RngRegistry(3, 6)
+    for slot, seed in ((4, 11), (1, 2**62 + 5), (2, 0)):
+        one.bind(slot, seed)
+    many.bind_many([4, 1, 2], [11, 2**62 + 5, 0])
+    slots = torch.tensor([1, 2, 4, 0])
+    assert torch.equal(one.draw(slots), many.draw(slots))
+    one.release(1)
+    one.release(4)
+    many.release_many([1, 4])
+    for reg in (one, many):
+        assert reg.random_mask.tolist() == [False, False, True, False, False, False]
+    assert torch.equal(one.draw(slots), many.draw(slots))
+    many.bind_many([], [])            # nothing to do: no upload, no error
+    many.release_many([])
+    with pytest.raises(ValueError, match="2 slots but 1 seeds"):
+        many.bind_many([0, 1], [5])
+    with pytest.raises(ValueError, match="a slot is listed twice"):
+        many.bind_many([3, 3], [1, 2])
+    with pytest.raises(ValueError, match="slot must be an int in \\[0, 6\\)"):
+        many.release_many([0, 6])
+
+
 def test_registry_draw_makes_no_host_reads(monkeypatch):
     reg = RngRegistry(5, 3)
     reg.bind(0, 3)

@@ -148,3 +148,26 @@ def test_resume_refuses_a_different_protocol(tmp_path):
         "mutant": None, "plan": []}))
     proc = run_cli("run", protocol, "--resume", folder, "--no-sign")
     assert proc.returncode == 2 and "protocol_hash differs" in proc.stderr
+
+
+def test_adapter_keeps_one_generation_engine_alive(capsys):
+    """At thousands of concurrent requests each group's engine holds tens of GiB of KV
+    and graphs: switching group configuration frees the previous engine, and close()
+    frees everything (the reference engine too)."""
+    from specconform.adapters.engine import BundledEngine
+    from specconform.protocol.load import load_protocol
+
+    protocol = load_protocol(CI_GATE).model
+    engine = BundledEngine(protocol.engine, mutant=None, log=lambda line: None)
+    groups = {g.name: g for g in protocol.groups}
+    first = engine.run_group(groups["sync"], [1, 2, 3])
+    sync_llm = engine._engines[("sync", groups["sync"].draft_loops)]
+    engine.run_group(groups["async"], [1, 2, 3])
+    assert list(engine._engines) == [("async", groups["async"].draft_loops)]
+    assert sync_llm.runner.cache is None                      # freed, not just dropped
+    assert len(engine.target_law(engine.prompt)) == engine.vocab_size
+    engine.close()
+    assert engine._engines == {} and engine._reference is None
+    again = engine.run_group(groups["sync"], [1, 2, 3])       # rebuilt on demand
+    assert [r.tokens for r in again] == [r.tokens for r in first]
+    assert "timing: group sync: 3 seeds" in capsys.readouterr().err
