@@ -4,8 +4,8 @@ The host is authoritative: before each round it uploads every live row's last co
 token, its position and its remaining budget (``SlotState.host_sync_rows``), runs
 ``speculative_round`` and reads the result before anything else is submitted. On CUDA
 the round is captured once per (batch bucket, draft width) and replayed, as in the
-async runner; eager elsewhere. ``mode="pipeline"`` runs here too, greedy requests only (the LLM facade
-rejects random sampling for it).
+async runner; eager elsewhere. ``mode="pipeline"`` runs here too, greedy requests only
+(the LLM facade rejects random sampling for it).
 """
 from __future__ import annotations
 
