@@ -27,6 +27,7 @@ from .cuda_graphs import GraphedRound
 from .mutant_hooks import MutantHooks
 from .outputs import RoundStat
 from .prefill import prefill
+from .spec_round import RoundOutputs, speculative_round
 from .state import HostTransfer, Request, SlotState, bucket_size
 
 LEN_ALIGN = 64  # KV positions are allocated in multiples of this
@@ -57,6 +58,7 @@ class RunnerBase:
         self.rounds_run = 0
         self.graphs: GraphedRound | None = None
         self._graph_key = None
+        self.round_hints: dict = {}   # sampling_hints of the round being run (CPU only)
         self._finished_slots: list[tuple[int, bool]] = []   # (slot, seeded) to clear
 
     # ------------------------------------------------------------------ CUDA Graphs
@@ -84,11 +86,15 @@ class RunnerBase:
         self.cache = None
         self.cache_version += 1
 
-    def run_round(self, round_fn, *key) -> tuple:
-        """Run one round: graph replay on CUDA (unless a test fault is injected, which
-        the graph could not see), eager otherwise. Returns private copies of the graph's
+    def run_round(self, round_fn, B: int, *key) -> tuple:
+        """Run one round for slots 0..B-1: graph replay on CUDA (unless a test fault is
+        injected, which the graph could not see), eager otherwise. ``round_fn(B, *key)``
+        reads its sampling hints from ``self.round_hints`` (set here; {} on CUDA, so
+        captured graphs never depend on them). Returns private copies of the graph's
         static outputs, ordered on the compute stream, so the next replay may overwrite
         them while a side-stream transfer still reads these."""
+        self.round_hints = self.sampling_hints(self.slots[:B])
+        key = (B, *key)
         if self.graphs is None or self.fault is not None:
             return round_fn(*key)
         version = (self.cache_version, self.state.version)
@@ -283,3 +289,27 @@ class RunnerBase:
 
     def drain(self) -> None:
         """Collect whatever is still in flight (async runners override)."""
+
+
+class BlockSpeculationRunner(RunnerBase):
+    """What the sync and async block-speculation runners share: K drafts at depth d per
+    round, 2K+1 request-owned uniforms per round, K+1 KV positions of lookahead, and
+    the round itself (``speculative_round``), graph-captured per (B, W) on CUDA."""
+
+    def __init__(self, model, *, device, max_num_seqs, max_model_len, hooks,
+                 num_speculative_tokens: int, draft_loops: int, use_cuda_graphs: bool = True):
+        K = num_speculative_tokens
+        super().__init__(model, device=device, max_num_seqs=max_num_seqs,
+                         max_model_len=max_model_len, num_draws=2 * K + 1, hooks=hooks)
+        self.K, self.d = K, draft_loops
+        self.lookahead = K + 1
+        if use_cuda_graphs:
+            self.enable_cuda_graphs(self._round)
+
+    def _speculative_round(self, B: int, W: int) -> RoundOutputs:
+        return speculative_round(self.model, self.cache, self.state, self.rng, B, self.K,
+                                 self.d, self.hooks, self.fault, width=W,
+                                 hints=self.round_hints)
+
+    def _round(self, B: int, W: int) -> tuple:
+        return tuple(self._speculative_round(B, W))

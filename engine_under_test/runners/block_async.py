@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import torch
 
 from ..sampling import RngRegistry
-from .base import RunnerBase
+from .base import BlockSpeculationRunner
 from .mutant_hooks import MutantHooks
-from .spec_round import RoundOutputs, speculative_round
+from .spec_round import RoundOutputs
 from .state import Request, SlotState, Ticket
 
 
@@ -64,25 +64,16 @@ class InFlight:
     admitted: list[Request]        # prefilled just before this round (t1 in the ticket)
 
 
-class AsyncBlockRunner(RunnerBase):
+class AsyncBlockRunner(BlockSpeculationRunner):
     mode = "async"
 
-    def __init__(self, model, *, device, max_num_seqs, max_model_len, hooks,
-                 num_speculative_tokens: int, draft_loops: int, use_cuda_graphs: bool = True):
-        K = num_speculative_tokens
-        super().__init__(model, device=device, max_num_seqs=max_num_seqs,
-                         max_model_len=max_model_len, num_draws=2 * K + 1, hooks=hooks)
-        self.K, self.d = K, draft_loops
-        self.lookahead = K + 1
+    def __init__(self, model, **kw):
+        super().__init__(model, **kw)
         self.inflight: deque[InFlight] = deque()
-        if use_cuda_graphs:
-            self.enable_cuda_graphs(self._round)
-        self._hints: dict = {}
 
     # ------------------------------------------------------------------ the round
     def _round(self, B: int, W: int) -> tuple:
-        out = speculative_round(self.model, self.cache, self.state, self.rng, B, self.K,
-                                self.d, self.hooks, self.fault, width=W, hints=self._hints)
+        out = self._speculative_round(B, W)
         advance_slots(self.state, self.rng, out, self.hooks)
         return tuple(out)
 
@@ -90,7 +81,6 @@ class AsyncBlockRunner(RunnerBase):
         """Enqueue one round for slots 0..B-1 drafting at most W (default K) tokens per
         row; no host reads (graph replay on CUDA)."""
         W = self.K if W is None else W
-        self._hints = self.sampling_hints(self.slots[:B])   # {} on CUDA
         return RoundOutputs(*self.run_round(self._round, B, W))
 
     # ------------------------------------------------------------------ scheduling

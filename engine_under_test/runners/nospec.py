@@ -70,18 +70,16 @@ class NospecRunner(RunnerBase):
                  use_cuda_graphs: bool = True):
         super().__init__(model, device=device, max_num_seqs=max_num_seqs,
                          max_model_len=max_model_len, num_draws=1, hooks=hooks)
-        self._hints: dict = {}
         if use_cuda_graphs:
             self.enable_cuda_graphs(self._step)
 
     def _step(self, B: int) -> tuple:
         return tuple(nospec_step(self.model, self.cache, self.state, self.rng, B,
-                                 self.hooks, self.fault, self._hints))
+                                 self.hooks, self.fault, self.round_hints))
 
     def step(self) -> None:
         B, rows = self.begin_blocking_step()
         if B == 0:
             return
-        self._hints = self.sampling_hints(self.slots[:B])   # {} on CUDA
         out = StepOutputs(*self.run_round(self._step, B))
         self.apply_round(rows, self.transfer.wait(self.transfer.submit(out.host_view())))

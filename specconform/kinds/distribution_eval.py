@@ -283,13 +283,9 @@ def _speculative(ctx: _Context, spec: dict):
 def _acceptance(ctx: _Context, spec: dict):
     """Rejection at the first draft position has probability exactly TV(p_t2[t1], q_t2[d][t1])."""
     name, d, whole, g = _speculative(ctx, spec)
-    keys, _ = strata(g.t1, ctx.min_samples)
-    results, per, skipped = [], [], []
-    for t1 in keys:
-        p, q = _first_position_laws(ctx, d, int(t1))
-        if p is None:
-            skipped.append({"t1": int(t1)})
-            continue
+    tested, skipped = _first_position_strata(ctx, d, g)
+    results, per = [], []
+    for t1, p, q in tested:
         tv = total_variation(*on_union(*p, *q)[1:])
         fa = g.first_accepted[g.t1 == t1]
         res = rate_test(int((fa == 0).sum()), fa.size, tv, min_expected=ctx.min_expected)
@@ -312,13 +308,9 @@ def _acceptance(ctx: _Context, spec: dict):
 def _joint(ctx: _Context, spec: dict):
     """Committed t2 split by first-position accept/reject against min(p, q) and (p - q)₊."""
     name, d, _, g = _speculative(ctx, spec)
-    keys, _ = strata(g.t1, ctx.min_samples)
-    results, per, skipped = [], [], []
-    for t1 in keys:
-        p, q = _first_position_laws(ctx, d, int(t1))
-        if p is None:
-            skipped.append({"t1": int(t1)})
-            continue
+    tested, skipped = _first_position_strata(ctx, d, g)
+    results, per = [], []
+    for t1, p, q in tested:
         sel = g.t1 == t1
         x, acc = g.t2[sel], g.first_accepted[sel]
         # Cells: supp p U supp q U observed (an observed token outside both has probability 0).
@@ -336,6 +328,21 @@ def _joint(ctx: _Context, spec: dict):
     head = {"group": name, "draft_loops": d, "skipped_impossible_strata": skipped,
             "cells": "acc:x ~ min(p, q)(x), rej:x ~ (p - q)+(x), x over supp p U supp q"}
     return _stratified_row(ctx, spec, head, results, per, g.t1.size)
+
+
+def _first_position_strata(ctx: _Context, d: int, g):
+    """The t1 strata a first-position test uses: ([(t1, p, q), ...] for every stratum
+    with at least min_samples samples, [{"t1": t1}, ...] for those the reference omits
+    as impossible)."""
+    keys, _ = strata(g.t1, ctx.min_samples)
+    tested, skipped = [], []
+    for t1 in keys:
+        p, q = _first_position_laws(ctx, d, int(t1))
+        if p is None:
+            skipped.append({"t1": int(t1)})
+        else:
+            tested.append((t1, p, q))
+    return tested, skipped
 
 
 def _first_position_laws(ctx: _Context, d: int, t1: int):

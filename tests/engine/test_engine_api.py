@@ -24,11 +24,6 @@ MODES = {
 }
 
 
-@pytest.fixture(scope="module")
-def model():
-    return build_model(ModelConfig.preset("tiny", seed=0))
-
-
 def rand(seed, **kw):
     kw.setdefault("max_tokens", 10)
     return SamplingParams(temperature=1.0, top_k=20, seed=seed, **kw)

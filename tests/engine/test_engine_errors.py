@@ -9,11 +9,9 @@ import torch
 from engine_under_test import (
     DEFAULT_PROMPT,
     LLM,
-    ModelConfig,
     SamplingParams,
     SpeculativeConfig,
 )
-from engine_under_test.model import build_model
 from engine_under_test.runners.block_async import advance_slots
 from engine_under_test.runners.mutant_hooks import MutantHooks
 from engine_under_test.runners.spec_round import RoundOutputs
@@ -26,11 +24,6 @@ MODES = {
     "sync": dict(speculative_config=SpeculativeConfig(3, "block", 2)),
     "async": dict(speculative_config=SpeculativeConfig(3, "block", 2), async_scheduling=True),
 }
-
-
-@pytest.fixture(scope="module")
-def model():
-    return build_model(ModelConfig.preset("tiny", seed=0))
 
 
 def rand(seed, max_tokens=20):

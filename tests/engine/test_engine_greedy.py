@@ -13,11 +13,6 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=128, ignore_eos=True)
 
 
 @pytest.fixture(scope="module")
-def model():
-    return build_model(ModelConfig.preset("tiny", seed=0))
-
-
-@pytest.fixture(scope="module")
 def prompts():
     rng = random.Random(1)
     return [[rng.randrange(1, 512) for _ in range(rng.randrange(3, 20))] for _ in range(10)]

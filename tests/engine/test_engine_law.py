@@ -12,11 +12,9 @@ from scipy import stats
 from engine_under_test import (
     DEFAULT_PROMPT,
     LLM,
-    ModelConfig,
     SamplingParams,
     SpeculativeConfig,
 )
-from engine_under_test.model import build_model
 
 PROMPT = list(DEFAULT_PROMPT)
 N = 4000
@@ -30,11 +28,6 @@ MODES = {
 
 def params(seed):
     return SamplingParams(temperature=1.0, top_k=20, seed=seed, max_tokens=3, ignore_eos=True)
-
-
-@pytest.fixture(scope="module")
-def model():
-    return build_model(ModelConfig.preset("tiny", seed=0))
 
 
 def chi2_pvalue(observed: Counter, p: np.ndarray, n: int) -> float:

@@ -9,11 +9,9 @@ import torch
 from engine_under_test import (
     DEFAULT_PROMPT,
     LLM,
-    ModelConfig,
     SamplingParams,
     SpeculativeConfig,
 )
-from engine_under_test.model import build_model
 from engine_under_test.sampling import Sampler
 
 K, D = 3, 2
@@ -22,11 +20,6 @@ PROMPT = list(DEFAULT_PROMPT)
 
 def params(seed: int) -> SamplingParams:
     return SamplingParams(temperature=1.0, top_k=20, seed=seed, max_tokens=9, ignore_eos=True)
-
-
-@pytest.fixture(scope="module")
-def model():
-    return build_model(ModelConfig.preset("tiny", seed=0))
 
 
 def make_llm(model, asynchronous):

@@ -7,11 +7,9 @@ import torch
 from engine_under_test import (
     DEFAULT_PROMPT,
     LLM,
-    ModelConfig,
     SamplingParams,
     SpeculativeConfig,
 )
-from engine_under_test.model import build_model
 from engine_under_test.runners.spec_round import DRAFT_ROUND_OFFSET, draft_uniforms
 from engine_under_test.sampling import RngRegistry, philox_uniforms
 
@@ -21,11 +19,6 @@ MODES = {
     "sync": dict(speculative_config=SpeculativeConfig(3, "block", 2)),
     "async": dict(speculative_config=SpeculativeConfig(3, "block", 2), async_scheduling=True),
 }
-
-
-@pytest.fixture(scope="module")
-def model():
-    return build_model(ModelConfig.preset("tiny", seed=0))
 
 
 def rand(seed, max_tokens=12, **kw):

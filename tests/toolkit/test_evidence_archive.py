@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -30,19 +29,8 @@ from specconform.evidence import (
     write_sha256sums,
 )
 from specconform.evidence.signing import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, pae
+from tests.toolkit.fixtures import evidence_toy as toy
 
-
-def _fixture_module():
-    if "evidence_toy" not in sys.modules:
-        path = Path(__file__).parent / "fixtures" / "evidence_toy.py"
-        spec = importlib.util.spec_from_file_location("evidence_toy", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["evidence_toy"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["evidence_toy"]
-
-
-toy = _fixture_module()
 RUN_ID = "toy-0123abcd-20250101T000000"
 
 

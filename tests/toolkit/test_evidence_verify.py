@@ -2,7 +2,6 @@
 naming the first failing file or field; usage problems exit 2."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import sys
@@ -17,19 +16,8 @@ from specconform.errors import EvidenceError
 from specconform.evidence import seal, verify_archive, write_reproducible_zip, write_sha256sums
 from specconform.evidence.results_io import tests_csv_bytes as csv_for_rows
 from specconform.evidence.sha256sums import sha256_hex
+from tests.toolkit.fixtures import evidence_toy as toy
 
-
-def _fixture_module():
-    if "evidence_toy" not in sys.modules:
-        path = Path(__file__).parent / "fixtures" / "evidence_toy.py"
-        spec = importlib.util.spec_from_file_location("evidence_toy", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["evidence_toy"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["evidence_toy"]
-
-
-toy = _fixture_module()
 RUN_ID = "toy-0123abcd-20250101T000000"
 
 

@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -20,19 +18,8 @@ from specconform.report import (
     markdown_report,
     step_summary_markdown,
 )
+from tests.toolkit.fixtures import evidence_toy as toy
 
-
-def _fixture_module():
-    if "evidence_toy" not in sys.modules:
-        path = Path(__file__).parent / "fixtures" / "evidence_toy.py"
-        spec = importlib.util.spec_from_file_location("evidence_toy", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["evidence_toy"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["evidence_toy"]
-
-
-toy = _fixture_module()
 PRIMARY_ID = "toy-0123abcd-20250101T000000"
 REPLICATION_ID = "toy-0123abcd-20250202T000000"
 TESTS = ["gof_async", "gof_sync", "acceptance_rate", "t3_exploratory"]
