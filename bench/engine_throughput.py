@@ -3,8 +3,10 @@
 For each concurrency (default 1, 4, 64, 1024) and each sampling kind (greedy: T=0;
 random: T=1, top_k=20, per-request seeds), the three modes generate ``--max-tokens``
 tokens (ignore_eos) for ``concurrency`` requests. Modes run in ABBA order -- nospec,
-sync, async, async, sync, nospec -- so drift (clocks, caches, thermal) hits every mode
-alike; each mode's number is the mean of its two runs. Printed side by side: tokens/s,
+sync, async, async, sync, nospec, nospec, ... (``--runs`` per mode, default 3) -- so
+drift (clocks, caches, thermal) hits every mode alike; each mode's number is the median
+of its runs, so one disturbed run (a garbage collection, a clock dip: an H200 run saw
+one run of six take 40% longer) does not move it. Printed side by side: tokens/s,
 the ratio to nospec, the draft acceptance ratio (accepted / drafted) and peak memory
 (CUDA: max allocated; CPU: the process's peak RSS so far). Nothing is asserted.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import statistics
 import sys
 import time
 
@@ -40,7 +43,11 @@ from engine_under_test import (
 from engine_under_test.model import build_model
 
 MODES = ("nospec", "sync", "async")
-ABBA = ("nospec", "sync", "async", "async", "sync", "nospec")
+
+
+def abba(runs: int) -> list[str]:
+    """Mode order for `runs` runs per mode: nospec sync async async sync nospec ..."""
+    return [m for i in range(runs) for m in (MODES if i % 2 == 0 else MODES[::-1])]
 
 
 def sampling(kind: str, n: int, max_tokens: int) -> list[SamplingParams]:
@@ -98,12 +105,15 @@ def main(argv=None) -> int:
                     help="from this concurrency on, keep one mode's KV cache in memory at a "
                     "time (each timed run then gets its own warm-up run); ouro-1.4b at 1,024 "
                     "requests needs it on one H200 (48 GiB of per-depth KV per mode)")
+    ap.add_argument("--runs", type=int, default=3, help="timed runs per mode (median)")
     ap.add_argument("--quick", action="store_true",
                     help="CPU smoke: concurrency 1,4,64, 16 tokens")
     ap.add_argument("--json", default=None, help="write the result rows to this file")
     args = ap.parse_args(argv)
     if args.quick:
         args.concurrency, args.max_tokens = "1,4,64", 16
+    if args.runs < 1:
+        ap.error(f"--runs must be at least 1, got {args.runs}")
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype) if args.dtype else (
         torch.bfloat16 if device.type == "cuda" else torch.float32)
@@ -142,24 +152,24 @@ def main(argv=None) -> int:
                 for m in MODES:
                     engines[m].generate(ps, params)
             runs = {m: [] for m in MODES}
-            for m in ABBA:
+            for m in abba(args.runs):
                 if one_engine:   # only this mode's KV cache and graphs in memory
                     for e in engines.values():
                         e.close()
                     engines[m].generate(ps, params)
                 runs[m].append(run_once(engines[m], ps, params, device))
-            mean = {m: sum(r["tok_s"] for r in runs[m]) / len(runs[m]) for m in MODES}
+            median = {m: statistics.median(r["tok_s"] for r in runs[m]) for m in MODES}
             acc = runs["async"][0]["acceptance"]
             peak = {m: max(r["peak_gib"] for r in runs[m]) for m in MODES}
-            per_round[kind] = {m: sum(r["ms_per_round"] for r in runs[m]) / len(runs[m])
+            per_round[kind] = {m: statistics.median(r["ms_per_round"] for r in runs[m])
                                for m in MODES}
-            row = {"concurrency": c, "kind": kind, "tok_s": mean,
-                   "ratio_sync": mean["sync"] / mean["nospec"],
-                   "ratio_async": mean["async"] / mean["nospec"],
+            row = {"concurrency": c, "kind": kind, "tok_s": median,
+                   "ratio_sync": median["sync"] / median["nospec"],
+                   "ratio_async": median["async"] / median["nospec"],
                    "acceptance": acc, "peak_gib": peak, "ms_per_round": per_round[kind],
                    "runs": runs}
             rows.append(row)
-            cells = " | ".join(f"{mean[m]:>12.1f} tok/s" for m in MODES)
+            cells = " | ".join(f"{median[m]:>12.1f} tok/s" for m in MODES)
             print(f"{c:>5} {kind:>7} | {cells} | {row['ratio_sync']:>7.2f} "
                   f"{row['ratio_async']:>8.2f} | {acc if acc is not None else 0:>6.3f} | "
                   + "/".join(f"{peak[m]:.2f}" for m in MODES), flush=True)

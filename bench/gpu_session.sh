@@ -4,7 +4,8 @@
 # and engine benchmarks, fp32_t2 at 5,000 seeds, and the fp32_t2 kill matrix.
 #
 # Usage: bash bench/gpu_session.sh [part...]
-#   parts: env tests bench fp32 kill kill2 bonus killci engine engine_small engine_ouro
+#   parts: env tests bench sweep fp32 kill kill2 bonus killci engine engine_small engine_ouro
+#          (sweep: launch configurations of the probabilities kernel, SWEEP_CONFIGS)
 #          (kill2: the kill matrix in 2 processes; bonus: extra kill rows, BONUS_MUTANTS)
 #          tests+kill   GPU tests and the fp32_t2 kill matrix side by side (neither is
 #                       timed, so they may share the GPU); timed parts always run alone.
@@ -41,6 +42,12 @@ part_tests() {
 part_bench() {
   lim python3 bench/sampling_core.py --device cuda --rows 1024 --vocab 49152
   lim python3 bench/sampling_core.py --device cuda --rows 64 --vocab 49152 | tail -3
+}
+part_sweep() {
+  local configs=("" "PREFETCH=0" "BLOCK=8192" "BLOCK=8192,PREFETCH=0" "num_warps=4"
+                 "maxnreg=96" "maxnreg=0" "BLOCK=2048,num_warps=4")
+  [ -n "${SWEEP_CONFIGS:-}" ] && read -ra configs <<< "$SWEEP_CONFIGS"
+  lim python3 bench/probs_kernel_sweep.py --json "$OUT/probs-sweep.json" "${configs[@]}"
 }
 part_fp32() {
   lim /usr/bin/time -v python3 -m specconform run protocols/fp32_t2.yaml --seeds 5000 \
@@ -80,7 +87,8 @@ part_killci() {
 engine_preset() {
   local preset=$1; shift
   lim python3 bench/engine_throughput.py --device cuda --preset "$preset" \
-    --max-tokens "${ENGINE_TOKENS:-128}" --json "$OUT/engine-$preset.json" "$@"
+    --max-tokens "${ENGINE_TOKENS:-128}" --concurrency "${ENGINE_CONCURRENCY:-1,4,64,1024}" \
+    --json "$OUT/engine-$preset.json" "$@"
 }
 part_engine_small() { engine_preset small; }
 # ouro-1.4b at 1,024 requests: 48 GiB of per-depth KV per mode, so one mode at a time.
@@ -96,7 +104,7 @@ for part in ${*:-env tests bench fp32 kill}; do
       tests_pid=$!
       part_kill
       wait $tests_pid; cat "$OUT/.tests.log"; rm -f "$OUT/.tests.log" ;;
-    env|tests|bench|fp32|kill|kill2|bonus|killci|engine|engine_small|engine_ouro) "part_$part" ;;
+    env|tests|bench|sweep|fp32|kill|kill2|bonus|killci|engine|engine_small|engine_ouro) "part_$part" ;;
     *) echo "unknown part: $part"; exit 2 ;;
   esac
 done

@@ -2,21 +2,24 @@
 
 Two kernels, each tested against the torch path (tests/engine/test_sampling_gpu.py):
 
-* `probabilities`: all of `batched_probabilities` in one launch, one program per row,
-  no sort of the vocabulary. The row is streamed from global memory a few times (the
-  first read comes from HBM, the later ones mostly from L2) and the probabilities are
-  written once:
+* `probabilities`: all of `batched_probabilities` in one fused launch, one program per
+  row, no sort of the vocabulary. The output is zeroed by a memset before the launch
+  and the kernel stores only nonzero probabilities:
 
-  1. pass 1: x = logits / T (IEEE division, as torch), the row maximum and the
-     maxima of GROUPS interleaved groups of the row (greedy rows: the first argmax,
-     NaN first as torch.argmax, then a one-hot write and done);
-  2. top-k (0 < k < V): the k-th largest group maximum L is a lower bound of the
-     k-th largest logit (k groups hold a logit >= L), so every kept logit is >= L.
-     Pass 2 copies the logits >= L with their indices into a per-row buffer of CAP
-     entries; when they fit, a sort of the buffer gives the exact k-th value and the
-     kept set (ties at the k-th value included). When they do not fit (heavy ties,
-     k > GROUPS) a multi-threshold search over order-preserving integer keys finds
-     the exact k-th value in a few passes, NT thresholds per pass;
+  1. pass 1 (the only full read of the row from HBM): the maxima of the BLOCK columns
+     (column c holds the elements c, c + BLOCK, ...), taken on the raw logits and then
+     scaled, x = logits / T (IEEE division, as torch); x / T is monotone in x, so this
+     equals the maxima of the scaled logits bit for bit. Greedy rows instead find the
+     first argmax (NaN first, as torch.argmax) and store one 1.0;
+  2. top-k (0 < k < V): the k-th largest of GROUPS group maxima, L, is a lower bound of
+     the k-th largest logit (k groups hold a logit >= L), so every kept logit is >= L
+     and lies in a column whose maximum is >= L. When at most CAP columns qualify, only
+     those columns are read (a gather of a few times k elements); otherwise (heavy ties,
+     k > GROUPS) the row is streamed. The logits >= L go with their indices into a
+     per-row buffer of CAP entries; when they fit, a sort of the buffer gives the exact
+     k-th value and the kept set (ties at the k-th value included). When they do not
+     fit, a multi-threshold search over order-preserving integer keys finds the exact
+     k-th value in a few passes, NT thresholds per pass;
   3. top-p (P < 1): the law top-p sorts is probs_k = exp(x - m) / S_k over the kept
      set, in float32. When the kept set is in the buffer, a sort by (prob desc,
      index asc) and a float64 cumulative sum give the last kept (prob, index) pair
@@ -24,25 +27,26 @@ Two kernels, each tested against the torch path (tests/engine/test_sampling_gpu.
      over the probability bits with float64 masses finds the probability tau of the
      last kept token (the largest value whose tail mass reaches P), and ties at tau
      are cut by index, lowest first, as the stable sort does;
-  4. the write pass: exp(x - m) / S over the final kept set, 0 elsewhere.
+  4. the write: exp(x - m) / S over the final kept set. When the kept set is in the
+     buffer, the buffer's entries are stored at their indices (no further read of the
+     row); otherwise the row is streamed once more.
 
-  Performance (bench/sampling_core.py, H200, B = 1024, V = 49,152, bf16, top_k = 20):
-  0.61 ms against a 0.164 ms read-once/write-once copy floor, 3.7x (the sort-based
-  path it replaces: 9.3 ms, 59x). The kernel is latency-bound, not bandwidth-bound:
-  one program streams a row, and the register count of the whole kernel (the sorts
-  and searches included) limits how many rows are in flight per SM; PROBS_CONFIG's
-  register cap (maxnreg) buys two programs per SM at the price of some spills.
+  Performance (bench/probs_kernel_sweep.py, H200, B = 1024, V = 49,152, bf16): with
+  top-k 20, 1.1x a read-once/write-once copy of the same bytes (the pre-gather version
+  of this kernel: 4.1x; the sort-based torch path: 59x); without top-k (every row
+  streamed three times) 2.0x; greedy 1.1x. The kernel is latency-bound rather than
+  bandwidth-bound: one program streams a row, and the register count of the whole
+  kernel (the sorts and searches included) limits how many rows are in flight per SM.
 
   The result is the reference law up to float32 rounding: the supports agree and the
   probabilities are within the 1e-6 the CUDA path is held to (exp and the sums are
   computed in another order than torch's kernels; 1.2e-7 from the CPU law on the
   benchmark's rows). On full 49,152-token rows the CPU law is itself up to ~1.3e-6
-  off the exact (float64) law, its float32 sums being the least accurate of the three. Everything the kernel decides (the k-th value, the top-p cut) is
-  decided on values it computes itself, with the same expression in every pass, so
-  the kept set is consistent with the probabilities it writes.
-* `philox_uniforms`: Philox4x32-10 in native uint32 arithmetic, one program per
-  (row, block of counters). Integer ops and an exact float64 conversion: bit-identical
-  to the torch-ops version and about 100x faster (one launch instead of hundreds).
+  off the exact (float64) law, its float32 sums being the least accurate of the three.
+  Everything the kernel decides (the k-th value, the top-p cut) is decided on values
+  it computes itself, with the same expression in every pass, so the kept set is
+  consistent with the probabilities it writes.
+* `philox_uniforms`: re-exported from `triton_philox` (the Philox4x32-10 kernel).
 """
 from __future__ import annotations
 
@@ -50,24 +54,17 @@ import torch
 import triton
 import triton.language as tl
 
-from engine_under_test.sampling.rng import (
-    DOMAIN,
-    PHILOX_M0,
-    PHILOX_M1,
-    PHILOX_ROUNDS,
-    PHILOX_W0,
-    PHILOX_W1,
-)
+from engine_under_test.sampling.triton_philox import philox_uniforms  # noqa: F401
 
 # Launch configuration of `probabilities` (benchmarks may change it before a call).
 # BLOCK: elements per streaming step, whatever V (one compiled variant for every
 # vocabulary); GROUPS: group maxima for the top-k bound (<= BLOCK; the fast top-k path
 # takes k <= GROUPS); CAP: per-row candidate buffer; SEARCH_BLOCK x THRESHOLDS: one step
 # of the threshold searches; num_warps: warps per row; maxnreg: register cap (0: none);
-# PREFETCH: 1 issues each streamed block's load one step ahead (not yet timed on a GPU).
-PROBS_CONFIG = {"BLOCK": 8192, "GROUPS": 256, "CAP": 256, "SEARCH_BLOCK": 128,
-                "THRESHOLDS": 16, "num_warps": 8, "maxnreg": 128, "PREFETCH": 0}
-_PHILOX_BLOCK = 128
+# PREFETCH: 1 issues each streamed block's load one step ahead. The defaults are the
+# fastest of bench/probs_kernel_sweep.py's configurations on an H200 (docs/gpu-runs.md).
+PROBS_CONFIG = {"BLOCK": 4096, "GROUPS": 256, "CAP": 256, "SEARCH_BLOCK": 128,
+                "THRESHOLDS": 16, "num_warps": 8, "maxnreg": 128, "PREFETCH": 1}
 _BIG_INDEX = tl.constexpr(2147483647)  # an index past every row
 
 
@@ -90,18 +87,26 @@ def _stream_start(row_ptr, cols, V, PREFETCH: tl.constexpr, EVICT: tl.constexpr)
 
 
 @triton.jit
-def _stream(row_ptr, cols, V, t, nxt, BLOCK: tl.constexpr, PREFETCH: tl.constexpr,
-            EVICT: tl.constexpr):
-    """Scaled logits of the block at `cols`. With PREFETCH the block was loaded one step
-    earlier (`nxt`) and the next block's load is issued now, so a load is in flight
-    while this block is worked on; returns (x, in_row, nxt)."""
+def _stream_raw(row_ptr, cols, V, nxt, BLOCK: tl.constexpr, PREFETCH: tl.constexpr,
+                EVICT: tl.constexpr):
+    """Unscaled float32 logits of the block at `cols`. With PREFETCH the block was loaded
+    one step earlier (`nxt`) and the next block's load is issued now, so a load is in
+    flight while this block is worked on; returns (raw, in_row, nxt)."""
     if PREFETCH:
         raw = nxt
         nxt = tl.load(row_ptr + cols + BLOCK, mask=cols + BLOCK < V, other=0.0,
                       eviction_policy=EVICT)
     else:
         raw = tl.load(row_ptr + cols, mask=cols < V, other=0.0, eviction_policy=EVICT)
-    return tl.div_rn(raw.to(tl.float32), t), cols < V, nxt
+    return raw.to(tl.float32), cols < V, nxt
+
+
+@triton.jit
+def _stream(row_ptr, cols, V, t, nxt, BLOCK: tl.constexpr, PREFETCH: tl.constexpr,
+            EVICT: tl.constexpr):
+    """Scaled logits of the block at `cols` (see `_stream_raw`); returns (x, in_row, nxt)."""
+    raw, in_row, nxt = _stream_raw(row_ptr, cols, V, nxt, BLOCK, PREFETCH, EVICT)
+    return tl.div_rn(raw, t), in_row, nxt
 
 
 @triton.jit
@@ -161,6 +166,72 @@ def _compact(row_ptr, vbuf, ibuf, V, t, lower, CAP: tl.constexpr, BLOCK: tl.cons
         n += tl.sum(sel.to(tl.int32), 0)
     tl.debug_barrier()  # the buffer is read back by other threads of this program
     return n
+
+
+@triton.jit
+def _gather(row_ptr, cbuf, vbuf, ibuf, V, t, lower, colmax, CAP: tl.constexpr,
+            BLOCK: tl.constexpr):
+    """`_compact` without streaming the row, when at most CAP columns can hold a logit
+    >= lower. Column c holds the elements c, c + BLOCK, c + 2 BLOCK, ... and colmax[c]
+    is their (scaled) maximum, so every logit >= lower lies in a column whose maximum is
+    >= lower; only those columns are read (a few times k elements instead of V).
+    Returns how many logits are >= lower (may exceed CAP), or -1 when the columns do
+    not fit in `cbuf` (the caller streams the row instead)."""
+    col_sel = colmax >= lower
+    n_cols = tl.sum(col_sel.to(tl.int32), 0)
+    n = tl.zeros([], tl.int32) - 1
+    if n_cols <= CAP:
+        n = n + 1
+        at = tl.cumsum(col_sel.to(tl.int32), 0) - 1
+        tl.store(cbuf + at, tl.arange(0, BLOCK), mask=col_sel)
+        tl.debug_barrier()  # the column list is read back by other threads
+        j = tl.arange(0, CAP)
+        col = tl.load(cbuf + j, mask=j < n_cols, other=0, cache_modifier=".cg")
+        for start in range(0, V, BLOCK):
+            cols = col + start
+            ok = (j < n_cols) & (cols < V)
+            raw = tl.load(row_ptr + cols, mask=ok, other=0.0)
+            x = tl.div_rn(raw.to(tl.float32), t)
+            sel = ok & (x >= lower)
+            pos = n + tl.cumsum(sel.to(tl.int32), 0) - 1
+            fit = sel & (pos < CAP)
+            tl.store(vbuf + pos, x, mask=fit)
+            tl.store(ibuf + pos, cols, mask=fit)
+            n += tl.sum(sel.to(tl.int32), 0)
+        tl.debug_barrier()  # the buffer is read back by other threads of this program
+    return n
+
+
+@triton.jit
+def _write_sparse(orow, idx, prob, keep):
+    """The write pass when every kept token is in the buffer: the output is zero
+    already (the launcher allocates it zeroed), so only the kept probabilities are
+    stored, at their indices. The row's logits are not read again."""
+    tl.store(orow + idx, prob, mask=keep)
+
+
+@triton.jit
+def _write_dense(orow, lrow, V, ts, m, kth, s_k, s_final, lp, li, top_p_on,
+                 BLOCK: tl.constexpr, PREFETCH: tl.constexpr):
+    """The write pass that streams the row: exp(x - m) / s_final over the kept set (x >=
+    kth and, with top-p, the (lp, li) rule on exp(x - m) / s_k). The output is zero
+    already, so only kept tokens are stored."""
+    ar = tl.arange(0, BLOCK)
+    nxt = _stream_start(lrow, ar, V, PREFETCH, "evict_first")
+    if top_p_on:
+        for start in range(0, V, BLOCK):
+            cols = start + ar
+            x, in_row, nxt = _stream(lrow, cols, V, ts, nxt, BLOCK, PREFETCH, "evict_first")
+            e = tl.exp(x - m)
+            pb = tl.div_rn(e, s_k).to(tl.int32, bitcast=True)
+            keep = (x >= kth) & ((pb > lp) | ((pb == lp) & (cols <= li)))
+            tl.store(orow + cols, tl.div_rn(e, s_final), mask=in_row & keep)
+    else:
+        for start in range(0, V, BLOCK):
+            cols = start + ar
+            x, in_row, nxt = _stream(lrow, cols, V, ts, nxt, BLOCK, PREFETCH, "evict_first")
+            keep = x >= kth
+            tl.store(orow + cols, tl.div_rn(tl.exp(x - m), s_final), mask=in_row & keep)
 
 
 @triton.jit
@@ -281,7 +352,7 @@ def _nth_tie(row_ptr, V, t, m, kth, s_k, tie_bits, c, BLOCK: tl.constexpr):
 
 @triton.jit
 def _probs_kernel(logits_ptr, stride_l, out_ptr, stride_o, t_ptr, k_ptr, p_ptr,
-                  vbuf_ptr, ibuf_ptr, V,
+                  vbuf_ptr, ibuf_ptr, cbuf_ptr, V,
                   BLOCK: tl.constexpr, GROUPS: tl.constexpr, CAP: tl.constexpr,
                   SB: tl.constexpr, NT: tl.constexpr, PREFETCH: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -289,6 +360,7 @@ def _probs_kernel(logits_ptr, stride_l, out_ptr, stride_o, t_ptr, k_ptr, p_ptr,
     orow = out_ptr + row * stride_o
     vbuf = vbuf_ptr + row * CAP
     ibuf = ibuf_ptr + row * CAP
+    cbuf = cbuf_ptr + row * CAP
     t = tl.load(t_ptr + row)
     k = tl.load(k_ptr + row)
     top_p = tl.load(p_ptr + row)
@@ -314,17 +386,20 @@ def _probs_kernel(logits_ptr, stride_l, out_ptr, stride_o, t_ptr, k_ptr, p_ptr,
             best = tl.where(upd, cm, best)
             nan_i = tl.minimum(nan_i, tl.min(tl.where(in_row & (x != x), cols, _BIG_INDEX), 0))
         g = tl.where(nan_i < _BIG_INDEX, nan_i, best_i)
-        for start in range(0, V, BLOCK):
-            cols = start + ar
-            tl.store(orow + cols, tl.where(cols == g, 1.0, 0.0), mask=cols < V)
+        tl.store(orow + g, 1.0)  # the output is zero already
     else:
-        # pass 1: the row maximum and the maxima of GROUPS interleaved column groups
-        colmax = tl.full([BLOCK], NEG, tl.float32)
+        # pass 1: the maxima of the BLOCK columns (column c: the elements c, c + BLOCK,
+        # ...) and of GROUPS interleaved groups of columns. The maxima are taken on the
+        # raw logits and scaled once: x / t is monotone in x for t > 0 (and rounding is
+        # monotone), so this is bit for bit the maximum of the scaled logits, at one
+        # division per column instead of one per element.
+        rawmax = tl.full([BLOCK], NEG, tl.float32)
         nxt = _stream_start(lrow, ar, V, PREFETCH, "evict_last")
         for start in range(0, V, BLOCK):
             cols = start + ar
-            x, in_row, nxt = _stream(lrow, cols, V, ts, nxt, BLOCK, PREFETCH, "evict_last")
-            colmax = tl.maximum(colmax, tl.where(in_row, x, NEG))
+            raw, in_row, nxt = _stream_raw(lrow, cols, V, nxt, BLOCK, PREFETCH, "evict_last")
+            rawmax = tl.maximum(rawmax, tl.where(in_row, raw, NEG))
+        colmax = tl.div_rn(rawmax, ts)
         m = tl.max(colmax, 0)
         p64 = top_p.to(tl.float64)
         top_p_on = top_p < 1.0
@@ -339,7 +414,9 @@ def _probs_kernel(logits_ptr, stride_l, out_ptr, stride_o, t_ptr, k_ptr, p_ptr,
             gmax = tl.max(tl.reshape(colmax, [GROUPS, BLOCK // GROUPS]), 1)
             gsorted = tl.sort(gmax, 0, descending=True)
             lower = _pick(gsorted, tl.arange(0, GROUPS), k - 1, NEG)  # -inf if k > GROUPS
-            n_buf = _compact(lrow, vbuf, ibuf, V, ts, lower, CAP, BLOCK, PREFETCH)
+            n_buf = _gather(lrow, cbuf, vbuf, ibuf, V, ts, lower, colmax, CAP, BLOCK)
+            if n_buf < 0:  # too many candidate columns (ties, large k): stream the row
+                n_buf = _compact(lrow, vbuf, ibuf, V, ts, lower, CAP, BLOCK, PREFETCH)
             if n_buf <= CAP:
                 complete = complete + 1
                 from_buffer = from_buffer + 1
@@ -368,6 +445,7 @@ def _probs_kernel(logits_ptr, stride_l, out_ptr, stride_o, t_ptr, k_ptr, p_ptr,
             e = tl.where(kept, tl.exp(bv - m), 0.0)
             s_k = tl.sum(e, 0)
             s_final = s_k
+            final = kept
             if top_p_on:
                 p = tl.where(kept, tl.div_rn(tl.exp(bv - m), s_k), 0.0)
                 pb = p.to(tl.int32, bitcast=True)
@@ -382,6 +460,8 @@ def _probs_kernel(logits_ptr, stride_l, out_ptr, stride_o, t_ptr, k_ptr, p_ptr,
                 li = tl.where(cut, _pick(sidx, j, below, -1), li)
                 final = kept & ((pb > lp) | ((pb == lp) & (bi <= li)))
                 s_final = tl.sum(tl.where(final, e, 0.0), 0)
+            # the same values the dense write pass would compute, written sparsely
+            _write_sparse(orow, bi, tl.div_rn(e, s_final), final)
         else:
             s_k = _masked_sum(lrow, V, ts, m, kth, s_k, lp, li, False, BLOCK, PREFETCH)
             s_final = s_k
@@ -389,24 +469,8 @@ def _probs_kernel(logits_ptr, stride_l, out_ptr, stride_o, t_ptr, k_ptr, p_ptr,
                 pmax_bits = tl.div_rn(tl.exp(m - m), s_k).to(tl.int32, bitcast=True)
                 lp, li = _search_top_p(lrow, V, ts, m, kth, s_k, p64, pmax_bits, SB, NT, BLOCK)
                 s_final = _masked_sum(lrow, V, ts, m, kth, s_k, lp, li, True, BLOCK, PREFETCH)
-
-        # the write pass
-        nxt = _stream_start(lrow, ar, V, PREFETCH, "evict_first")
-        if top_p_on:
-            for start in range(0, V, BLOCK):
-                cols = start + ar
-                x, in_row, nxt = _stream(lrow, cols, V, ts, nxt, BLOCK, PREFETCH, "evict_first")
-                e = tl.exp(x - m)
-                pb = tl.div_rn(e, s_k).to(tl.int32, bitcast=True)
-                keep = (x >= kth) & ((pb > lp) | ((pb == lp) & (cols <= li)))
-                tl.store(orow + cols, tl.where(keep, tl.div_rn(e, s_final), 0.0), mask=in_row)
-        else:
-            for start in range(0, V, BLOCK):
-                cols = start + ar
-                x, in_row, nxt = _stream(lrow, cols, V, ts, nxt, BLOCK, PREFETCH, "evict_first")
-                keep = x >= kth
-                out = tl.where(keep, tl.div_rn(tl.exp(x - m), s_final), 0.0)
-                tl.store(orow + cols, out, mask=in_row)
+            _write_dense(orow, lrow, V, ts, m, kth, s_k, s_final, lp, li, top_p_on,
+                         BLOCK, PREFETCH)
 
 
 def probabilities(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
@@ -423,7 +487,11 @@ def probabilities(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.
         logits = logits.float()  # the kernel loads 16/32-bit floats; float64 -> float32 first
     logits = logits if logits.stride(-1) == 1 else logits.contiguous()
     B, V = logits.shape
-    out = torch.empty((B, V), dtype=torch.float32, device=logits.device)
+    # Zeroed by one memset (full bandwidth, ordered before the kernel on the stream):
+    # the kernel then stores only nonzero probabilities. A version that wrote the zeros
+    # itself, with a barrier before the kept values, gave wrong supports on an H200 (2
+    # of 160 rows of test_fused_kernel_on_ties_cuts_and_fallbacks); this one passes.
+    out = torch.zeros((B, V), dtype=torch.float32, device=logits.device)
     if B == 0:
         return out
     cfg = PROBS_CONFIG
@@ -431,67 +499,13 @@ def probabilities(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.
     extra = {"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}
     vbuf = torch.empty((B, cap), dtype=torch.float32, device=logits.device)
     ibuf = torch.empty((B, cap), dtype=torch.int32, device=logits.device)
+    cbuf = torch.empty((B, cap), dtype=torch.int32, device=logits.device)
     _probs_kernel[(B,)](
         logits, logits.stride(0), out, out.stride(0),
         temperature.to(torch.float32).contiguous(), top_k.to(torch.int64).contiguous(),
-        top_p.to(torch.float32).contiguous(), vbuf, ibuf, V,
+        top_p.to(torch.float32).contiguous(), vbuf, ibuf, cbuf, V,
         BLOCK=cfg["BLOCK"], GROUPS=min(cfg["GROUPS"], cfg["BLOCK"]), CAP=cap,
         SB=cfg["SEARCH_BLOCK"], NT=cfg["THRESHOLDS"], PREFETCH=bool(cfg.get("PREFETCH", 0)),
         num_warps=cfg["num_warps"], **extra,
-    )
-    return out
-
-
-@triton.jit
-def _philox_kernel(seed_ptr, round_ptr, out_ptr, n, stride_out, BLOCK: tl.constexpr,
-                   M0: tl.constexpr, M1: tl.constexpr, W0: tl.constexpr, W1: tl.constexpr,
-                   ROUNDS: tl.constexpr, DOMAIN_WORD: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    index = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)  # counter index, 2 uniforms each
-    seed = tl.load(seed_ptr + row)
-    rnd = tl.load(round_ptr + row)
-    zero = tl.zeros([BLOCK], dtype=tl.uint32)
-    k0 = zero + (seed & 0xFFFFFFFF).to(tl.uint32)
-    k1 = zero + ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)
-    c0 = index.to(tl.uint32)
-    c1 = zero + (rnd & 0xFFFFFFFF).to(tl.uint32)
-    c2 = zero + ((rnd >> 32) & 0xFFFFFFFF).to(tl.uint32)
-    c3 = zero + DOMAIN_WORD
-    m0 = zero + M0
-    m1 = zero + M1
-    for _ in tl.static_range(ROUNDS):
-        hi0 = tl.umulhi(c0, m0)
-        lo0 = c0 * m0  # uint32 arithmetic wraps: the low word of the product
-        hi1 = tl.umulhi(c2, m1)
-        lo1 = c2 * m1
-        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
-        k0 = k0 + W0  # the bump after the last round is unused
-        k1 = k1 + W1
-    scale = 1.0 / 9007199254740992.0  # 2**-53
-    u0 = ((c0 >> 5).to(tl.float64) * 67108864.0 + (c1 >> 6).to(tl.float64)) * scale
-    u1 = ((c2 >> 5).to(tl.float64) * 67108864.0 + (c3 >> 6).to(tl.float64)) * scale
-    out_row = out_ptr + row * stride_out
-    first = 2 * index.to(tl.int64)
-    tl.store(out_row + first, u0, mask=first < n)
-    tl.store(out_row + first + 1, u1, mask=first + 1 < n)
-
-
-def philox_uniforms(seeds: torch.Tensor, rounds: torch.Tensor, n: int) -> torch.Tensor:
-    """Philox4x32-10 uniforms, bit-identical to rng.philox_uniforms_torch.
-
-    seeds,    # [B] int64 CUDA
-    rounds,   # [B] int64 CUDA
-    returns   # [B, n] float64
-    """
-    B = seeds.shape[0]
-    out = torch.empty((B, n), dtype=torch.float64, device=seeds.device)
-    n_counters = (n + 1) // 2
-    if B == 0 or n == 0:
-        return out
-    grid = (B, triton.cdiv(n_counters, _PHILOX_BLOCK))
-    _philox_kernel[grid](
-        seeds.contiguous(), rounds.contiguous(), out, n, out.stride(0), BLOCK=_PHILOX_BLOCK,
-        M0=PHILOX_M0, M1=PHILOX_M1, W0=PHILOX_W0, W1=PHILOX_W1, ROUNDS=PHILOX_ROUNDS,
-        DOMAIN_WORD=DOMAIN,
     )
     return out
