@@ -149,6 +149,17 @@ def _masked_sum(row_ptr, V, t, m, kth, s_k, lp, li, USE_P: tl.constexpr,
 
 
 @triton.jit
+def _append(vbuf, ibuf, n, x, cols, sel, CAP: tl.constexpr):
+    """Append the selected (x, index) pairs to the row's buffer after its first n
+    entries, in order, keeping at most CAP; returns the new count (may exceed CAP)."""
+    pos = n + tl.cumsum(sel.to(tl.int32), 0) - 1
+    fit = sel & (pos < CAP)
+    tl.store(vbuf + pos, x, mask=fit)
+    tl.store(ibuf + pos, cols, mask=fit)
+    return n + tl.sum(sel.to(tl.int32), 0)
+
+
+@triton.jit
 def _compact(row_ptr, vbuf, ibuf, V, t, lower, CAP: tl.constexpr, BLOCK: tl.constexpr,
              PREFETCH: tl.constexpr):
     """Copy the scaled logits >= lower (and their indices) into the row's buffer, in
@@ -158,12 +169,7 @@ def _compact(row_ptr, vbuf, ibuf, V, t, lower, CAP: tl.constexpr, BLOCK: tl.cons
     for start in range(0, V, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         x, in_row, nxt = _stream(row_ptr, cols, V, t, nxt, BLOCK, PREFETCH, "")
-        sel = in_row & (x >= lower)
-        pos = n + tl.cumsum(sel.to(tl.int32), 0) - 1
-        ok = sel & (pos < CAP)
-        tl.store(vbuf + pos, x, mask=ok)
-        tl.store(ibuf + pos, cols, mask=ok)
-        n += tl.sum(sel.to(tl.int32), 0)
+        n = _append(vbuf, ibuf, n, x, cols, in_row & (x >= lower), CAP)
     tl.debug_barrier()  # the buffer is read back by other threads of this program
     return n
 
@@ -192,12 +198,7 @@ def _gather(row_ptr, cbuf, vbuf, ibuf, V, t, lower, colmax, CAP: tl.constexpr,
             ok = (j < n_cols) & (cols < V)
             raw = tl.load(row_ptr + cols, mask=ok, other=0.0)
             x = tl.div_rn(raw.to(tl.float32), t)
-            sel = ok & (x >= lower)
-            pos = n + tl.cumsum(sel.to(tl.int32), 0) - 1
-            fit = sel & (pos < CAP)
-            tl.store(vbuf + pos, x, mask=fit)
-            tl.store(ibuf + pos, cols, mask=fit)
-            n += tl.sum(sel.to(tl.int32), 0)
+            n = _append(vbuf, ibuf, n, x, cols, ok & (x >= lower), CAP)
         tl.debug_barrier()  # the buffer is read back by other threads of this program
     return n
 
