@@ -31,12 +31,14 @@ Two kernels, each tested against the torch path (tests/engine/test_sampling_gpu.
      buffer, the buffer's entries are stored at their indices (no further read of the
      row); otherwise the row is streamed once more.
 
-  Performance (bench/probs_kernel_sweep.py, H200, B = 1024, V = 49,152, bf16): with
-  top-k 20, 1.1x a read-once/write-once copy of the same bytes (the pre-gather version
-  of this kernel: 4.1x; the sort-based torch path: 59x); without top-k (every row
-  streamed three times) 2.0x; greedy 1.1x. The kernel is latency-bound rather than
-  bandwidth-bound: one program streams a row, and the register count of the whole
-  kernel (the sorts and searches included) limits how many rows are in flight per SM.
+  Performance (H200, B = 1024, V = 49,152, bf16; docs/gpu-runs.md), against a copy that
+  reads the logits and writes float32 once: with top-k 20, 1.1-1.4x per call in
+  bench/probs_kernel_sweep.py (up to 1.9x in bench/sampling_core.py) and 1.0x in device
+  time (kernel 0.110 ms + memset 0.045 ms); the pre-gather version of this kernel ran
+  at 4.1x, the sort-based torch path at 59x. Without top-k (every row streamed three
+  times) 2.0-2.3x; greedy 0.9-1.1x. At small B the kernel is latency-bound: one
+  program per row, and the register count of the whole kernel (the sorts and searches
+  included) limits how many rows are in flight per SM.
 
   The result is the reference law up to float32 rounding: the supports agree and the
   probabilities are within the 1e-6 the CUDA path is held to (exp and the sums are

@@ -200,6 +200,43 @@ def test_fused_kernel_layouts_and_edge_inputs():
     assert got.cpu().tolist() == [[0.0, 0.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0, 0.0]]
 
 
+def kernel_paths_case():
+    """Rows that steer the fused kernel's top-k candidate search down each of its paths.
+
+    The kernel keeps column maxima (column c: elements c, c + BLOCK, ...) and gathers
+    only the columns whose maximum reaches the group-maxima bound L:
+      row 0, 1: random logits: a few dozen candidates, sorted in the buffer (row 1 also
+        cuts top-p there);
+      row 2: 100 columns of tied top logits: the columns fit the buffer, their 1,200
+        candidates do not, so the exact threshold search finds the k-th value;
+      row 3: graded columns: over CAP candidates >= L but only k above the exact k-th
+        value, so after the search the kept set is compacted into the buffer for top-p;
+      row 4: ties over half the row: more candidate columns than the buffer holds, so the
+        row is streamed, searched, and top-p is cut by the streaming search.
+    """
+    from engine_under_test.sampling import triton_kernels
+    block = triton_kernels.PROBS_CONFIG["BLOCK"]
+    V = 12 * block
+    g = torch.Generator().manual_seed(11)
+    logits = torch.randn(5, V, generator=g) * 2
+    cols = torch.arange(100) * (block // 100)  # 100 columns in 100 different groups
+    for j in range(V // block):
+        logits[2, cols + j * block] = 9.0
+        logits[3, cols + j * block] = 9.0 + 0.001 * torch.arange(100) - 0.0001 * j
+    logits[4, : V // 2] = 9.0
+    t = torch.tensor([1.0, 0.7, 1.0, 1.0, 1.3])
+    k = torch.tensor([20, 50, 30, 30, 30])
+    p = torch.tensor([1.0, 0.9, 1.0, 0.8, 0.8])
+    return logits, t, k, p
+
+
+def test_fused_kernel_candidate_paths():
+    logits, t, k, p = kernel_paths_case()
+    want = reference_rows(logits, t, k, p)
+    assert (want[2] > 0).sum() == 1200  # every tie at the k-th value is kept
+    assert_close_law(batched_probabilities(*to_cuda(logits, t, k, p)), want)
+
+
 def test_hints_on_cuda():
     logits, t, k, p = prob_case(B=24, V=3000, seed=1)
     k = torch.where(k > 0, k, 7).clamp_max(60)  # top-k on in every row: the hint holds
