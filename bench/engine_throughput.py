@@ -18,9 +18,17 @@ over greedy rows; the issue's target is at most 1.02 on ``ouro-1.4b``.
 
 Every mode captures CUDA Graphs on GPU (``--no-graphs`` turns them off for all three).
 
+By default a run is one batch of ``concurrency`` requests that start together; the run
+lasts as long as its slowest request, and speculative modes, whose requests finish
+after different numbers of rounds, spend their last rounds on a shrinking batch.
+``--waves W`` submits W x concurrency requests with at most ``concurrency`` in flight,
+refilled as requests finish: closer to a server's steady state, where that tail is a
+1/W share of the run.
+
     python bench/engine_throughput.py --preset small --device cuda
     python bench/engine_throughput.py --quick            # CPU smoke: tiny, few tokens
     python bench/engine_throughput.py --json out.json    # also write the rows
+    python bench/engine_throughput.py --preset small --device cuda --waves 4
 """
 from __future__ import annotations
 
@@ -106,14 +114,19 @@ def main(argv=None) -> int:
                     "time (each timed run then gets its own warm-up run); ouro-1.4b at 1,024 "
                     "requests needs it on one H200 (48 GiB of per-depth KV per mode)")
     ap.add_argument("--runs", type=int, default=3, help="timed runs per mode (median)")
+    ap.add_argument("--waves", type=int, default=1,
+                    help="requests per slot: each run submits WAVES x concurrency requests "
+                    "with at most `concurrency` in flight, refilled as requests finish "
+                    "(1: one batch that starts together and waits for its slowest request)")
     ap.add_argument("--quick", action="store_true",
                     help="CPU smoke: concurrency 1,4,64, 16 tokens")
     ap.add_argument("--json", default=None, help="write the result rows to this file")
     args = ap.parse_args(argv)
     if args.quick:
         args.concurrency, args.max_tokens = "1,4,64", 16
-    if args.runs < 1:
-        ap.error(f"--runs must be at least 1, got {args.runs}")
+    for name in ("runs", "waves"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype) if args.dtype else (
         torch.bfloat16 if device.type == "cuda" else torch.float32)
@@ -123,26 +136,29 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     model = build_model(ModelConfig.preset(args.preset), device, dtype)
     print(f"# preset={args.preset} device={device} dtype={dtype} K={args.k} "
-          f"d={args.draft_loops} max_tokens={args.max_tokens} (model built in "
+          f"d={args.draft_loops} max_tokens={args.max_tokens} waves={args.waves} "
+          f"(model built in "
           f"{time.perf_counter() - t0:.1f}s)", flush=True)
     spec = SpeculativeConfig(args.k, "block", args.draft_loops)
-    common = dict(model=model, device=device, max_num_seqs=max(conc),
-                  use_cuda_graphs=not args.no_graphs)
-    engines = {
-        "nospec": LLM(**common),
-        "sync": LLM(speculative_config=spec, **common),
-        "async": LLM(speculative_config=spec, async_scheduling=True, **common),
-    }
     vocab = model.cfg.vocab_size
     rows = []
     header = (f"{'conc':>5} {'kind':>7} | " + " | ".join(f"{m:>18}" for m in MODES)
               + f" | {'sync/ns':>7} {'async/ns':>8} | {'accept':>6} | peak GiB (ns/sy/as)")
     print(header)
     for c in conc:
-        ps = prompts(c, vocab)
+        # One engine per mode with `c` slots (sharing the model): at most c requests in
+        # flight, refilled from the queue as requests finish when --waves > 1.
+        common = dict(model=model, device=device, max_num_seqs=c,
+                      use_cuda_graphs=not args.no_graphs)
+        engines = {
+            "nospec": LLM(**common),
+            "sync": LLM(speculative_config=spec, **common),
+            "async": LLM(speculative_config=spec, async_scheduling=True, **common),
+        }
+        ps = prompts(c * args.waves, vocab)
         per_round = {}
         for kind in kinds:
-            params = sampling(kind, c, args.max_tokens)
+            params = sampling(kind, c * args.waves, args.max_tokens)
             # Warm-up: one identical untimed run allocates the KV cache at its final size
             # and captures the graph of every (batch, draft width) shape the timed runs
             # use; a shorter warm-up would leave cache growth and recaptures inside the
@@ -173,6 +189,8 @@ def main(argv=None) -> int:
             print(f"{c:>5} {kind:>7} | {cells} | {row['ratio_sync']:>7.2f} "
                   f"{row['ratio_async']:>8.2f} | {acc if acc is not None else 0:>6.3f} | "
                   + "/".join(f"{peak[m]:.2f}" for m in MODES), flush=True)
+        for e in engines.values():  # free this concurrency's KV caches and graphs
+            e.close()
         if {"greedy", "random"} <= per_round.keys():
             g, r = per_round["greedy"], per_round["random"]
             ratio = {m: r[m] / g[m] for m in MODES}
@@ -185,7 +203,8 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump({"preset": args.preset, "device": str(device), "dtype": str(dtype),
                        "K": args.k, "draft_loops": args.draft_loops,
-                       "max_tokens": args.max_tokens, "rows": rows}, f, indent=2)
+                       "max_tokens": args.max_tokens, "runs": args.runs,
+                       "waves": args.waves, "rows": rows}, f, indent=2)
     return 0
 
 
