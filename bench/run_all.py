@@ -1,7 +1,7 @@
 """`make bench`: every benchmark, sized for the machine it runs on.
 
 On a CPU machine the sizes are small (the numbers show ratios, not GPU throughput);
-with CUDA, the sizes recorded in docs/benchmarks.md. Each script prints its ratios
+with CUDA, the sizes recorded in docs/gpu-runs.md. Each script prints its ratios
 measured side by side in one run.
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ def main() -> int:
         ["sampling_core.py"] + (["--device", "cuda", "--rows", "1024"] if cuda else
                                 ["--device", "cpu", "--rows", "16", "--repeats", "5"]),
         ["engine_throughput.py"] + ([] if cuda else ["--quick"]),
+        *([["probs_kernel_sweep.py", "", "PREFETCH=0", "BLOCK=8192"]] if cuda else []),
         ["calibration_reference.py", "--replications", "200" if not cuda else "1000"],
     ]
     status = 0
