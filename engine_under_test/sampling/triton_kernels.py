@@ -206,14 +206,6 @@ def _gather(row_ptr, cbuf, vbuf, ibuf, V, t, lower, colmax, CAP: tl.constexpr,
 
 
 @triton.jit
-def _write_sparse(orow, idx, prob, keep):
-    """The write pass when every kept token is in the buffer: the output is zero
-    already (the launcher allocates it zeroed), so only the kept probabilities are
-    stored, at their indices. The row's logits are not read again."""
-    tl.store(orow + idx, prob, mask=keep)
-
-
-@triton.jit
 def _write_dense(orow, lrow, V, ts, m, kth, s_k, s_final, lp, li, top_p_on,
                  BLOCK: tl.constexpr, PREFETCH: tl.constexpr):
     """The write pass that streams the row: exp(x - m) / s_final over the kept set (x >=
@@ -463,8 +455,10 @@ def _probs_kernel(logits_ptr, stride_l, out_ptr, stride_o, t_ptr, k_ptr, p_ptr,
                 li = tl.where(cut, _pick(sidx, j, below, -1), li)
                 final = kept & ((pb > lp) | ((pb == lp) & (bi <= li)))
                 s_final = tl.sum(tl.where(final, e, 0.0), 0)
-            # the same values the dense write pass would compute, written sparsely
-            _write_sparse(orow, bi, tl.div_rn(e, s_final), final)
+            # The write: the output is zero already (the launcher allocates it zeroed),
+            # so only the kept probabilities are stored, at their indices; the same
+            # values the streamed write computes, without reading the row again.
+            tl.store(orow + bi, tl.div_rn(e, s_final), mask=final)
         else:
             s_k = _masked_sum(lrow, V, ts, m, kth, s_k, lp, li, False, BLOCK, PREFETCH)
             s_final = s_k

@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from engine_under_test import (
-    DEFAULT_PROMPT,
     LLM,
     ModelConfig,
     SamplingParams,
@@ -14,14 +13,7 @@ from engine_under_test import (
 from engine_under_test.model import build_model
 from engine_under_test.mutants import list_mutants
 from engine_under_test.sampling import Sampler
-
-PROMPT = list(DEFAULT_PROMPT)
-SPEC = SpeculativeConfig(3, "block", 2)
-MODES = {
-    "nospec": dict(speculative_config=None),
-    "sync": dict(speculative_config=SPEC),
-    "async": dict(speculative_config=SPEC, async_scheduling=True),
-}
+from tests.engine.helpers import MODES, PROMPT, SPEC
 
 
 def rand(seed, **kw):

@@ -7,23 +7,15 @@ import pytest
 import torch
 
 from engine_under_test import (
-    DEFAULT_PROMPT,
     LLM,
     SamplingParams,
-    SpeculativeConfig,
 )
 from engine_under_test.runners.block_async import advance_slots
 from engine_under_test.runners.mutant_hooks import MutantHooks
 from engine_under_test.runners.spec_round import RoundOutputs
 from engine_under_test.runners.state import SlotState
 from engine_under_test.sampling import RngRegistry
-
-PROMPT = list(DEFAULT_PROMPT)
-MODES = {
-    "nospec": dict(speculative_config=None),
-    "sync": dict(speculative_config=SpeculativeConfig(3, "block", 2)),
-    "async": dict(speculative_config=SpeculativeConfig(3, "block", 2), async_scheduling=True),
-}
+from tests.engine.helpers import MODES, PROMPT
 
 
 def rand(seed, max_tokens=20):

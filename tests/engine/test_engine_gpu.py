@@ -7,18 +7,15 @@ import pytest
 import torch
 
 from engine_under_test import (
-    DEFAULT_PROMPT,
     LLM,
     ModelConfig,
     SamplingParams,
-    SpeculativeConfig,
 )
 from engine_under_test.model import build_model
+from tests.engine.helpers import PROMPT, SPEC
 
 pytestmark = pytest.mark.gpu
 
-PROMPT = list(DEFAULT_PROMPT)
-SPEC = SpeculativeConfig(3, "block", 2)
 GREEDY = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
 
 

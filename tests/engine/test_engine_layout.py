@@ -7,15 +7,14 @@ import pytest
 import torch
 
 from engine_under_test import (
-    DEFAULT_PROMPT,
     LLM,
     SamplingParams,
     SpeculativeConfig,
 )
 from engine_under_test.sampling import Sampler
+from tests.engine.helpers import PROMPT
 
 K, D = 3, 2
-PROMPT = list(DEFAULT_PROMPT)
 
 
 def params(seed: int) -> SamplingParams:

@@ -5,20 +5,13 @@ import pytest
 import torch
 
 from engine_under_test import (
-    DEFAULT_PROMPT,
     LLM,
     SamplingParams,
     SpeculativeConfig,
 )
 from engine_under_test.runners.spec_round import DRAFT_ROUND_OFFSET, draft_uniforms
 from engine_under_test.sampling import RngRegistry, philox_uniforms
-
-PROMPT = list(DEFAULT_PROMPT)
-MODES = {
-    "nospec": dict(speculative_config=None),
-    "sync": dict(speculative_config=SpeculativeConfig(3, "block", 2)),
-    "async": dict(speculative_config=SpeculativeConfig(3, "block", 2), async_scheduling=True),
-}
+from tests.engine.helpers import MODES, PROMPT, SPEC
 
 
 def rand(seed, max_tokens=12, **kw):
@@ -57,7 +50,7 @@ def test_adding_or_removing_requests_does_not_change_a_request(model, mode):
 def test_registry_counters_advance_once_per_round(model):
     """A random request draws one block per submitted round (prefill is round 0);
     greedy requests acquire nothing and their counter never moves."""
-    llm = LLM(model=model, speculative_config=SpeculativeConfig(3, "block", 2))
+    llm = LLM(model=model, speculative_config=SPEC)
     runner = llm.runner
     llm.add_request("r", PROMPT, rand(5, max_tokens=30))
     llm.add_request("g", PROMPT, SamplingParams(temperature=0, max_tokens=30))

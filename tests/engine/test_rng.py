@@ -7,6 +7,7 @@ from scipy import stats
 
 from engine_under_test.sampling import RngRegistry, philox_uniforms
 from engine_under_test.sampling.rng import philox4x32_10, philox_uniforms_torch, words_to_uniforms
+from tests.engine.helpers import forbid_host_reads
 
 # Random123's kat_vectors for philox4x32 with 10 rounds: counter (4 words), key (2
 # words), expected output (4 words).
@@ -192,13 +193,7 @@ def test_registry_draw_makes_no_host_reads(monkeypatch):
     reg = RngRegistry(5, 3)
     reg.bind(0, 3)
     reg.bind(2, 4)
-
-    def boom(*args, **kwargs):
-        raise AssertionError("host read in RngRegistry.draw")
-
-    for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__",
-                 "__index__"):
-        monkeypatch.setattr(torch.Tensor, name, boom)
+    forbid_host_reads(monkeypatch, "in RngRegistry.draw")
     reg.draw(torch.tensor([2, 1, 0]), torch.tensor([True, False, True]))
 
 

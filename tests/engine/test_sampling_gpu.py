@@ -22,6 +22,7 @@ from engine_under_test.sampling import (
 )
 from engine_under_test.sampling._dispatch import triton_kernels_for
 from engine_under_test.sampling.rng import philox_uniforms_torch
+from tests.engine.helpers import small_tie_case
 
 pytestmark = pytest.mark.gpu
 
@@ -152,11 +153,7 @@ def test_fused_kernel_on_ties_cuts_and_fallbacks():
     # and in probabilities common (top-k ties, top-p cuts inside tie groups), and the
     # large-k rows (k > the kernel's group count) take the threshold-search fallback.
     g = torch.Generator().manual_seed(2024)
-    B, V = 160, 24
-    logits = torch.randint(-4, 5, (B, V), generator=g).float() * torch.rand(B, 1, generator=g)
-    t = torch.rand(B, generator=g).mul(2.0).where(torch.rand(B, generator=g) > 0.1, 0.0)
-    k = torch.randint(-2, V + 3, (B,), generator=g)
-    p = torch.rand(B, generator=g).where(torch.rand(B, generator=g) > 0.2, 1.0).clamp_min(0.01)
+    logits, t, k, p = small_tie_case(g)
     assert_close_law(batched_probabilities(*to_cuda(logits, t, k, p)),
                      reference_rows(logits, t, k, p))
     # Few distinct values on a large vocabulary: huge tie groups at the k-th value and

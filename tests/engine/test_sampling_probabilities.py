@@ -12,6 +12,7 @@ import torch
 
 from engine_under_test.params import SamplingParams
 from engine_under_test.sampling import Sampler, batched_probabilities
+from tests.engine.helpers import forbid_host_reads, small_tie_case
 
 
 def reference(logits, temperature, top_k, top_p):
@@ -174,16 +175,10 @@ def test_batched_accepts_other_parameter_dtypes():
 
 
 def test_batched_makes_no_host_reads(monkeypatch):
-    # On CPU a host read cannot be seen as a sync, so forbid the calls that would be.
-    def boom(*args, **kwargs):
-        raise AssertionError("host read on the batched path")
-
     logits = torch.randn(4, 30, generator=torch.Generator().manual_seed(8))
     args = (logits, torch.tensor([0.0, 1.0, 0.5, 1.5]), torch.tensor([0, 5, 2, 0]),
             torch.tensor([1.0, 0.7, 1.0, 0.3]))
-    for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__",
-                 "__index__"):
-        monkeypatch.setattr(torch.Tensor, name, boom)
+    forbid_host_reads(monkeypatch, "on the batched path")
     batched_probabilities(*args)
 
 
@@ -229,12 +224,7 @@ def test_rows_sum_to_one():
 def test_batched_equals_reference_on_many_random_configurations():
     # Small vocabularies with integer logits make ties in logits and in probabilities
     # common, so top-k ties and top-p cuts inside tie groups are exercised.
-    g = torch.Generator().manual_seed(2024)
-    B, V = 160, 24
-    logits = torch.randint(-4, 5, (B, V), generator=g).float() * torch.rand(B, 1, generator=g)
-    t = torch.rand(B, generator=g).mul(2.0).where(torch.rand(B, generator=g) > 0.1, 0.0)
-    k = torch.randint(-2, V + 3, (B,), generator=g)
-    p = torch.rand(B, generator=g).where(torch.rand(B, generator=g) > 0.2, 1.0).clamp_min(0.01)
+    logits, t, k, p = small_tie_case(torch.Generator().manual_seed(2024))
     want = reference(logits, t.tolist(), k.tolist(), p.tolist())
     assert_same_law(batched_probabilities(logits, t, k, p), want)
 
@@ -296,14 +286,8 @@ def test_any_top_p_false_skips_top_p():
 def test_hints_keep_inputs_untouched_and_make_no_host_reads(monkeypatch):
     logits, t, k, p, max_top_k = _hinted_case(3, "normal")
     clones = [x.clone() for x in (logits, t, k, p)]
-
-    def boom(*args, **kwargs):
-        raise AssertionError("host read on the batched path")
-
     with monkeypatch.context() as patch:
-        for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__",
-                     "__index__"):
-            patch.setattr(torch.Tensor, name, boom)
+        forbid_host_reads(patch, "on the batched path")
         batched_probabilities(logits, t, k, p, max_top_k=max_top_k)
         batched_probabilities(logits, t, k, p, max_top_k=max_top_k, any_top_p=False)
     for before, after in zip(clones, (logits, t, k, p), strict=True):
