@@ -18,8 +18,13 @@ DEFAULT_OUT = Path("reports")
 
 
 def _fail(exc: SpecconformError) -> None:
-    click.echo(f"error: {exc}", err=True)
-    sys.exit(exc.exit_code)
+    from specconform.runner.sharding import current_shard, report_exit_code
+
+    shard = current_shard() if "RANK" in os.environ else None
+    if shard is None or shard.is_leader:
+        click.echo(f"error: {exc}", err=True)  # one line, from one process
+        sys.exit(report_exit_code(exc.exit_code))
+    sys.exit(0 if os.environ.get("SPECCONFORM_RESULT_FILE") else exc.exit_code)
 
 
 class _Group(click.Group):
@@ -76,6 +81,10 @@ def run_options(f):
                      help="Seed ledger (distribution protocols); default OUT/seed-ledger.jsonl."),
         click.option("--resume", type=click.Path(file_okay=False, path_type=Path), default=None,
                      help="Continue an interrupted distribution run from its checkpoint folder."),
+        click.option("--nproc", type=click.IntRange(min=1), default=None,
+                     help="Shard a distribution run's seed batches over N processes on this "
+                          "host (launches torchrun; see docs/scaling.md). Exit 4: a process "
+                          "died, continue with --resume."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -140,7 +149,7 @@ def _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, 
 @cli.command()
 @run_options
 def run(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_sign, ledger,
-        resume):
+        resume, nproc):
     """Run a pre-registered PROTOCOL and write a signed evidence archive.
 
     Prints a table of every check, then `result: PASS|FAIL` and `archive: PATH`.
@@ -148,13 +157,42 @@ def run(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_si
     """
     from specconform.runner.execute import print_table
 
+    _launch_shards(nproc)
     outcome = _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key,
                        no_sign, ledger, resume)
+    _exit_follower(outcome)
     print_table(outcome.evaluation)
     verdict = outcome.evaluation.verdict.verdict
     click.echo(f"result: {verdict}")
     click.echo(f"archive: {outcome.archive}")
-    sys.exit(EXIT_PASS if verdict == "PASS" else EXIT_FAIL)
+    _exit(EXIT_PASS if verdict == "PASS" else EXIT_FAIL)
+
+
+def _launch_shards(nproc: int | None) -> None:
+    """`--nproc N`: re-run this very command under torchrun as N shards, and exit with
+    the code the one-process run would have given."""
+    if nproc is None:
+        return
+    if "RANK" in os.environ:
+        raise UsageError("--nproc: already running under torchrun; drop --nproc")
+    from specconform.runner.sharding import launch
+
+    argv = sys.argv[1:]
+    cut = [i for i, a in enumerate(argv) if a == "--nproc" or a.startswith("--nproc=")]
+    for i in reversed(cut):
+        del argv[i: i + (1 if "=" in argv[i] else 2)]
+    sys.exit(launch(nproc, argv))
+
+
+def _exit_follower(outcome) -> None:
+    if outcome.follower:
+        sys.exit(EXIT_PASS)  # the leader prints the table and carries the verdict
+
+
+def _exit(code: int) -> None:
+    from specconform.runner.sharding import report_exit_code
+
+    sys.exit(report_exit_code(code))
 
 
 @cli.command()
@@ -162,14 +200,16 @@ def run(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_si
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write JUnit XML of every test here.")
 def gate(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_sign, ledger,
-         resume, junit):
+         resume, nproc, junit):
     """A run meant for CI: like `run`, plus JUnit XML (--junit) and the Markdown summary
     appended to $GITHUB_STEP_SUMMARY when set. Exit 0/1/2/3 as documented."""
     from specconform.report import junit_xml, step_summary_markdown
     from specconform.runner.execute import print_table
 
+    _launch_shards(nproc)
     outcome = _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key,
                        no_sign, ledger, resume)
+    _exit_follower(outcome)
     print_table(outcome.evaluation)
     verdict = outcome.evaluation.verdict.verdict
     if junit is not None:
@@ -184,7 +224,7 @@ def gate(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_s
             fh.write(step_summary_markdown(outcome.archive))
     click.echo(f"result: {verdict}")
     click.echo(f"archive: {outcome.archive}")
-    sys.exit(EXIT_PASS if verdict == "PASS" else EXIT_FAIL)
+    _exit(EXIT_PASS if verdict == "PASS" else EXIT_FAIL)
 
 
 @cli.command()

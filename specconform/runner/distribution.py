@@ -112,44 +112,79 @@ def _records_frame(group, records) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(SAMPLE_COLUMNS))
 
 
-def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
+def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes] | None:
+    """Generate every batch (this rank's share of them under torchrun), then, on the
+    leader, replay the reference. Returns the raw files, or None on a follower rank
+    (its batches are on disk; the leader seals the one archive)."""
     from specconform.adapters.engine import BundledEngine
+    from specconform.runner import sharding
 
     model = loaded.model
-    engine = BundledEngine(model.engine, mutant=mutant, log=log)
-    ledger = Path(context.get("ledger") or Path(context["out_dir"]) / "seed-ledger.jsonl")
-    folder = open_checkpoint(loaded, mutant=mutant, context=context)
-    check_and_reserve(ledger, [
-        LedgerEntry(loaded.name, loaded.hash, context["attempt"], g.name,
-                    group_seeds(model, g).start, group_seeds(model, g).stop, mutant)
-        for g in model.groups], expansion=model.expansion)
-    groups = {g.name: g for g in model.groups}
-    plan = batch_plan(model)
-    frames = []
+    shard = sharding.current_shard()
+    coord = sharding.Coordinator(shard)
     try:
-        with progress("generate", sum(b - a for _, a, b in plan)) as bar:
-            for name, start, stop in plan:
-                path = folder / "batches" / f"{name}-{start}.csv"
-                if not path.exists():
-                    records = engine.run_group(groups[name], list(range(start, stop)))
-                    buf = io.StringIO()
-                    _records_frame(groups[name], records).to_csv(buf, index=False,
-                                                                lineterminator="\n")
-                    _atomic_write(path, buf.getvalue().encode())
-                frames.append(pd.read_csv(path))
-                bar.advance(stop - start)
-    except KeyboardInterrupt:
-        print(f"interrupted: continue with --resume {folder}", file=sys.stderr, flush=True)
-        raise
-    samples = pd.concat(frames, ignore_index=True)
-    log(f"generated {len(samples)} samples in {len(plan)} batches ({folder})")
+        return _collect(loaded, model, shard, coord, BundledEngine, mutant=mutant,
+                        progress=progress, log=log, context=context)
+    finally:
+        coord.close()
+
+
+def _collect(loaded, model, shard, coord, engine_cls, *, mutant, progress, log, context):
+    from specconform.runner import sharding
+
+    # Every rank checks that it can run (device present, mutant known) before the
+    # leader writes anything: a rank without the protocol's device refuses at start.
+    sharding.select_device(shard, model.engine.device)
+    engine, error = None, None
     try:
+        engine = engine_cls(model.engine, mutant=mutant, log=log)
+    except UsageError as exc:
+        error = str(exc)
+    coord.agree(error)
+    try:
+        folder = None
+        if shard.is_leader:
+            folder, error = _open_run(loaded, model, mutant=mutant, context=context)
+        folder, error = coord.share((str(folder) if folder else None, error))
+        if error:
+            raise UsageError(error)
+        folder = Path(folder)
+        groups = {g.name: g for g in model.groups}
+        plan = batch_plan(model)
+        mine = [b for i, b in enumerate(plan) if shard.owns(i)]
+        try:
+            with progress("generate", sum(b - a for _, a, b in mine)) as bar:
+                for name, start, stop in mine:
+                    path = _batch_path(folder, name, start)
+                    if not path.exists():
+                        records = engine.run_group(groups[name], list(range(start, stop)))
+                        buf = io.StringIO()
+                        _records_frame(groups[name], records).to_csv(buf, index=False,
+                                                                    lineterminator="\n")
+                        _atomic_write(path, buf.getvalue().encode())
+                    bar.advance(stop - start)
+        except KeyboardInterrupt:
+            print(f"interrupted: continue with --resume {folder}", file=sys.stderr, flush=True)
+            raise
+        coord.barrier()  # every batch file is on disk
+        if not shard.is_leader:
+            return None
+        frames = []
+        for name, start, _ in plan:
+            path = _batch_path(folder, name, start)
+            if not path.exists():
+                raise UsageError(f"{path}: batch missing after generation; continue the run "
+                                 f"with --resume {folder}")
+            frames.append(pd.read_csv(path))
+        samples = pd.concat(frames, ignore_index=True)
+        log(f"generated {len(samples)} samples in {len(plan)} batches ({folder})")
         t0 = time.perf_counter()
         reference = replay_reference(engine, model, samples, progress)
         print(f"timing: reference replay in {time.perf_counter() - t0:.1f}s",
               file=sys.stderr, flush=True)
     finally:
-        engine.close()
+        if engine is not None:
+            engine.close()
     buf = io.StringIO()
     samples.to_csv(buf, index=False, lineterminator="\n")
     context.setdefault("on_success", []).append(lambda: _discard_checkpoint(folder))
@@ -159,6 +194,26 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
     return {"raw/samples.csv": buf.getvalue().encode(),
             "raw/reference.json": json.dumps(reference, sort_keys=True,
                                              separators=(",", ":")).encode()}
+
+
+def _batch_path(folder: Path, group: str, start: int) -> Path:
+    return folder / "batches" / f"{group}-{start}.csv"
+
+
+def _open_run(loaded, model, *, mutant, context) -> tuple[Path | None, str | None]:
+    """Leader only: the checkpoint folder and the seed ledger entries of the whole run
+    (every group's full range, whatever the number of processes). Returns (folder,
+    None), or (None, the one-line refusal) so that every rank can refuse with it."""
+    try:
+        ledger = Path(context.get("ledger") or Path(context["out_dir"]) / "seed-ledger.jsonl")
+        folder = open_checkpoint(loaded, mutant=mutant, context=context)
+        check_and_reserve(ledger, [
+            LedgerEntry(loaded.name, loaded.hash, context["attempt"], g.name,
+                        group_seeds(model, g).start, group_seeds(model, g).stop, mutant)
+            for g in model.groups], expansion=model.expansion)
+    except UsageError as exc:
+        return None, str(exc)
+    return folder, None
 
 
 def _sparse(law) -> dict[str, float]:

@@ -7,6 +7,7 @@ renamed into place only when complete.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -24,10 +25,17 @@ from specconform.results import Evaluation, RawData
 
 @dataclass(frozen=True)
 class RunOutcome:
+    """A finished run. On a follower rank of a sharded run (`runner.sharding`) only
+    `run_id` is set: its batches are in the checkpoint folder, the leader seals."""
+
     run_id: str
-    run_dir: Path
+    run_dir: Path | None
     archive: Path | None
-    evaluation: Evaluation
+    evaluation: Evaluation | None
+
+    @property
+    def follower(self) -> bool:
+        return self.evaluation is None
 
 
 class RunLog:
@@ -67,6 +75,12 @@ def collect_raw(loaded: LoadedProtocol, *, mutant: str | None, progress, log,
                 run_context: dict) -> dict[str, bytes]:
     kind = loaded.kind
     model = loaded.model
+    if kind != "distribution" and "RANK" in os.environ:
+        from specconform.runner.sharding import current_shard
+
+        if current_shard().distributed:
+            raise UsageError(f"{loaded.path}: only distribution protocols shard over "
+                             f"processes; run this {kind} protocol without torchrun/--nproc")
     if kind in ("quadrature", "montecarlo"):
         from specconform.adapters.kernel import load_kernel
 
@@ -106,6 +120,8 @@ def execute(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str], mutant: s
         log(f"overrides {json.dumps(loaded.overrides, sort_keys=True)}")
     raw = collect_raw(loaded, mutant=mutant, progress=progress, log=log,
                       run_context=run_context)
+    if raw is None:  # a follower rank of a sharded run: the leader seals the archive
+        return RunOutcome(run_id, None, None, None)
     evaluation = reevaluate(loaded.data, RawData(raw))
     finished = datetime.now(timezone.utc)
     log(f"verdict {evaluation.verdict.verdict}")
