@@ -4,7 +4,7 @@
 # and engine benchmarks, fp32_t2 at 5,000 seeds, and the fp32_t2 kill matrix.
 #
 # Usage: bash bench/gpu_session.sh [part...]
-#   parts: env tests bench sweep fp32 kill kill2 bonus killci engine engine_small engine_ouro
+#   parts: env tests bench sweep fp32 shard kill kill2 bonus killci engine engine_small engine_ouro
 #          (sweep: launch configurations of the probabilities kernel, SWEEP_CONFIGS)
 #          (kill2: the kill matrix in 2 processes; bonus: extra kill rows, BONUS_MUTANTS)
 #          tests+kill   GPU tests and the fp32_t2 kill matrix side by side (neither is
@@ -90,6 +90,24 @@ engine_preset() {
     --max-tokens "${ENGINE_TOKENS:-128}" --concurrency "${ENGINE_CONCURRENCY:-1,4,64,1024}" \
     --json "$OUT/engine-$preset.json" "$@"
 }
+part_shard() {
+  # Issue 17: fp32_t2 at 5,000 seeds from one process and from two processes sharing
+  # the one GPU; raw data and results must be byte-identical.
+  local args=(protocols/fp32_t2.yaml --seeds 5000 --offset 5e6 --no-sign)
+  lim /usr/bin/time -f "one process: %e s" python3 -m specconform run "${args[@]}" \
+    --out "$OUT/shard1" --ledger "$OUT/shard1.jsonl" 2>&1 | grep -E "^result|^timing|one process"
+  lim /usr/bin/time -f "two processes: %e s" python3 -m specconform run "${args[@]}" \
+    --out "$OUT/shard2" --ledger "$OUT/shard2.jsonl" --nproc 2 2>&1 \
+    | grep -E "^result|^timing: ref|two processes|^error"
+  local a b same=yes
+  a=$(ls -d "$OUT"/shard1/*/ | head -1); b=$(ls -d "$OUT"/shard2/*/ | head -1)
+  for f in raw/samples.csv raw/reference.json results/tests.json results/tests.csv verdict.json; do
+    cmp -s "$a/$f" "$b/$f" && echo "identical: $f" || { echo "DIFFERENT: $f"; same=no; }
+  done
+  grep -h world_size "$a/environment.json" "$b/environment.json"
+  echo "shard invariance: $same"
+  rm -rf "$OUT/shard1" "$OUT/shard2" "$OUT"/shard*.jsonl
+}
 part_engine_small() { engine_preset small; }
 # ouro-1.4b at 1,024 requests: 48 GiB of per-depth KV per mode, so one mode at a time.
 part_engine_ouro() { engine_preset ouro-1.4b --one-engine-from 1024; }
@@ -104,7 +122,7 @@ for part in ${*:-env tests bench fp32 kill}; do
       tests_pid=$!
       part_kill
       wait $tests_pid; cat "$OUT/.tests.log"; rm -f "$OUT/.tests.log" ;;
-    env|tests|bench|sweep|fp32|kill|kill2|bonus|killci|engine|engine_small|engine_ouro) "part_$part" ;;
+    env|tests|bench|sweep|fp32|shard|kill|kill2|bonus|killci|engine|engine_small|engine_ouro) "part_$part" ;;
     *) echo "unknown part: $part"; exit 2 ;;
   esac
 done
