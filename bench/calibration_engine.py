@@ -20,7 +20,7 @@ import pandas as pd
 
 from specconform.adapters.engine import BundledEngine
 from specconform.calibration import summarize, verdict_bound
-from specconform.kinds.distribution_eval import evaluate_frames
+from specconform.kinds.distribution import evaluate_frames
 from specconform.protocol.load import apply_overrides, load_protocol
 from specconform.runner.distribution import (
     SAMPLE_COLUMNS,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from specconform.kinds.distribution_eval import Reference, evaluate_frames
+from specconform.kinds.distribution import Reference, evaluate_frames
 
 K = 3  # drafts per round in fp32_t2; only used for the drafted/accepted telemetry
 
@@ -182,7 +182,8 @@ def simulate(world: World, n_seeds: int, rng: np.random.Generator, *, offset: in
     for g in groups:
         u = uniforms[np.searchsorted(all_seeds, seeds[g["name"]])]
         cols = _sample_group(world, u, g.get("draft_loops"), mutant)
-        frames.append(pd.DataFrame({"group": g["name"], "seed": seeds[g["name"]], **cols}))
+        frames.append(pd.DataFrame({"group": g["name"], "seed": seeds[g["name"]], **cols,
+                                    "finish_reason": "length"}))  # exact laws: no errors
     return pd.concat(frames, ignore_index=True)
 
 

@@ -1,52 +1,136 @@
 """Result records shared by every protocol kind, the evidence writer and `verify`.
 
+A test returns a frozen :class:`TestRow` in the scipy style: ``statistic``, ``df``,
+``pvalue`` (the p-value the decision used, named by ``pvalue_method``), ``n``, a
+``status`` and, for deciding tests, the family-adjusted p-value (``adjusted_pvalue``,
+e.g. Holm's). ``detail`` is the per-stratum record of the test, already in its JSON
+form (numbers finite or None): it is written to the archive as it is.
+
+Status, one of :data:`STATUSES`:
+
+- ``PASS`` / ``FAIL``: the test had evidence and decided;
+- ``NO_EVIDENCE``: nothing was testable (df 0, no stratum reached the threshold, every
+  cell pooled into one); never a pass, and in a deciding role it fails the verdict with
+  the reason "no evidence";
+- ``INFO``: reported, never decides (exploratory rows, coverage).
+
+``passed`` stays for readers of the first archive schema: True for PASS, False for
+FAIL and NO_EVIDENCE, None for INFO.
+
 Imports no torch: a reviewer recomputes verdicts from raw data with numpy/scipy/pandas.
 """
 from __future__ import annotations
 
 import io
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 ROLES = ("prerequisite", "primary", "secondary", "exploratory", "mechanism", "case")
+PASS, FAIL, NO_EVIDENCE, INFO = "PASS", "FAIL", "NO_EVIDENCE", "INFO"
+STATUSES = (PASS, FAIL, NO_EVIDENCE, INFO)
+# The archive's results schema: 1 = before family-wise verdicts (no `status`, no
+# `adjusted_pvalue`), 2 = this module. Written into verdict.json as `schema`.
+RESULTS_SCHEMA = 2
 
 
 @dataclass(frozen=True)
 class TestRow:
-    """One test's outcome. `passed` is None for exploratory rows that never decide."""
+    """One test's outcome (see the module docstring for ``status``)."""
 
     __test__ = False  # not a pytest test class
 
     test: str
     role: str
-    statistic: float
+    statistic: float | None
     df: float | None
     pvalue: float | None
     n: int
     alpha: float
     passed: bool | None
     detail: dict[str, Any] = field(default_factory=dict)
+    status: str = ""  # derived from `passed` when empty (schema-1 rows)
+    pvalue_method: str = ""  # what `pvalue` is: "chi2", "exact binomial", "Bonferroni ..."
+    adjusted_pvalue: float | None = None  # family-adjusted p (deciding stochastic tests)
+    adjusted_method: str = ""  # "Holm" | "Bonf": the adjusted p reads p_Holm / p_Bonf
+    deciding: bool = False  # whether the verdict reads this row
+    reason: str = ""  # why a deciding row failed: "no evidence", "engine errors", ...
+
+    def __post_init__(self):
+        if not self.status:
+            derived = INFO if self.passed is None else (PASS if self.passed else FAIL)
+            object.__setattr__(self, "status", derived)
+        if self.status not in STATUSES:
+            raise ValueError(f"test {self.test}: status {self.status!r} not in {STATUSES}")
 
     def to_json(self) -> dict[str, Any]:
+        # Imported here: specconform.evidence imports this module (one number rule for
+        # every evidence file lives in jsonio).
+        from specconform.evidence.jsonio import json_number
+
         row = asdict(self)
-        for key in ("statistic", "df", "pvalue"):
-            row[key] = _finite_or_none(row[key])
+        for key in ("statistic", "df", "pvalue", "adjusted_pvalue"):
+            row[key] = json_number(row[key])
         return row
+
+    @classmethod
+    def from_json(cls, row: Mapping[str, Any]) -> TestRow:
+        """A row read back from results/tests.json (either schema); ``detail`` may be a
+        JSON string (tests.csv). Raises KeyError/TypeError/ValueError on a malformed row."""
+        detail = row.get("detail") or {}
+        if isinstance(detail, str):
+            detail = json.loads(detail)
+        passed = row.get("passed")
+        if passed is not None and not isinstance(passed, bool):
+            raise TypeError(f"passed is {passed!r}, not a boolean")
+        return cls(test=str(row["test"]), role=str(row["role"]),
+                   statistic=_float(row.get("statistic")), df=_float(row.get("df")),
+                   pvalue=_float(row.get("pvalue")), n=int(row["n"]),
+                   alpha=float(row["alpha"]), passed=passed, detail=detail,
+                   status=str(row.get("status") or ""),
+                   pvalue_method=str(row.get("pvalue_method") or ""),
+                   adjusted_pvalue=_float(row.get("adjusted_pvalue")),
+                   adjusted_method=str(row.get("adjusted_method") or ""),
+                   deciding=bool(row.get("deciding", False)),
+                   reason=str(row.get("reason") or ""))
 
 
 @dataclass(frozen=True)
 class Verdict:
+    """The protocol's decision. ``alpha`` is the family-wise false-fail rate the verdict
+    holds (schema 2) or the per-test level (schema 1); ``statement`` says which, e.g.
+    "false-fail rate <= 0.01 over 8 tests (Holm)"; ``reasons`` maps each failed test to
+    why it failed ("p_Holm < alpha", "no evidence", "engine errors", ...)."""
+
     verdict: str  # "PASS" or "FAIL"
     alpha: float
     rule: str
     failed: tuple[str, ...]
+    combine: str = ""  # "holm" | "bonferroni" | "" (schema 1: each test at alpha)
+    family_size: int = 0  # stochastic deciding tests the rate is taken over
+    statement: str = ""
+    reasons: tuple[tuple[str, str], ...] = ()
+    schema: int = 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "alpha": self.alpha, "rule": self.rule,
-                "failed": list(self.failed)}
+        out = {"verdict": self.verdict, "alpha": self.alpha, "rule": self.rule,
+               "failed": list(self.failed)}
+        if self.schema >= 2:
+            out.update({"combine": self.combine, "family_size": self.family_size,
+                        "statement": self.statement, "reasons": dict(self.reasons),
+                        "schema": self.schema})
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> Verdict:
+        return cls(verdict=str(obj["verdict"]), alpha=float(obj["alpha"]),
+                   rule=str(obj.get("rule", "")), failed=tuple(obj.get("failed", ())),
+                   combine=str(obj.get("combine", "")),
+                   family_size=int(obj.get("family_size", 0)),
+                   statement=str(obj.get("statement", "")),
+                   reasons=tuple(sorted((obj.get("reasons") or {}).items())),
+                   schema=int(obj.get("schema", 1)))
 
 
 @dataclass(frozen=True)
@@ -57,7 +141,10 @@ class Evaluation:
 
 def decide(tests: list[TestRow] | tuple[TestRow, ...], alpha: float,
            deciding_roles: tuple[str, ...], rule: str) -> Verdict:
-    """PASS iff every test whose role is in `deciding_roles` passed."""
+    """Schema-1 rule: PASS iff every test whose role is in `deciding_roles` passed, each
+    at its own level (no family-wise statement). Kept for the toy kind of the evidence
+    tests and for archives written before family-wise verdicts; protocol kinds use
+    :func:`specconform.kinds.verdict.family_verdict`."""
     failed = tuple(t.test for t in tests if t.role in deciding_roles and t.passed is False)
     return Verdict("FAIL" if failed else "PASS", alpha, rule, failed)
 
@@ -71,6 +158,9 @@ class RawData:
 
     def names(self) -> list[str]:
         return sorted(self._files)
+
+    def has(self, name: str) -> bool:
+        return name in self._files
 
     def bytes(self, name: str) -> bytes:
         try:
@@ -87,8 +177,5 @@ class RawData:
         return pd.read_csv(io.BytesIO(self.bytes(name)))
 
 
-def _finite_or_none(x):
-    if x is None:
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None
+def _float(value) -> float | None:
+    return None if value is None else float(value)

@@ -1,11 +1,17 @@
-"""Canonical JSON for evidence files: the same object always gives the same bytes.
+"""The one JSON encoder and number formatter of evidence files.
 
-Sorted keys, two-space indent, UTF-8, one trailing newline. Used for every JSON file the
-evidence layer writes, so that two identical runs give identical files.
+- :func:`canonical_json_bytes`: sorted keys, two-space indent, UTF-8, one trailing
+  newline; every JSON file the evidence layer writes, so two identical runs give
+  identical files.
+- :func:`compact_json`: the same object on one line (sorted keys, no spaces), for JSON
+  embedded in CSV cells and for comparisons.
+- :func:`json_number`: a float as JSON can state it: non-finite values (an
+  out-of-support χ², a p-value that does not exist) become None (null).
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -15,6 +21,19 @@ from typing import Any
 def canonical_json_bytes(obj: Any) -> bytes:
     """Serialize `obj` deterministically (sorted keys, indent 2, trailing newline)."""
     return (json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def compact_json(obj: Any) -> str:
+    """`obj` on one line: sorted keys, no spaces."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def json_number(x: Any) -> float | None:
+    """``float(x)`` if finite, else None (JSON has no inf/NaN)."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -108,24 +108,18 @@ def read_archive(zip_path: Path) -> ArchiveContents:
 
 
 def row_from_json(row: dict, name: str) -> TestRow:
-    """A TestRow from its JSON form; `detail` may be an object or a JSON string."""
+    """A TestRow from its JSON form (either results schema); `detail` may be an object or
+    a JSON string."""
     try:
-        detail = row.get("detail") or {}
-        if isinstance(detail, str):
-            detail = json.loads(detail)
-        return TestRow(test=str(row["test"]), role=str(row["role"]),
-                       statistic=_float(row.get("statistic")), df=_float(row.get("df")),
-                       pvalue=_float(row.get("pvalue")), n=int(row["n"]),
-                       alpha=float(row["alpha"]), passed=row.get("passed"), detail=detail)
+        return TestRow.from_json(row)
     except (KeyError, TypeError, ValueError) as exc:
         raise EvidenceError(f"{name}: malformed test row {row.get('test')!r} ({exc})") from None
 
 
 def verdict_from_json(obj: dict) -> Verdict:
     try:
-        return Verdict(verdict=str(obj["verdict"]), alpha=float(obj["alpha"]),
-                       rule=str(obj.get("rule", "")), failed=tuple(obj.get("failed", ())))
-    except (KeyError, TypeError, ValueError) as exc:
+        return Verdict.from_json(obj)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise EvidenceError(f"verdict.json: malformed ({exc})") from None
 
 

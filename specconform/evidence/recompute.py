@@ -7,6 +7,12 @@ statistic/df/pvalue/alpha within a relative tolerance of 1e-9, and the same deta
 (numbers within the same tolerance); `results/tests.csv` must state the same rows as the
 JSON; and the recomputed verdict must equal `verdict.json`. The first difference raises
 EvidenceError naming the file and field.
+
+Two results schemas (`specconform.results.RESULTS_SCHEMA`): an archive whose verdict.json
+states `schema` >= 2 is compared on every field of schema 2 (status, adjusted p-value,
+reasons, the family-wise statement, ...). An archive without it was written before
+family-wise verdicts: `reevaluate` re-derives it with the frozen schema-1 evaluator and
+the fields schema 1 has (`SCHEMA1_ROW_FIELDS`, `SCHEMA1_VERDICT_FIELDS`) are compared.
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ import math
 from typing import Any
 
 from specconform.errors import EvidenceError
+from specconform.evidence.jsonio import compact_json
 from specconform.evidence.reader import ArchiveContents
 from specconform.evidence.results_io import read_tests_csv
 from specconform.results import Evaluation
@@ -23,6 +30,12 @@ from specconform.results import Evaluation
 REL_TOL = 1e-9
 TESTS_JSON = "results/tests.json"
 TESTS_CSV = "results/tests.csv"
+SCHEMA1_ROW_FIELDS = ("role", "statistic", "df", "pvalue", "n", "alpha", "passed", "detail")
+SCHEMA2_ROW_FIELDS = SCHEMA1_ROW_FIELDS + ("status", "pvalue_method", "adjusted_pvalue",
+                                           "adjusted_method", "deciding", "reason")
+SCHEMA1_VERDICT_FIELDS = ("verdict", "failed", "alpha", "rule")
+SCHEMA2_VERDICT_FIELDS = SCHEMA1_VERDICT_FIELDS + ("combine", "family_size", "statement",
+                                                   "reasons", "schema")
 
 
 def reevaluate_archive(contents: ArchiveContents) -> Evaluation:
@@ -47,6 +60,12 @@ def reevaluate_archive(contents: ArchiveContents) -> Evaluation:
 
 def check_recomputation(contents: ArchiveContents, recomputed: Evaluation) -> None:
     """Raise EvidenceError at the first difference between `recomputed` and the archive."""
+    stated_verdict = contents.json_object("verdict.json")
+    schema = stated_verdict.get("schema", 1)
+    if schema != recomputed.verdict.schema:
+        raise EvidenceError(f"verdict.json: results schema {schema!r}, but the protocol "
+                            f"recomputes under schema {recomputed.verdict.schema}")
+    row_fields = SCHEMA1_ROW_FIELDS if schema == 1 else SCHEMA2_ROW_FIELDS
     stated = _by_test(contents.stated_rows(), TESTS_JSON)
     fresh = _by_test([_normalized(row.to_json()) for row in recomputed.tests], "recomputation")
     for name in stated:
@@ -56,7 +75,7 @@ def check_recomputation(contents: ArchiveContents, recomputed: Evaluation) -> No
         if name not in stated:
             raise EvidenceError(f"{TESTS_JSON}: recomputed test {name} is missing")
     for name, row in fresh.items():
-        for key in ("role", "statistic", "df", "pvalue", "n", "alpha", "passed", "detail"):
+        for key in row_fields:
             stated_value = stated[name].get(key)
             if key == "detail" and isinstance(stated_value, str):
                 stated_value = _loads(stated_value, f"{TESTS_JSON}: test {name} detail")
@@ -65,7 +84,8 @@ def check_recomputation(contents: ArchiveContents, recomputed: Evaluation) -> No
                 raise EvidenceError(f"{TESTS_JSON}: test {name} field {where}: stated "
                                     f"{_short(stated_value)}, recomputed {_short(row[key])}")
     _check_csv(contents, stated)
-    _check_verdict(contents.json_object("verdict.json"), recomputed.verdict.to_json())
+    _check_verdict(stated_verdict, _normalized(recomputed.verdict.to_json()),
+                   SCHEMA1_VERDICT_FIELDS if schema == 1 else SCHEMA2_VERDICT_FIELDS)
 
 
 def _check_csv(contents: ArchiveContents, stated: dict[str, dict]) -> None:
@@ -82,8 +102,8 @@ def _check_csv(contents: ArchiveContents, stated: dict[str, dict]) -> None:
                                     f"from {TESTS_JSON}")
 
 
-def _check_verdict(stated: dict, recomputed: dict) -> None:
-    for key in ("verdict", "failed", "alpha", "rule"):
+def _check_verdict(stated: dict, recomputed: dict, fields: tuple[str, ...]) -> None:
+    for key in fields:
         where = _first_difference(stated.get(key), recomputed[key], key)
         if where is not None:
             raise EvidenceError(f"verdict.json: field {where}: stated "
@@ -103,7 +123,7 @@ def _by_test(rows: list[dict], source: str) -> dict[str, dict]:
 
 def _normalized(obj: Any) -> Any:
     """The value as it reads back from JSON (tuples become lists, keys strings)."""
-    return json.loads(json.dumps(obj))
+    return json.loads(compact_json(obj))
 
 
 def _loads(text: str, what: str) -> Any:
@@ -154,5 +174,5 @@ def _is_nan(x: Any) -> bool:
 
 
 def _short(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True)
+    text = compact_json(value)
     return text if len(text) <= 80 else text[:77] + "..."

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 
 from specconform.errors import EvidenceError
-from specconform.evidence.jsonio import canonical_json_bytes, write_bytes_atomic
+from specconform.evidence.jsonio import canonical_json_bytes, compact_json, write_bytes_atomic
 from specconform.results import Evaluation, TestRow
 
 CSV_COLUMNS = ("test", "role", "statistic", "df", "pvalue", "n", "alpha", "passed", "detail")
@@ -39,7 +38,7 @@ def tests_csv_bytes(tests: tuple[TestRow, ...] | list[TestRow]) -> bytes:
         writer.writerow([data["test"], data["role"], _num(data["statistic"]), _num(data["df"]),
                          _num(data["pvalue"]), data["n"], _num(data["alpha"]),
                          _bool(data["passed"]),
-                         json.dumps(data["detail"], sort_keys=True, separators=(",", ":"))])
+                         compact_json(data["detail"])])
     return out.getvalue().encode()
 
 

@@ -41,17 +41,6 @@ def as_exact(law32: np.ndarray) -> np.ndarray:
     return w / w.sum()
 
 
-def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """max(p - q, 0), normalised (float64). Zero vector when p <= q everywhere."""
-    r = np.maximum(as_exact(p) - as_exact(q), 0.0)
-    total = r.sum()
-    return r / total if total > 0 else r
-
-
-def tv_distance(p: np.ndarray, q: np.ndarray) -> float:
-    return float(0.5 * np.abs(as_exact(p) - as_exact(q)).sum())
-
-
 def montecarlo_laws(case) -> tuple[np.ndarray, np.ndarray]:
     """p [K+1, V] and q [K, V] float32 for a Monte Carlo case, from its law_seed."""
     get = case.get if isinstance(case, dict) else (lambda k: getattr(case, k))

@@ -84,6 +84,20 @@ class QuadratureProtocol(Strict):
         return _unique(cases, "case")
 
 
+class FamilyVerdict(Strict):
+    """How the deciding tests combine into the verdict, pre-registered: Holm's step-down
+    or Bonferroni over their p-values, at the family-wise false-fail rate ``alpha``."""
+
+    combine: Literal["holm", "bonferroni"] = "holm"
+    alpha: Probability
+
+
+class EngineErrors(Strict):
+    """Requests ending in an engine error tolerated per deciding group (default none)."""
+
+    tolerance: NonNegInt = 0
+
+
 class SeedPlan(Strict):
     count: Annotated[int, Field(ge=1, le=100_000_000)] = Field(
         json_schema_extra=overridable("--seeds"))
@@ -121,6 +135,11 @@ class MonteCarloProtocol(Strict):
     device: Literal["cpu", "cuda"] = Field("cpu", json_schema_extra=overridable("--device"))
     seeds: SeedPlan  # seeds.count rows per case; generator keyed by offset + case index
     cases: Annotated[list[MonteCarloCase], Field(min_length=1)]
+    verdict: FamilyVerdict | None = None  # None: Holm at `alpha`
+
+    @model_validator(mode="after")
+    def _default_verdict(self):
+        return _with_verdict(self)
 
     @field_validator("cases")
     @classmethod
@@ -197,9 +216,14 @@ class DistributionProtocol(Strict):
         list[Literal["prerequisite", "primary", "secondary", "mechanism"]],
         Field(min_length=1)] = ["prerequisite", "primary"]
     expansion: Expansion | None = None
+    # The family-wise rule over the deciding tests; None: Holm at `alpha`. `alpha` above
+    # stays the per-test level of the rows that do not decide.
+    verdict: FamilyVerdict | None = None
+    engine_errors: EngineErrors = EngineErrors()
 
     @model_validator(mode="after")
     def _references(self):
+        _with_verdict(self)
         _unique(self.groups, "group")
         _unique(self.tests, "test")
         by_name = {g.name: g for g in self.groups}
@@ -218,6 +242,14 @@ class DistributionProtocol(Strict):
 
 Protocol = Annotated[QuadratureProtocol | MonteCarloProtocol | DistributionProtocol,
                      Field(discriminator="kind")]
+
+
+def _with_verdict(model):
+    """Fill the default family rule (Holm at the protocol's alpha) so that the stored
+    protocol always states its rule (and archives of this schema are told apart)."""
+    if model.verdict is None:
+        object.__setattr__(model, "verdict", FamilyVerdict(combine="holm", alpha=model.alpha))
+    return model
 
 
 def _unique(items, what):

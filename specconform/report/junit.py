@@ -1,23 +1,26 @@
 """JUnit XML for CI systems: one testcase per test row.
 
-A failed row (passed False) carries a <failure>; a row that never decides (passed None,
-exploratory) is <skipped> so CI shows it without counting it; every testcase's
-<system-out> states role, statistic, df, p-value, n and alpha. No timestamps or
-durations (time="0"): the same rows give the same XML.
+Only deciding rows (``TestRow.deciding``) can be a <failure>: a failed deciding test
+(adjusted p below the family-wise alpha, a broken deterministic rule, or no evidence,
+message "no evidence"). Rows that do not decide never fail CI: they are <skipped> with
+their own outcome in the message (a chance failure of a secondary test must not turn CI
+red while the verdict passes). Every testcase's <system-out> states role, status,
+statistic, df, p-value (and the adjusted one), n and alpha. No timestamps or durations
+(time="0"): the same rows give the same XML.
 """
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
-from specconform.report.model import format_number, format_pvalue
-from specconform.results import TestRow
+from specconform.report.model import format_number, format_pvalue, outcome, pvalue_text
+from specconform.results import NO_EVIDENCE, TestRow
 
 
 def junit_xml(tests: Sequence[TestRow], suite_name: str) -> str:
     """A <testsuites> document with one <testsuite name=suite_name>."""
-    failures = sum(1 for t in tests if t.passed is False)
-    skipped = sum(1 for t in tests if t.passed is None)
+    failures = sum(1 for t in tests if _fails(t))
+    skipped = sum(1 for t in tests if not t.deciding)
     counts = {"tests": str(len(tests)), "failures": str(failures), "errors": "0",
               "skipped": str(skipped), "time": "0"}
     root = ET.Element("testsuites", {"name": "specconform", **counts})
@@ -25,16 +28,31 @@ def junit_xml(tests: Sequence[TestRow], suite_name: str) -> str:
     for row in tests:
         case = ET.SubElement(suite, "testcase", {"classname": f"{suite_name}.{row.role}",
                                                 "name": row.test, "time": "0"})
-        summary = (f"role={row.role} statistic={format_number(row.statistic)} "
-                   f"df={format_number(row.df)} pvalue={format_pvalue(row.pvalue)} "
-                   f"n={row.n} alpha={row.alpha:g}")
-        if row.passed is False:
+        summary = (f"role={row.role} status={row.status} "
+                   f"statistic={format_number(row.statistic)} df={format_number(row.df)} "
+                   f"{pvalue_text(row)} n={row.n} alpha={row.alpha:g}")
+        if _fails(row):
             failure = ET.SubElement(case, "failure", {
-                "message": f"p={format_pvalue(row.pvalue)} below alpha={row.alpha:g}",
-                "type": "StatisticalRejection"})
+                "message": _failure_message(row),
+                "type": "NoEvidence" if row.status == NO_EVIDENCE else "StatisticalRejection"})
             failure.text = summary
-        elif row.passed is None:
-            ET.SubElement(case, "skipped", {"message": f"{row.role}: reported, never decides"})
+        elif not row.deciding:
+            ET.SubElement(case, "skipped", {
+                "message": f"{row.role}: {outcome(row)}, reported, never decides"})
         ET.SubElement(case, "system-out").text = summary
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _fails(row: TestRow) -> bool:
+    return row.deciding and row.passed is not True
+
+
+def _failure_message(row: TestRow) -> str:
+    if row.status == NO_EVIDENCE:
+        return "no evidence"
+    if row.adjusted_pvalue is not None:
+        return f"{pvalue_text(row)} below alpha={row.alpha:g}"
+    if row.pvalue is not None:
+        return f"p={format_pvalue(row.pvalue)} below alpha={row.alpha:g}"
+    return row.reason or "rule broken"

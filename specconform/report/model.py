@@ -8,6 +8,14 @@ the report says so). They rely on these fields, all optional except the first th
 - results/tests.json rows and verdict.json (contracts section 3);
 - a test row's `detail`: `group` (per-group tables), `coverage` (scope notes), and the
   plot inputs read by `plots` (`observed`/`expected`, `strata`, `acceptance_ratio`).
+
+Typed readings of a row for every renderer: :func:`outcome` (from the row's status: a
+row without evidence reads "no evidence", never PASS), :func:`pvalue_text` (the raw p
+named by what it is, "p_Bonf" for a combination over groups, with each group's p, and
+the family-adjusted "p_Holm"/"p_Bonf" of a deciding test), :func:`statistic_text` (the
+quadrature statistic is max(error / bound), named so) and :func:`acceptance_point`
+(observed and expected first-position acceptance ratio, from the keys the distribution
+evaluator writes).
 """
 from __future__ import annotations
 
@@ -19,7 +27,7 @@ from pathlib import Path
 from specconform.errors import EvidenceError
 from specconform.evidence.reader import read_archive
 from specconform.evidence.sha256sums import ATTESTATION_NAME
-from specconform.results import Evaluation, TestRow
+from specconform.results import FAIL, NO_EVIDENCE, PASS, Evaluation, TestRow, Verdict
 
 SeedRange = tuple[int, int]  # [start, stop)
 
@@ -135,18 +143,61 @@ def format_number(x: float | None) -> str:
 
 
 def outcome(row: TestRow) -> str:
-    """PASS / FAIL, or "info" for rows that never decide (exploratory)."""
-    return "info" if row.passed is None else ("PASS" if row.passed else "FAIL")
+    """PASS / FAIL / "no evidence", or "info" for rows that never decide (exploratory)."""
+    return {PASS: "PASS", FAIL: "FAIL", NO_EVIDENCE: "no evidence"}.get(row.status, "info")
+
+
+def pvalue_text(row: TestRow) -> str:
+    """The row's p-values named by what they are: ``p=…``, or ``p_Bonf=…`` with each
+    group's p for a combination over groups, then ``p_Holm=…`` when the verdict adjusted
+    it; ``p=n/a`` when there is none."""
+    label = "p_Bonf" if row.pvalue_method.startswith("Bonferroni over") else "p"
+    text = f"{label}={format_pvalue(row.pvalue)}"
+    per_group = row.detail.get("per_group") if isinstance(row.detail, dict) else None
+    if label == "p_Bonf" and isinstance(per_group, list):
+        groups = ", ".join(f"{g.get('group')} p={format_pvalue(g.get('pvalue'))}"
+                           for g in per_group if isinstance(g, dict))
+        text += f" ({groups})"
+    if row.adjusted_pvalue is not None:
+        text += f", p_{row.adjusted_method or 'adj'}={format_pvalue(row.adjusted_pvalue)}"
+    return text
+
+
+def statistic_text(row: TestRow) -> str:
+    """``stat=…``, or for a quadrature case ``max err/bound=…`` (<= 1 is within bound)."""
+    is_case = isinstance(row.detail, dict) and "bound_first" in row.detail
+    return f"{'max err/bound' if is_case else 'stat'}={format_number(row.statistic)}"
+
+
+@dataclass(frozen=True)
+class AcceptancePoint:
+    """Observed first-position acceptance ratio of a test row and its exact value."""
+
+    test: str
+    observed: float
+    expected: float | None
+
+
+def acceptance_point(row: TestRow) -> AcceptancePoint | None:
+    """From the `acceptance_ratio`/`expected_acceptance_ratio` keys of an acceptance row
+    (None for rows without them, e.g. schema-1 archives)."""
+    detail = row.detail if isinstance(row.detail, dict) else {}
+    observed = detail.get("acceptance_ratio")
+    if not isinstance(observed, (int, float)) or isinstance(observed, bool):
+        return None
+    expected = detail.get("expected_acceptance_ratio")
+    return AcceptancePoint(row.test, float(observed),
+                           float(expected) if isinstance(expected, (int, float)) else None)
 
 
 def check_cell(row: TestRow | None) -> str:
     """A formal-checks cell: p-value and outcome; an em dash if the archive lacks the test."""
     if row is None:
         return "—"
-    if row.pvalue is None and row.statistic is not None:
+    if row.pvalue is None and row.statistic is not None and row.status != NO_EVIDENCE:
         # Deterministic checks (quadrature) decide on a statistic against a bound.
-        return f"stat={format_number(row.statistic)} {outcome(row)}"
-    return f"p={format_pvalue(row.pvalue)} {outcome(row)}"
+        return f"{statistic_text(row)} {outcome(row)}"
+    return f"{pvalue_text(row)} {outcome(row)}"
 
 
 def detail_cell(row: TestRow | None) -> str:
@@ -154,8 +205,15 @@ def detail_cell(row: TestRow | None) -> str:
     if row is None:
         return "—"
     df = "" if row.df is None else f", df={format_number(row.df)}"
-    return (f"stat={format_number(row.statistic)}{df}, n={row.n}, "
-            f"p={format_pvalue(row.pvalue)} {outcome(row)}")
+    return f"{statistic_text(row)}{df}, n={row.n}, {pvalue_text(row)} {outcome(row)}"
+
+
+def verdict_statement(verdict: Verdict) -> str:
+    """The verdict's stated false-fail rate, or what a schema-1 archive could state."""
+    if verdict.statement:
+        return verdict.statement
+    return (f"each deciding test at alpha {format_number(verdict.alpha)} (results schema 1: "
+            "no family-wise rate stated)")
 
 
 def format_range(r: SeedRange | None) -> str:
@@ -215,8 +273,9 @@ def scope_lines(view: ArchiveView) -> list[str]:
         f"mutant {run.get('mutant') or 'none'}",
         f"overrides: {', '.join(f'{k}={v}' for k, v in sorted(overrides.items())) or 'none'}",
         f"decision rule (alpha {format_number(verdict.alpha)}): {verdict.rule or 'not stated'}",
+        f"verdict: {verdict_statement(verdict)}",
     ]
-    exploratory = [r.test for r in view.evaluation.tests if r.passed is None]
+    exploratory = [r.test for r in view.evaluation.tests if r.status == "INFO"]
     if exploratory:
         lines.append(f"not deciding (exploratory): {', '.join(exploratory)}")
     return lines

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from specconform.evidence.reader import read_archive
 from specconform.report.markdown import table
-from specconform.report.model import format_number, format_pvalue, outcome
+from specconform.report.model import format_number, outcome, pvalue_text, verdict_statement
 from specconform.results import Evaluation
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
@@ -30,13 +30,16 @@ def evaluation_summary_markdown(evaluation: Evaluation, *, title: str,
     verdict = evaluation.verdict
     lines = [f"### specconform: {title}: **{verdict.verdict}**", ""]
     if verdict.failed:
-        lines += [f"Failed: {', '.join(verdict.failed)}", ""]
-    lines += table(["test", "role", "statistic", "df", "p-value", "n", "result"],
+        lines += [f"Failed: {', '.join(verdict.failed)}", ""] if not verdict.reasons else [
+            "Failed: " + ", ".join(f"{t} ({why})" for t, why in verdict.reasons), ""]
+    lines += table(["test", "role", "statistic", "df", "p-values", "n", "result"],
                    [[r.test, r.role, format_number(r.statistic), format_number(r.df),
-                     format_pvalue(r.pvalue), str(r.n), outcome(r)]
+                     pvalue_text(r), str(r.n), outcome(r) + ("" if r.deciding or r.status
+                                                             == "INFO" else " (not deciding)")]
                     for r in evaluation.tests])
-    lines += ["", f"Decision rule (alpha {format_number(verdict.alpha)}): "
-                  f"{verdict.rule or 'not stated'}"]
+    lines += ["", f"Verdict: {verdict_statement(verdict)}",
+              f"Decision rule (alpha {format_number(verdict.alpha)}): "
+              f"{verdict.rule or 'not stated'}"]
     if archive_name is not None:
         lines += ["", f"Archive `{archive_name}`, SHA-256 `{archive_sha256}`"]
     return "\n".join(lines) + "\n"

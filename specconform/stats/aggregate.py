@@ -1,6 +1,6 @@
-"""Combining per-stratum or per-group results into one decision.
+"""Combining per-stratum, per-group or per-test results into one decision.
 
-Two combination rules, chosen by the dependence between the parts:
+Three combination rules, chosen by the dependence between the parts:
 
 - :func:`sum_chi2` sums χ² statistics and df across strata. Valid because strata of
   one group are disjoint sets of independent samples: conditionally on the strata
@@ -10,6 +10,13 @@ Two combination rules, chosen by the dependence between the parts:
   (groups that share seeds can share randomness, so their t1 draws can be
   identical): ``p = min(1, m * min p_i)`` is valid under any dependence because
   P(min p_i <= a/m) <= sum P(p_i <= a/m) <= a.
+- :func:`adjust` gives every test of a family its adjusted p-value (Holm's step-down
+  or Bonferroni's), so that "every adjusted p >= alpha" keeps the family-wise
+  false-fail rate <= alpha under any dependence between the tests (Holm 1979: the
+  step-down needs no independence). statsmodels computes the adjustment.
+
+A part with no evidence (df 0, an empty stratum list) has p-value NaN, never 1: the
+caller decides what "no evidence" means for its role.
 """
 from __future__ import annotations
 
@@ -18,17 +25,26 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats as sps
+from statsmodels.stats.multitest import multipletests
+
+COMBINE_METHODS = {"holm": "holm", "bonferroni": "bonferroni"}  # ours -> statsmodels'
+COMBINE_LABELS = {"holm": "Holm", "bonferroni": "Bonf"}  # p_Holm, p_Bonf
 
 
 @dataclass(frozen=True)
 class AggregateResult:
-    """Sum of independent χ² results: statistic and df summed, p from the χ² tail."""
+    """Sum of independent χ² results: statistic and df summed, p from the χ² tail
+    (NaN when nothing was testable: df 0 and no out-of-support observation)."""
 
     statistic: float
     df: int
     pvalue: float
     n: int
     strata: int
+
+    @property
+    def has_evidence(self) -> bool:
+        return bool(np.isfinite(self.pvalue))
 
 
 @dataclass(frozen=True)
@@ -45,7 +61,7 @@ def sum_chi2(results: Iterable) -> AggregateResult:
     """Sum ``statistic``/``df``/``n`` of χ² results (objects with those attributes).
 
     An infinite statistic (out-of-support observation) makes the aggregate infinite
-    with p-value 0; a total df of 0 (nothing testable) gives statistic 0, p-value 1.
+    with p-value 0; a total df of 0 (nothing testable) gives statistic 0 and p-value NaN.
     """
     results = list(results)
     stat = float(sum(r.statistic for r in results))
@@ -54,14 +70,33 @@ def sum_chi2(results: Iterable) -> AggregateResult:
     if np.isinf(stat):
         return AggregateResult(float("inf"), df, 0.0, n, len(results))
     if df == 0:
-        return AggregateResult(stat, 0, 1.0, n, len(results))
+        return AggregateResult(stat, 0, float("nan"), n, len(results))
     return AggregateResult(stat, df, float(sps.chi2.sf(stat, df)), n, len(results))
 
 
 def bonferroni(pvalues: Sequence[float]) -> BonferroniResult:
-    """``min(1, m * min p_i)``; an empty list gives p-value 1 (nothing rejected)."""
+    """``min(1, m * min p_i)`` over the parts with a p-value (NaN parts have no evidence
+    and are left out of m); no part with a p-value gives NaN."""
     ps = tuple(float(p) for p in pvalues)
-    if not ps:
-        return BonferroniResult(1.0, 0, (), -1)
-    i = int(np.argmin(ps))
-    return BonferroniResult(min(1.0, len(ps) * ps[i]), len(ps), ps, i)
+    finite = [i for i, p in enumerate(ps) if np.isfinite(p)]
+    if not finite:
+        return BonferroniResult(float("nan"), 0, ps, -1)
+    i = min(finite, key=lambda j: ps[j])
+    return BonferroniResult(min(1.0, len(finite) * ps[i]), len(finite), ps, i)
+
+
+def adjust(pvalues: Sequence[float], method: str) -> tuple[float, ...]:
+    """Family-adjusted p-values ([m], same order) by ``method`` ("holm" | "bonferroni").
+
+    Every p-value must be finite: a test with no evidence has no place in the family
+    (its caller fails it outright)."""
+    if method not in COMBINE_METHODS:
+        raise ValueError(f"unknown combination {method!r}; expected one of "
+                         f"{sorted(COMBINE_METHODS)}")
+    ps = np.asarray(pvalues, dtype=np.float64)
+    if ps.size == 0:
+        return ()
+    if not np.all(np.isfinite(ps)) or np.any((ps < 0) | (ps > 1)):
+        raise ValueError("family p-values must be finite and lie in [0, 1]")
+    _, adjusted, _, _ = multipletests(ps, alpha=0.05, method=COMBINE_METHODS[method])
+    return tuple(float(p) for p in adjusted)

@@ -29,18 +29,24 @@ def align(law_tokens: np.ndarray, law_probs: np.ndarray, observed: np.ndarray
     """
     observed = np.asarray(observed, dtype=np.int64)
     tokens = np.union1d(law_tokens, observed)
-    probs = np.zeros(tokens.size, dtype=np.float64)
-    probs[np.searchsorted(tokens, law_tokens)] = law_probs
-    counts = np.bincount(np.searchsorted(tokens, observed), minlength=tokens.size)
-    return tokens, probs, counts
+    return tokens, dense_on(tokens, law_tokens, law_probs), counts_on(tokens, observed)
 
 
 def on_union(tokens_a: np.ndarray, probs_a: np.ndarray, tokens_b: np.ndarray,
              probs_b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Two sparse laws on the union of their supports: (tokens [C], a [C], b [C])."""
     tokens = np.union1d(tokens_a, tokens_b)
-    a = np.zeros(tokens.size, dtype=np.float64)
-    b = np.zeros(tokens.size, dtype=np.float64)
-    a[np.searchsorted(tokens, tokens_a)] = probs_a
-    b[np.searchsorted(tokens, tokens_b)] = probs_b
-    return tokens, a, b
+    return tokens, dense_on(tokens, tokens_a, probs_a), dense_on(tokens, tokens_b, probs_b)
+
+
+def dense_on(tokens: np.ndarray, law_tokens: np.ndarray, law_probs: np.ndarray) -> np.ndarray:
+    """A sparse law (law_tokens [S] int64 ascending, law_probs [S] float64) as a dense
+    [C] float64 vector over ``tokens`` ([C] ascending, a superset of law_tokens)."""
+    out = np.zeros(tokens.size, dtype=np.float64)
+    out[np.searchsorted(tokens, law_tokens)] = law_probs
+    return out
+
+
+def counts_on(tokens: np.ndarray, observed: np.ndarray) -> np.ndarray:
+    """Counts ([C] int64) of ``observed`` tokens ([N], each in ``tokens`` [C] ascending)."""
+    return np.bincount(np.searchsorted(tokens, observed), minlength=tokens.size)

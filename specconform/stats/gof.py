@@ -13,6 +13,8 @@ from scipy import stats as sps
 
 from .pooling import pool_cells
 
+NO_PVALUE = float("nan")  # df 0: nothing was tested (scipy returns NaN there too)
+
 
 @dataclass(frozen=True)
 class GofResult:
@@ -91,7 +93,7 @@ def pearson_gof(observed, probs, *, min_expected: float = 5.0) -> GofResult:
         return GofResult(float("inf"), df, 0.0, n, pooling.pooled, out_of_support,
                          pooling.cells, obs_t, exp_t)
     if pooling.cells < 2:
-        return GofResult(0.0, 0, 1.0, n, pooling.pooled, 0, pooling.cells, obs_t, exp_t)
+        return GofResult(0.0, 0, NO_PVALUE, n, pooling.pooled, 0, pooling.cells, obs_t, exp_t)
     res = sps.chisquare(f_obs, f_exp)
     return GofResult(float(res.statistic), df, float(res.pvalue), n, pooling.pooled, 0,
                      pooling.cells, obs_t, exp_t)
@@ -104,7 +106,8 @@ def pearson_homogeneity(counts_a, counts_b, *, min_expected: float = 5.0) -> Hom
     smaller row's expected counts, ``min(n_a, n_b) * col_total / N`` (same order as the
     column totals), so every cell of the final 2 x cells table has expected count >=
     ``min_expected`` whenever pooling can achieve it. Columns observed in neither
-    sample carry no information and are dropped. No continuity correction.
+    sample carry no information and are dropped. No continuity correction. With an
+    empty sample or fewer than 2 final cells: df 0, p-value NaN (no evidence).
     """
     a = _counts(counts_a, "counts_a")
     b = _counts(counts_b, "counts_b")
@@ -113,7 +116,7 @@ def pearson_homogeneity(counts_a, counts_b, *, min_expected: float = 5.0) -> Hom
     n_a, n_b = int(a.sum()), int(b.sum())
     n = n_a + n_b
     if n_a == 0 or n_b == 0:
-        return HomogeneityResult(0.0, 0, 1.0, n, n_a, n_b, (), 0)
+        return HomogeneityResult(0.0, 0, NO_PVALUE, n, n_a, n_b, (), 0)
     col = (a + b).astype(np.float64)
     pooling = pool_cells(min(n_a, n_b) * col / n, min_expected)
     table = np.vstack([pooling.apply(a), pooling.apply(b)])
@@ -121,8 +124,8 @@ def pearson_homogeneity(counts_a, counts_b, *, min_expected: float = 5.0) -> Hom
     obs_t = (tuple(int(round(v)) for v in table[0]), tuple(int(round(v)) for v in table[1]))
     exp_t = (tuple(float(v) for v in expected[0]), tuple(float(v) for v in expected[1]))
     if pooling.cells < 2:
-        return HomogeneityResult(0.0, 0, 1.0, n, n_a, n_b, pooling.pooled, pooling.cells,
-                                 obs_t, exp_t)
+        return HomogeneityResult(0.0, 0, NO_PVALUE, n, n_a, n_b, pooling.pooled,
+                                 pooling.cells, obs_t, exp_t)
     res = sps.chi2_contingency(table, correction=False)
     return HomogeneityResult(float(res.statistic), int(res.dof), float(res.pvalue), n, n_a,
                              n_b, pooling.pooled, pooling.cells, obs_t, exp_t)

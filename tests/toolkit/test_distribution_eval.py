@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from specconform.calibration import PROTOCOL, make_world, simulate
-from specconform.kinds.distribution_eval import Reference, evaluate, evaluate_frames
+from specconform.kinds.distribution import Reference, evaluate, evaluate_frames
 from specconform.results import RawData
 
 ALPHA = PROTOCOL["alpha"]  # 0.01 throughout
@@ -53,9 +53,13 @@ def test_verdict_rule_and_rows(world, ref):
     samples = simulate(world, 5000, np.random.default_rng(1))
     ev = evaluate_frames(PROTOCOL, samples, world.reference)  # dict reference also accepted
     assert ev.verdict.verdict == "PASS" and ev.verdict.failed == ()
-    assert ev.verdict.rule == "PASS iff every prerequisite and primary test passes at alpha=0.01"
+    # PROTOCOL states no `verdict`: Holm over the 4 deciding p-values at its alpha.
+    assert ev.verdict.statement.startswith("false-fail rate ≤ 0.01 over 4 tests (Holm)")
+    assert ev.verdict.rule.startswith("PASS iff every prerequisite/primary test has evidence "
+                                      "and p_Holm >= 0.01 (4 tests)")
     names = [r.test for r in ev.tests]
-    assert names == [t["name"] for t in PROTOCOL["tests"]] + ["coverage", "out_of_support"]
+    assert names == [t["name"] for t in PROTOCOL["tests"]] + [
+        "coverage", "out_of_support", "engine_errors"]
     json.dumps([r.to_json() for r in ev.tests])  # every detail is plain JSON
 
 
@@ -90,6 +94,10 @@ def test_t1_groups_are_combined_by_bonferroni(world, ref):
     ps = [g["pvalue"] for g in row.detail["per_group"]]
     assert len(ps) == 4 and row.pvalue == pytest.approx(min(1.0, 4 * min(ps)))
     assert "Bonferroni" in row.detail["combination"]
+    # A combined p has no single statistic: each group's own is in per_group.
+    assert row.statistic is None and row.df is None
+    assert row.pvalue_method == "Bonferroni over 4 groups"
+    assert all(g["statistic"] is not None and g["df"] > 0 for g in row.detail["per_group"])
 
 
 def test_t1_fails_on_wrong_law(world, ref):
@@ -147,7 +155,12 @@ def test_acceptance_detail_reports_tv_and_rates(world, ref):
         tv = 0.5 * sum(abs(p.get(k, 0) - q.get(k, 0)) for k in set(p) | set(q))
         assert st["tv"] == pytest.approx(tv)
         assert 0 <= st["binom_pvalue"] <= 1
-    assert row.df == len(row.detail["strata"])  # one df per stratum (both cells dense)
+        assert st["chi2_df"] == 1  # both cells dense: reported beside, never decides
+    # The decision is the exact binomial, Bonferroni over the strata.
+    m = len(row.detail["strata"])
+    assert row.df is None and row.pvalue_method.startswith("exact binomial")
+    assert row.pvalue == pytest.approx(min(1.0, m * min(s["binom_pvalue"]
+                                                        for s in row.detail["strata"])))
 
 
 def test_residual_from_p_caught_by_joint_not_t2(world, ref):
@@ -201,7 +214,8 @@ def test_test_without_strata_does_not_pass(world, ref):
     # 100 seeds: no t1 reaches 200 samples; no evidence must not read as a pass.
     rows, _ = _run(world, ref, n_seeds=100)
     assert rows["t2_async"].passed is False and rows["t2_async"].pvalue is None
-    assert rows["t3_async"].passed is None
+    assert rows["t2_async"].status == "NO_EVIDENCE" and rows["t2_async"].reason == "no evidence"
+    assert rows["t3_async"].passed is None and rows["t3_async"].status == "NO_EVIDENCE"
 
 
 def test_missing_reference_law_is_an_error(world, ref):

@@ -1,4 +1,6 @@
-"""`specconform report`, JUnit XML and the CI step summary, on toy archives."""
+"""`specconform report`, JUnit XML and the CI step summary, on real archives: the shipped
+ci_gate protocol run by the real evaluator on samples from exact synthetic laws
+(tests/toolkit/fixtures/distribution_run.py), clean and with planted bugs."""
 from __future__ import annotations
 
 import hashlib
@@ -10,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from specconform.cli_evidence import report_command
-from specconform.evidence import read_archive, seal
+from specconform.evidence import read_archive
 from specconform.report import (
     append_step_summary,
     html_report,
@@ -18,33 +20,40 @@ from specconform.report import (
     markdown_report,
     step_summary_markdown,
 )
-from tests.toolkit.fixtures import evidence_toy as toy
+from specconform.report.model import acceptance_point, check_cell, outcome, pvalue_text
+from specconform.results import TestRow
+from tests.toolkit.fixtures import distribution_run as real
 
-PRIMARY_ID = "toy-0123abcd-20250101T000000"
-REPLICATION_ID = "toy-0123abcd-20250202T000000"
-TESTS = ["gof_async", "gof_sync", "acceptance_rate", "t3_exploratory"]
-
-
-@pytest.fixture
-def primary(tmp_path):
-    return seal(toy.build_run_dir(tmp_path / "p"), key=None, sign=False)
+PRIMARY_ID = "ci_gate-00000000-20250101T000000"
+REPLICATION_ID = "ci_gate-00000000-20250202T000000"
+OVERLAP_ID = "ci_gate-00000000-20250303T000000"
 
 
-def _replication(tmp_path, seed_ranges, groups=None):
-    run_dir = toy.build_run_dir(tmp_path / "r", run_id=REPLICATION_ID, groups=groups,
-                                seed_ranges=seed_ranges)
-    return seal(run_dir, key=None, sign=False)
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory):
+    """primary: clean, seeds [0, 2000). replication: disjoint seeds, the target built at
+    temperature 0.8 (t2 noncentrality ~80 over ~40 df at 2,000 seeds: Holm rejects
+    t2_async with power ~1) and 2 async engine errors. overlap: clean, seeds [1000, 3000)."""
+    base = tmp_path_factory.mktemp("archives")
+    return {"primary": real.build_archive(base / "p", PRIMARY_ID),
+            "replication": real.build_archive(base / "r", REPLICATION_ID, offset=100_000,
+                                              mutant="target_temperature", rng_seed=2,
+                                              errors=2),
+            "overlap": real.build_archive(base / "o", OVERLAP_ID, offset=1000, rng_seed=3)}
 
 
-@pytest.fixture
-def disjoint(tmp_path):
-    return _replication(tmp_path, {"sync": [100000, 102000], "async": [102000, 104000]},
-                        groups={"sync": toy.BAD, "async": toy.GOOD})
+@pytest.fixture(scope="module")
+def primary(archives):
+    return archives["primary"]
 
 
-@pytest.fixture
-def overlapping(tmp_path):
-    return _replication(tmp_path, {"sync": [1000, 3000], "async": [50000, 52000]})
+@pytest.fixture(scope="module")
+def disjoint(archives):
+    return archives["replication"]
+
+
+def _rows(path):
+    return {r.test: r for r in read_archive(path).evaluation().tests}
 
 
 def _section(markdown: str, heading: str) -> list[str]:
@@ -59,6 +68,18 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
+# --- the archives are what the evaluator wrote -------------------------------------------
+
+def test_fixture_archives_verify_and_state_their_verdicts(primary, disjoint):
+    for path, verdict in ((primary, "PASS"), (disjoint, "FAIL")):
+        done = subprocess.run([sys.executable, "-m", "specconform", "verify", str(path),
+                               "--skip-signature"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert read_archive(path).evaluation().verdict.verdict == verdict
+    reasons = dict(read_archive(disjoint).evaluation().verdict.reasons)
+    assert reasons["t2_async"] == "p_Holm < 0.01" and reasons["engine_errors"] == "engine errors"
+
+
 # --- Markdown ------------------------------------------------------------------------
 
 def test_formal_checks_put_primary_and_replication_side_by_side(primary, disjoint):
@@ -67,58 +88,45 @@ def test_formal_checks_put_primary_and_replication_side_by_side(primary, disjoin
     header = _cells(table[0])
     assert header == ["test", "role", f"primary `{PRIMARY_ID}`",
                       f"replication `{REPLICATION_ID}`"]
-    assert set(table[1].replace("|", "").split()) == {"---"}
     rows = {_cells(line)[0]: _cells(line) for line in table[2:]}
-    assert list(rows) == TESTS
-    for cells in rows.values():
-        assert len(cells) == 4
-        assert all(c.startswith("p=") for c in cells[2:]), cells
-    assert rows["gof_sync"][2].endswith("PASS") and rows["gof_sync"][3].endswith("FAIL")
-    assert rows["gof_async"][3].endswith("PASS")
-    assert rows["t3_exploratory"][1] == "exploratory"
+    assert list(rows) == list(_rows(primary))
+    assert rows["t2_async"][2].endswith("PASS") and rows["t2_async"][3].endswith("FAIL")
+    # A deciding row shows its raw p and its Holm-adjusted p.
+    assert rows["t2_async"][2].startswith("p=") and "p_Holm=" in rows["t2_async"][2]
+    # t1 over four seed-sharing groups: the combined p is named p_Bonf, each group's p shown.
+    t1 = rows["t1_speculative"][2]
+    assert t1.startswith("p_Bonf=") and all(f"{g} p=" in t1
+                                            for g in ("sync", "async", "sync_d1", "async_d1"))
+    assert rows["t3_async"][2].endswith("no evidence")  # never PASS without evidence
     assert "| verdict | **PASS** | **FAIL** |" in markdown
 
 
 def test_per_group_tables_for_rows_that_carry_a_group(primary, disjoint):
     markdown = markdown_report([primary, disjoint])
-    for group in ("sync", "async"):
-        table = _section(markdown, f"### Group `{group}`")
-        assert len(table) == 3 and _cells(table[2])[0] == f"gof_{group}"
-        assert "df=3" in table[2] and "n=2000" in table[2]
+    table = _section(markdown, "### Group `async`")
+    names = [_cells(line)[0] for line in table[2:]]
+    assert {"t2_async", "joint_async", "acceptance_async"} <= set(names)
+    t2 = next(line for line in table[2:] if _cells(line)[0] == "t2_async")
+    assert "df=" in t2 and "n=" in t2
 
 
-def test_seed_ranges_disjoint(primary, disjoint):
-    markdown = markdown_report([primary, disjoint])
-    table = _section(markdown, "### Seed ranges")
-    assert _cells(table[2]) == ["async", "[2000, 4000)", "[102000, 104000)"]
-    assert _cells(table[3]) == ["sync", "[0, 2000)", "[100000, 102000)"]
+def test_seed_ranges_disjoint_and_overlapping(archives):
+    markdown = markdown_report([archives["primary"], archives["replication"]])
     assert "The seed ranges of the archives are disjoint" in markdown
     assert "NOT disjoint" not in markdown
-
-
-def test_seed_ranges_overlapping_are_named(primary, overlapping):
-    markdown = markdown_report([primary, overlapping])
+    markdown = markdown_report([archives["primary"], archives["overlap"]])
     statement = next(line for line in markdown.splitlines() if "NOT disjoint" in line)
-    assert "primary sync [0, 2000) and replication sync [1000, 3000)" in statement
-    assert "primary async [2000, 4000) and replication sync [1000, 3000)" in statement
-    assert "50000" not in statement
-
-
-def test_single_archive_and_missing_seed_ranges(tmp_path, primary):
-    assert "One archive" in markdown_report([primary])
-    no_ranges = seal(toy.build_run_dir(tmp_path / "n", run_id=REPLICATION_ID, seed_ranges={}),
-                     key=None, sign=False)
-    assert "cannot be stated" in markdown_report([primary, no_ranges])
+    assert "primary async [0, 2000) and replication async [1000, 3000)" in statement
 
 
 def test_coverage_scope_and_archive_digests(primary, disjoint):
     markdown = markdown_report([primary, disjoint])
-    assert "- primary, gof_sync: samples_covered=1, strata=1" in markdown
-    assert "not deciding (exploratory): t3_exploratory" in markdown
+    assert any(line.startswith("- primary, t2_async: ") and "strata cover" in line
+               for line in markdown.splitlines())
+    assert "false-fail rate ≤ 0.01 over 8 tests (Holm)" in markdown
     archives = _section(markdown, "### Archives")
     for line, path in zip(archives[2:], (primary, disjoint), strict=True):
         assert f"`{hashlib.sha256(path.read_bytes()).hexdigest()}`" in line
-        assert f"`{path.name}`" in line
     assert "specconform verify" in markdown  # the report says it did not verify
 
 
@@ -129,8 +137,16 @@ def test_html_has_inline_svg_plots_and_is_byte_identical(primary, disjoint):
     assert first == html_report([primary, disjoint])
     assert first.count("<svg") >= 3  # p-values, observed vs expected, acceptance
     assert "<dc:date>" not in first and "<?xml" not in first
-    assert "Observed vs expected" in first and "Acceptance ratios" in first
-    assert "The seed ranges of the archives are disjoint" in first
+    # The acceptance figure reads keys the real evaluator writes (it used to appear only
+    # for a toy fixture's keys).
+    assert "Acceptance ratios" in first
+
+
+def test_acceptance_point_is_typed_from_real_rows(primary):
+    point = acceptance_point(_rows(primary)["acceptance_async"])
+    assert point is not None and 0 < point.observed < 1 and 0 < point.expected < 1
+    assert abs(point.observed - point.expected) < 0.05  # exact law, ~2,000 samples
+    assert acceptance_point(_rows(primary)["t2_async"]) is None
 
 
 def test_html_is_byte_identical_in_a_fresh_process(primary, disjoint):
@@ -158,7 +174,7 @@ def test_report_command_errors_leave_no_output(tmp_path, primary):
                                 [str(primary), str(tmp_path / "missing.zip"), "--out", str(out)])
     assert result.exit_code == 2 and "not found" in result.stderr
     assert len(result.stderr.splitlines()) == 1
-    assert not out.exists() and list(tmp_path.iterdir()) == [tmp_path / "p"]
+    assert not out.exists() and list(tmp_path.iterdir()) == []
     junk = tmp_path / "junk.zip"
     junk.write_bytes(b"junk")
     result = CliRunner().invoke(report_command, [str(junk), "--out", str(out)])
@@ -167,25 +183,45 @@ def test_report_command_errors_leave_no_output(tmp_path, primary):
 
 # --- JUnit and step summary ----------------------------------------------------------
 
-def test_junit_has_one_testcase_per_row_and_failures(disjoint):
-    tests = list(read_archive(disjoint).evaluation().tests)
-    xml = junit_xml(tests, "toy")
-    assert xml == junit_xml(tests, "toy")
-    root = ET.fromstring(xml)
-    (suite,) = root.findall("testsuite")
-    cases = suite.findall("testcase")
-    assert [c.get("name") for c in cases] == TESTS
-    assert suite.get("tests") == "4" and suite.get("failures") == "1"
-    assert suite.get("skipped") == "1"
-    failed = {c.get("name") for c in cases if c.find("failure") is not None}
-    assert failed == {"gof_sync"}
-    skipped = {c.get("name") for c in cases if c.find("skipped") is not None}
-    assert skipped == {"t3_exploratory"}
+def _junit(path):
+    tests = list(read_archive(path).evaluation().tests)
+    xml = junit_xml(tests, "ci_gate")
+    assert xml == junit_xml(tests, "ci_gate")
+    (suite,) = ET.fromstring(xml).findall("testsuite")
+    return tests, suite, {c.get("name"): c for c in suite.findall("testcase")}
+
+
+def test_junit_fails_only_deciding_tests(disjoint):
+    tests, suite, cases = _junit(disjoint)
+    assert list(cases) == [t.test for t in tests]
+    failed = {n for n, c in cases.items() if c.find("failure") is not None}
+    verdict = read_archive(disjoint).evaluation().verdict
+    assert failed == set(verdict.failed)  # one <failure> per failed deciding test, no more
+    assert suite.get("failures") == str(len(verdict.failed))
+    # The planted bug also fails secondary rows (t2_sync, ...): shown, skipped, never red.
+    secondary_fail = [t.test for t in tests if not t.deciding and t.status == "FAIL"]
+    assert secondary_fail and all(cases[n].find("skipped") is not None for n in secondary_fail)
+    assert cases["engine_errors"].find("failure").get("message") == "engine errors"
+
+
+def test_junit_no_evidence_deciding_test_is_a_failure_never_pass():
+    row = TestRow("t2_async", "primary", 0.0, 0, None, 0, 0.01, False, status="NO_EVIDENCE",
+                  deciding=True, reason="no evidence")
+    info = TestRow("t3_async", "exploratory", 0.0, 0, None, 0, 0.01, None,
+                   status="NO_EVIDENCE")
+    (suite,) = ET.fromstring(junit_xml([row, info], "x")).findall("testsuite")
+    first, second = suite.findall("testcase")
+    assert first.find("failure").get("message") == "no evidence"
+    assert "PASS" not in ET.tostring(suite, encoding="unicode")
+    assert second.find("skipped") is not None and second.find("failure") is None
+    assert outcome(row) == outcome(info) == "no evidence"
 
 
 def test_step_summary_and_append(tmp_path, disjoint):
     summary = step_summary_markdown(disjoint)
-    assert "**FAIL**" in summary and "Failed: gof_sync" in summary
+    assert "**FAIL**" in summary and "t2_async (p_Holm < 0.01)" in summary
+    assert "engine_errors (engine errors)" in summary
+    assert "false-fail rate ≤ 0.01 over 8 tests (Holm)" in summary
     assert hashlib.sha256(disjoint.read_bytes()).hexdigest() in summary
     target = tmp_path / "summary.md"
     target.write_text("earlier step\n")
@@ -195,10 +231,11 @@ def test_step_summary_and_append(tmp_path, disjoint):
 
 
 def test_a_deterministic_check_shows_its_statistic():
-    from specconform.report.model import check_cell
-    from specconform.results import TestRow
-
-    row = TestRow(test="case", role="case", statistic=0.25, df=None, pvalue=None, n=10,
-                  alpha=0.0, passed=True)
-    assert check_cell(row) == "stat=0.25 PASS"
+    case = TestRow(test="case", role="case", statistic=0.25, df=None, pvalue=None, n=10,
+                   alpha=0.0, passed=True, detail={"bound_first": 0.006})
+    assert check_cell(case) == "max err/bound=0.25 PASS"
+    other = TestRow(test="out_of_support", role="primary", statistic=0.0, df=None,
+                    pvalue=None, n=10, alpha=0.01, passed=True)
+    assert check_cell(other) == "stat=0 PASS"
     assert check_cell(None) == "—"
+    assert pvalue_text(other) == "p=n/a"

@@ -94,7 +94,8 @@ def test_gof_out_of_support_is_fatal():
 
 def test_gof_single_cell_is_untestable():
     r = pearson_gof(np.array([7, 0]), np.array([1.0, 0.0]))
-    assert (r.statistic, r.df, r.pvalue) == (0.0, 0, 1.0)
+    # df 0: no evidence, p NaN (scipy's convention), never a p of 1 that reads as a pass.
+    assert (r.statistic, r.df) == (0.0, 0) and np.isnan(r.pvalue)
 
 
 def test_gof_rejects_bad_input():
@@ -138,7 +139,7 @@ def test_homogeneity_pools_and_drops_empty_columns():
 
 def test_homogeneity_empty_sample_is_untestable():
     r = pearson_homogeneity(np.array([5, 5]), np.array([0, 0]))
-    assert (r.statistic, r.df, r.pvalue) == (0.0, 0, 1.0)
+    assert (r.statistic, r.df) == (0.0, 0) and np.isnan(r.pvalue)
 
 
 # --- aggregation --------------------------------------------------------------------
@@ -157,11 +158,18 @@ def test_sum_chi2_inf_and_empty():
     ok = pearson_gof(np.array([55, 45]), np.array([0.5, 0.5]))
     assert sum_chi2([ok, bad]).pvalue == 0.0
     empty = sum_chi2([])
-    assert (empty.statistic, empty.df, empty.pvalue, empty.strata) == (0.0, 0, 1.0, 0)
+    assert (empty.statistic, empty.df, empty.strata) == (0.0, 0, 0) and np.isnan(empty.pvalue)
+    assert not empty.has_evidence
+    # Strata that each pooled to one cell: df 0 in total, still no evidence.
+    single = pearson_gof(np.array([7, 0]), np.array([1.0, 0.0]))
+    assert not sum_chi2([single, single]).has_evidence and sum_chi2([ok]).has_evidence
 
 
 def test_bonferroni():
     r = bonferroni([0.2, 0.004, 0.5, 0.9])
     assert r.pvalue == pytest.approx(0.016) and r.m == 4 and r.argmin == 1
     assert bonferroni([0.6, 0.7]).pvalue == 1.0
-    assert bonferroni([]).pvalue == 1.0
+    assert np.isnan(bonferroni([]).pvalue) and bonferroni([]).m == 0
+    # A part without evidence (NaN) is left out of m; it does not dilute the others.
+    part = bonferroni([float("nan"), 0.004, 0.5])
+    assert part.pvalue == pytest.approx(0.008) and part.m == 2 and part.argmin == 1

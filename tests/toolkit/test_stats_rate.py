@@ -4,29 +4,51 @@ import pytest
 from scipy import stats as sps
 
 from specconform.stats.cells import align, on_union, strata
-from specconform.stats.rate import rate_test
+from specconform.stats.rate import rate_test, stratified_rate_test
 from specconform.stats.speculative import joint_cells, total_variation
 
 
 def test_rate_test_matches_binomtest_and_pearson():
     r = rate_test(30, 200, 0.1)
-    assert r.binom_pvalue == pytest.approx(sps.binomtest(30, 200, 0.1).pvalue)
+    # The decision p-value is the exact binomial; the 2-cell chi2 is reported beside it.
+    assert r.pvalue == pytest.approx(sps.binomtest(30, 200, 0.1).pvalue)
     ref = sps.chisquare([170, 30], [180, 20])
-    assert r.statistic == pytest.approx(ref.statistic) and r.pvalue == pytest.approx(ref.pvalue)
-    assert (r.df, r.n, r.k, r.rate) == (1, 200, 30, 0.15)
+    assert r.chi2_statistic == pytest.approx(ref.statistic)
+    assert r.chi2_pvalue == pytest.approx(ref.pvalue)
+    assert (r.chi2_df, r.n, r.k, r.rate, r.statistic) == (1, 200, 30, 0.15, 0.15)
 
 
 def test_rate_test_event_of_probability_zero_is_fatal():
     r = rate_test(1, 200, 0.0)
-    assert r.out_of_support == 1 and r.pvalue == 0.0 and r.binom_pvalue == 0.0
+    assert r.out_of_support == 1 and r.pvalue == 0.0 and r.chi2_pvalue == 0.0
     ok = rate_test(0, 200, 0.0)
-    assert ok.pvalue == 1.0 and ok.df == 0  # one cell left: nothing to test
+    assert ok.pvalue == 1.0 and ok.chi2_df == 0  # exact: 0 events of rate 0 is certain
 
 
 def test_rate_test_sparse_cell_pools_to_untestable():
     r = rate_test(1, 50, 0.02)  # expected 1 rejection < 5: pooled into the other cell
-    assert r.df == 0 and r.pvalue == 1.0 and r.pooled == (1, 0)
-    assert r.binom_pvalue == pytest.approx(sps.binomtest(1, 50, 0.02).pvalue)
+    assert r.chi2_df == 0 and np.isnan(r.chi2_pvalue) and r.pooled == (1, 0)
+    assert r.pvalue == pytest.approx(sps.binomtest(1, 50, 0.02).pvalue)
+
+
+def test_rate_test_decides_on_the_exact_binomial_where_chi2_has_no_df():
+    # Issue 10: 6 events in 250 at rate 0.01 (expected 2.5: the chi2 pools to df 0 and
+    # used to read p = 1). The exact two-sided binomial p is 0.041.
+    r = rate_test(6, 250, 0.01)
+    assert r.chi2_df == 0 and np.isnan(r.chi2_pvalue)
+    assert r.pvalue == pytest.approx(0.0412, abs=5e-4)
+    # Negative control: 12 events at rate 0.01 is far too many; the exact p rejects at
+    # alpha 0.01 where the pooled chi2 could not.
+    assert rate_test(12, 250, 0.01).pvalue < 1e-4
+
+
+def test_stratified_rate_test_is_bonferroni_over_exact_strata():
+    a, b = rate_test(30, 200, 0.1), rate_test(6, 250, 0.01)
+    comb = stratified_rate_test([a, b])
+    assert comb.pvalue == pytest.approx(min(1.0, 2 * min(a.pvalue, b.pvalue)))
+    assert (comb.n, comb.k, comb.deciding_stratum) == (450, 36, 0)  # p 0.024 < 0.041
+    assert comb.expected_events == pytest.approx(200 * 0.1 + 250 * 0.01)
+    assert np.isnan(stratified_rate_test([]).pvalue)
 
 
 def test_rate_test_rejects_bad_input():

@@ -1,32 +1,53 @@
-"""Evaluate a distribution protocol from its raw data: t1/t2/t3 tests, acceptance and joint
-mechanism tests, coverage and out-of-support, and the verdict.
+"""The first results schema's distribution evaluator, frozen: it reproduces archives
+written before family-wise verdicts (their protocol.json has no ``verdict``), so that
+``verify`` still re-derives every stated row and verdict of such an archive exactly.
 
-Raw data (written by the runner): ``raw/samples.csv`` (group, seed, t1, t2, t3,
-first_accepted, drafted, accepted; -1 = not generated / no draft) and
-``raw/reference.json`` (sparse exact laws p_t1, p_t2[t1], p_t3[t1,t2] from a serial
-replay, and the draft laws q_t2[d][t1] at the first draft position after prompt+t1).
-
-Dependence (issue 5): groups that share seeds can share randomness, so
-- t1 tests over several groups test each group and combine by Bonferroni, valid
-  under any dependence;
-- two-sample tests compare only disjoint seeds: if the groups' seed sets intersect,
-  the first group contributes its even seeds and the second its odd seeds;
-- χ² statistics are summed only over strata of one group (disjoint samples).
-
-Imports no torch: ``verify`` recomputes verdicts on a laptop.
+Do not change its output: new behaviour goes in :mod:`.evaluate`. Schema-1 semantics it
+keeps on purpose (each wrong for new runs, fixed there): every test decides at alpha on
+its own (union bound only); df 0 reads p = 1 and PASS; acceptance decides on the summed
+2-cell χ²; t1 over several groups shows the smallest-p group's statistic beside the
+Bonferroni p; engine errors are not counted.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
 
 import numpy as np
 
+from specconform.evidence.jsonio import json_number as _num
 from specconform.results import Evaluation, RawData, TestRow, decide
-from specconform.stats import bonferroni, pearson_gof, pearson_homogeneity, sum_chi2
-from specconform.stats.cells import align, on_union, strata
-from specconform.stats.rate import rate_test
+from specconform.stats import bonferroni, sum_chi2
+from specconform.stats import pearson_gof as _pearson_gof
+from specconform.stats import pearson_homogeneity as _pearson_homogeneity
+from specconform.stats.cells import align, dense_on, on_union, strata
+from specconform.stats.rate import rate_test as _rate_test
 from specconform.stats.speculative import joint_cells, total_variation
+
+from .reference import Reference
+
+
+def _p1(res):
+    """Schema 1 read a df-0 test as p = 1 (the primitives now say NaN: no evidence)."""
+    return replace(res, pvalue=1.0) if math.isnan(res.pvalue) else res
+
+
+def pearson_gof(*args, **kwargs):
+    return _p1(_pearson_gof(*args, **kwargs))
+
+
+def pearson_homogeneity(*args, **kwargs):
+    return _p1(_pearson_homogeneity(*args, **kwargs))
+
+
+def rate_test(k, n, p0, *, min_expected):
+    """Schema 1's rate record: the 2-cell χ² as statistic/df/pvalue, the exact p beside."""
+    r = _rate_test(k, n, p0, min_expected=min_expected)
+    return SimpleNamespace(statistic=r.chi2_statistic, df=r.chi2_df,
+                           pvalue=1.0 if math.isnan(r.chi2_pvalue) else r.chi2_pvalue,
+                           n=r.n, k=r.k, rate=r.rate, binom_pvalue=r.pvalue,
+                           pooled=r.pooled)
 
 DECIDING_ROLES = ("prerequisite", "primary")
 _COLUMNS = ("seed", "t1", "t2", "t3", "first_accepted", "drafted", "accepted")
@@ -38,9 +59,7 @@ def evaluate(protocol: dict, raw: RawData) -> Evaluation:
 
 
 def evaluate_frames(protocol: dict, samples, reference) -> Evaluation:
-    """Same as :func:`evaluate` from in-memory data: ``samples`` a pandas DataFrame with the
-    columns of samples.csv, ``reference`` the dict of reference.json (or a parsed
-    :class:`Reference`, which calibration reuses across replications)."""
+    """Same as :func:`evaluate` from in-memory data."""
     ref = reference if isinstance(reference, Reference) else Reference(reference)
     ctx = _Context(protocol, ref, _split(samples, ref.vocab_size))
     rows, coverage = [], {}
@@ -58,44 +77,6 @@ def evaluate_frames(protocol: dict, samples, reference) -> Evaluation:
 
 
 # --- inputs --------------------------------------------------------------------------------
-
-class Reference:
-    """Parsed reference.json: sparse laws as (tokens [S] int64 ascending, probs [S] float64)."""
-
-    def __init__(self, ref: dict):
-        self.vocab_size = int(ref["vocab_size"])
-        self.p1 = _sparse(ref["p_t1"])
-        self.p2 = {int(k): _sparse(v) for k, v in ref["p_t2"].items()}
-        self.p3 = {_pair(k): _sparse(v) for k, v in ref.get("p_t3", {}).items()}
-        self.q2 = {int(d): {int(k): _sparse(v) for k, v in laws.items()}
-                   for d, laws in ref.get("q_t2", {}).items()}
-        self._codes = None
-
-    def codes(self, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Supports as int64 codes with base ``w`` > every token: (t1*w + t2) of every
-        possible pair, (pair*w + t3) of every possible triple, and the pairs with a p_t3."""
-        if self._codes is None or self._codes[0] != w:
-            c2 = [t1 * w + law[0] for t1, law in self.p2.items()]
-            c3 = [(a * w + b) * w + law[0] for (a, b), law in self.p3.items()]
-            k3 = np.array([a * w + b for a, b in self.p3], dtype=np.int64)
-            self._codes = (w, _cat(c2), _cat(c3), k3)
-        return self._codes[1:]
-
-    def possible(self, t1: int, t2: int | None = None) -> bool:
-        """Whether the prefix (t1[, t2]) has positive reference probability."""
-        if not np.isin(t1, self.p1[0]):
-            return False
-        return t2 is None or (t1 in self.p2 and bool(np.isin(t2, self.p2[t1][0])))
-
-    def law(self, table: dict, key, what: str):
-        """The law for a stratum ``key`` (t1 or (t1, t2)); None for an impossible prefix
-        the reference omits (its observations already fail the out-of-support row)."""
-        if key in table:
-            return table[key]
-        if not self.possible(*(key if isinstance(key, tuple) else (key,))):
-            return None
-        raise ValueError(f"reference.json has no {what} for {key!r}")
-
 
 @dataclass(frozen=True)
 class _Group:
@@ -156,23 +137,6 @@ def _split(samples, vocab_size: int) -> dict[str, _Group]:
             cols[k] = np.where((t >= vocab_size) | (t < -1), vocab_size, t)
         out[str(name)] = _Group(*cols)
     return out
-
-
-def _sparse(law: dict) -> tuple[np.ndarray, np.ndarray]:
-    tokens = np.fromiter((int(k) for k in law), dtype=np.int64, count=len(law))
-    probs = np.fromiter((float(v) for v in law.values()), dtype=np.float64, count=len(law))
-    order = np.argsort(tokens)
-    keep = probs[order] > 0  # zero-probability entries are simply outside the support
-    return tokens[order][keep], probs[order][keep]
-
-
-def _cat(parts: list) -> np.ndarray:
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-
-
-def _pair(key: str) -> tuple[int, int]:
-    a, b = key.split(",")
-    return int(a), int(b)
 
 
 # --- tests ---------------------------------------------------------------------------------
@@ -315,7 +279,7 @@ def _joint(ctx: _Context, spec: dict):
         x, acc = g.t2[sel], g.first_accepted[sel]
         # Cells: supp p U supp q U observed (an observed token outside both has probability 0).
         tokens = np.union1d(np.union1d(p[0], q[0]), x)
-        pp, qq = _spread(tokens, p), _spread(tokens, q)
+        pp, qq = dense_on(tokens, *p), dense_on(tokens, *q)
         probs = joint_cells(pp, qq)
         cell = np.searchsorted(tokens, x) + np.where(acc == 1, 0, tokens.size)
         counts = np.bincount(cell, minlength=2 * tokens.size)
@@ -352,13 +316,6 @@ def _first_position_laws(ctx: _Context, d: int, t1: int):
     return (None, None) if p is None or q is None else (p, q)
 
 
-def _spread(tokens: np.ndarray, law) -> np.ndarray:
-    """A sparse law ([S] tokens, [S] probs) as a dense [C] vector over ``tokens`` (a superset)."""
-    out = np.zeros(tokens.size, dtype=np.float64)
-    out[np.searchsorted(tokens, law[0])] = law[1]
-    return out
-
-
 _RUNNERS = {"t1_gof": _t1_gof, "t2_gof": _t2_gof, "t2_homogeneity": _t2_homogeneity,
             "t3_gof": _t3_gof, "acceptance": _acceptance, "joint": _joint}
 
@@ -368,6 +325,8 @@ _RUNNERS = {"t1_gof": _t1_gof, "t2_gof": _t2_gof, "t2_homogeneity": _t2_homogene
 def _stratified_row(ctx: _Context, spec: dict, head: dict, results: list, per: list,
                     eligible: int):
     agg = sum_chi2(results)
+    if agg.strata and math.isnan(agg.pvalue):
+        agg = replace(agg, pvalue=1.0)
     detail = {**head, "min_samples": ctx.min_samples, "min_expected": ctx.min_expected,
               "strata_count": agg.strata, "aggregate_df": agg.df, "strata": per}
     pvalue = _num(agg.pvalue) if agg.strata else None
@@ -418,11 +377,3 @@ def _gof_detail(res, tokens, counts, probs, labels=None) -> dict:
             "pooled": [names[i] for i in res.pooled], "tokens": list(names),
             "observed": [int(c) for c in counts],
             "expected": [float(res.n * p) for p in probs / probs.sum()]}
-
-
-def _num(x):
-    """JSON-safe float: non-finite values (an out-of-support χ²) become None."""
-    if x is None:
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None

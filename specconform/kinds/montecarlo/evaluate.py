@@ -8,19 +8,21 @@ exceeds j, the outcome (accepted?, committed token) has law
 
 a 2V-cell law summing to 1. Rows that accepted all L drafts commit a bonus token with
 law p_L. Every (case, position, cell family) with data is one Pearson test with the
-fixed pooling rule; tests are Bonferroni-corrected, so the verdict's false-fail rate is
-at most alpha. Any kernel error flag on these valid laws fails the protocol.
+fixed pooling rule; the tests combine by the protocol's ``verdict`` rule (Holm or
+Bonferroni, :mod:`specconform.kinds.verdict`), so the verdict's false-fail rate is at
+most its alpha. A test whose cells all pool into one has no evidence and fails. Any
+kernel error flag on these valid laws fails the protocol ("engine errors"), as does a
+committed token outside the vocabulary.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from specconform.kinds.laws import as_exact, montecarlo_laws
-from specconform.results import Evaluation, RawData, TestRow, decide
+from specconform.kinds.verdict import REASON_ENGINE_ERRORS, FamilyRule, family_verdict
+from specconform.results import FAIL, NO_EVIDENCE, PASS, Evaluation, RawData, TestRow
 from specconform.stats import pearson_gof
-
-RULE = ("PASS iff every per-position Pearson test passes at alpha/m (Bonferroni over the "
-        "m tests) and the kernel raised no error flag")
+from specconform.stats.speculative import joint_cells
 
 
 def evaluate(protocol: dict, raw: RawData) -> Evaluation:
@@ -42,37 +44,42 @@ def evaluate(protocol: dict, raw: RawData) -> Evaluation:
             at = mine[mine["position"] == j]
             acc, rej, bon = (_vector(at, cell, V) for cell in ("accept", "reject", "bonus"))
             if j < K and acc.sum() + rej.sum() > 0:
-                p, q = as_exact(p32[j]), as_exact(q32[j])
-                probs = np.concatenate([np.minimum(p, q), np.maximum(p - q, 0.0)])
+                probs = joint_cells(as_exact(p32[j]), as_exact(q32[j]))
                 planned.append((f"{case['name']}_pos{j}_joint", case["name"], j,
                                 np.concatenate([acc, rej]), probs))
             if bon.sum() > 0:
                 planned.append((f"{case['name']}_pos{j}_bonus", case["name"], j, bon,
                                 as_exact(p32[j])))
-    m = max(len(planned), 1)
-    per_test_alpha = alpha / m
     tests = []
     for name, case_name, j, observed, probs in planned:
         res = pearson_gof(observed, probs, min_expected=min_expected)
         expected = probs / probs.sum() * observed.sum()
         top = np.argsort(-expected, kind="stable")[:16]
+        evidence = bool(np.isfinite(res.pvalue))
+        status = NO_EVIDENCE if not evidence else (PASS if res.pvalue >= alpha else FAIL)
         tests.append(TestRow(
             test=name, role="primary", statistic=float(res.statistic), df=float(res.df),
-            pvalue=float(res.pvalue), n=int(res.n), alpha=per_test_alpha,
-            passed=bool(res.pvalue >= per_test_alpha),
+            pvalue=float(res.pvalue) if evidence else None, n=int(res.n), alpha=alpha,
+            passed=status == PASS, status=status, pvalue_method="chi2",
+            reason="" if evidence else "no evidence",
             detail={"case": case_name, "position": j, "cells": int(res.cells),
                     "pooled": [int(i) for i in res.pooled],
                     "out_of_support": int(res.out_of_support),
-                    "bonferroni_m": m, "cell_index": [int(i) for i in top],
+                    "cell_index": [int(i) for i in top],
                     "observed": [int(observed[i]) for i in top],
                     "expected": [float(expected[i]) for i in top]}))
     tests.append(TestRow(test="out_of_vocab", role="primary", statistic=float(out_of_vocab),
                          df=None, pvalue=None, n=int(committed["count"].sum()), alpha=alpha,
-                         passed=out_of_vocab == 0, detail={"tokens": out_of_vocab}))
+                         passed=out_of_vocab == 0, detail={"tokens": out_of_vocab},
+                         reason="" if out_of_vocab == 0 else "out of vocabulary",
+                         pvalue_method="none (deterministic)"))
     tests.append(TestRow(test="kernel_errors", role="primary", statistic=float(errors),
                          df=None, pvalue=None, n=int(counts["count"].sum()), alpha=alpha,
-                         passed=errors == 0, detail={"error_rows": errors}))
-    return Evaluation(tuple(tests), decide(tests, alpha, ("primary",), RULE))
+                         passed=errors == 0, detail={"error_rows": errors},
+                         reason="" if errors == 0 else REASON_ENGINE_ERRORS,
+                         pvalue_method="none (deterministic)"))
+    rows, verdict = family_verdict(tests, FamilyRule.from_protocol(protocol, ("primary",)))
+    return Evaluation(rows, verdict)
 
 
 def _vector(frame, cell: str, vocab: int) -> np.ndarray:

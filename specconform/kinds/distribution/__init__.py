@@ -1,0 +1,12 @@
+"""The distribution kind (t1/t2/t3, homogeneity, acceptance, joint; see DESIGN.md).
+
+Public seam: :func:`evaluate` (raw files -> Evaluation), :func:`evaluate_frames`
+(in-memory samples and reference -> Evaluation, used by calibration), :class:`Reference`
+and the protocol schema :data:`Schema` (kept in specconform/protocol/schema.py).
+"""
+from specconform.protocol.schema import DistributionProtocol as Schema
+
+from .evaluate import TESTS, evaluate, evaluate_frames
+from .reference import Reference
+
+__all__ = ["Reference", "Schema", "TESTS", "evaluate", "evaluate_frames"]

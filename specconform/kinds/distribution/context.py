@@ -1,0 +1,134 @@
+"""The frozen evaluation context of a distribution protocol: the pre-registered
+parameters read once from the protocol, the parsed reference and the samples per group.
+
+``samples`` columns (raw/samples.csv): group, seed, t1, t2, t3, first_accepted, drafted,
+accepted (-1 = not generated / no draft) and finish_reason ("length" | "stop" | "error" |
+"abort"; absent in synthetic frames that predate it: then engine errors are not
+counted and the engine_errors row says "no evidence").
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+
+from specconform.kinds.verdict import FamilyRule
+from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, TestRow
+
+from .reference import Reference
+
+DECIDING_ROLES = ("prerequisite", "primary")
+COLUMNS = ("seed", "t1", "t2", "t3", "first_accepted", "drafted", "accepted")
+
+
+@dataclass(frozen=True)
+class GroupData:
+    """One group's samples sorted by seed; every array [N] int64 (error [N] bool)."""
+
+    seed: np.ndarray
+    t1: np.ndarray
+    t2: np.ndarray
+    t3: np.ndarray
+    first_accepted: np.ndarray
+    drafted: np.ndarray
+    accepted: np.ndarray
+    error: np.ndarray | None = None  # finish_reason == "error"; None: not recorded
+
+    def take(self, mask: np.ndarray) -> GroupData:
+        err = None if self.error is None else self.error[mask]
+        return GroupData(*(getattr(self, c)[mask] for c in COLUMNS), error=err)
+
+    @classmethod
+    def empty(cls) -> GroupData:
+        return cls(*(np.zeros(0, dtype=np.int64),) * len(COLUMNS))
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    name: str
+    mode: str
+    draft_loops: int | None
+    seed_start: int | None  # first seed of the group (offset + seed_offset); None: unknown
+
+
+@dataclass(frozen=True)
+class Context:
+    alpha: float  # per-test level of the rows that do not decide
+    min_samples: int
+    min_expected: float
+    batch_size: int | None
+    error_tolerance: int
+    rule: FamilyRule
+    plans: Mapping[str, GroupPlan]
+    ref: Reference
+    data: Mapping[str, GroupData]
+
+    @property
+    def width(self) -> int:
+        """Base of int64 (t1, t2[, t3]) codes: tokens lie in [0, vocab_size] after split."""
+        return self.ref.vocab_size + 1
+
+    @classmethod
+    def build(cls, protocol: dict, samples, ref: Reference) -> Context:
+        strata_rule = protocol.get("strata") or {}
+        offset = (protocol.get("seeds") or {}).get("offset")
+        plans = {g["name"]: GroupPlan(g["name"], g["mode"], g.get("draft_loops"),
+                                      None if offset is None
+                                      else int(offset) + int(g.get("seed_offset", 0)))
+                 for g in protocol["groups"]}
+        batch = (protocol.get("engine") or {}).get("batch_size")
+        tolerance = (protocol.get("engine_errors") or {}).get("tolerance", 0)
+        return cls(alpha=float(protocol["alpha"]),
+                   min_samples=int(strata_rule.get("min_samples", 200)),
+                   min_expected=float(strata_rule.get("min_expected", 5.0)),
+                   batch_size=None if batch is None else int(batch),
+                   error_tolerance=int(tolerance),
+                   rule=FamilyRule.from_protocol(protocol, DECIDING_ROLES),
+                   plans=MappingProxyType(plans), ref=ref,
+                   data=MappingProxyType(split(samples, ref.vocab_size)))
+
+    def group(self, name: str) -> GroupData:
+        if name not in self.plans:
+            raise ValueError(f"test names unknown group {name!r}")
+        return self.data.get(name, GroupData.empty())
+
+    def row(self, spec: dict, statistic, df, pvalue, n: int, detail: dict,
+            method: str) -> TestRow:
+        """A row at the per-test level; :func:`family_verdict` re-decides deciding rows.
+        NaN/None p-value or n 0: no evidence (never a pass)."""
+        role = spec["role"]
+        evidence = n > 0 and pvalue is not None and np.isfinite(pvalue)
+        if not evidence:
+            status, passed, reason = NO_EVIDENCE, False, "no evidence"
+            detail = {**detail, "no_evidence": "no stratum reached the strata threshold, "
+                                               "or every cell pooled into one (df 0)"}
+        elif role == "exploratory":
+            status, passed, reason = INFO, None, ""
+        else:
+            passed = bool(pvalue >= self.alpha)
+            status, reason = (PASS if passed else FAIL), ""
+        if role == "exploratory":
+            status, passed = (INFO if evidence else NO_EVIDENCE), None
+        return TestRow(spec["name"], role, None if statistic is None else float(statistic),
+                       df, None if not evidence else float(pvalue), int(n), self.alpha,
+                       passed, detail, status=status, pvalue_method=method, reason=reason)
+
+
+def split(samples, vocab_size: int) -> dict[str, GroupData]:
+    """Per-group int64 columns, sorted by seed. Every token outside [0, vocab_size) other
+    than -1 (not generated) becomes ``vocab_size``: out of support everywhere, and small
+    enough for the int64 codes of (t1, t2, t3)."""
+    out = {}
+    for name, frame in samples.groupby("group", sort=True):
+        frame = frame.sort_values("seed", kind="stable")
+        cols = [frame[c].to_numpy(dtype=np.int64) for c in COLUMNS]
+        for k in (1, 2, 3):  # t1, t2, t3
+            t = cols[k]
+            cols[k] = np.where((t >= vocab_size) | (t < -1), vocab_size, t)
+        error = None
+        if "finish_reason" in frame.columns:
+            error = (frame["finish_reason"].astype(str) == "error").to_numpy()
+        out[str(name)] = GroupData(*cols, error=error)
+    return out

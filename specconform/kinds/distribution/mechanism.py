@@ -1,0 +1,114 @@
+"""Mechanism tests at the first draft position of a speculative group (after prompt + t1).
+
+- ``acceptance``: rejection has probability exactly TV(p_t2[t1], q_t2[d][t1]). Each
+  stratum is an exact two-sided binomial test (scipy's binomtest); strata combine by
+  Bonferroni over their exact p-values (:func:`specconform.stats.rate.stratified_rate_test`,
+  valid under any dependence, exact level per stratum). The strata's 2-cell χ² are
+  reported beside it, not used to decide (a sparse cell makes their df 0).
+- ``joint``: the committed t2 split by accept/reject against min(p, q) and (p - q)₊ (the
+  2V joint cells, :func:`specconform.stats.speculative.joint_cells`); strata summed.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from specconform.evidence.jsonio import json_number
+from specconform.stats import pearson_gof
+from specconform.stats.cells import dense_on, on_union, strata
+from specconform.stats.rate import rate_test, stratified_rate_test
+from specconform.stats.speculative import joint_cells, total_variation
+
+from .context import Context, GroupData
+from .rows import Coverage, gof_detail, stratified_row
+
+
+def acceptance(ctx: Context, spec: dict):
+    name, d, whole, g = _speculative(ctx, spec)
+    tested, skipped = _first_position_strata(ctx, d, g)
+    results, per = [], []
+    for t1, p, q in tested:
+        tv = total_variation(*on_union(*p, *q)[1:])
+        fa = g.first_accepted[g.t1 == t1]
+        res = rate_test(int((fa == 0).sum()), fa.size, tv, min_expected=ctx.min_expected)
+        results.append(res)
+        per.append({"t1": int(t1), "n": res.n, "tv": tv, "rejected": res.k,
+                    "expected_rejection_rate": tv, "observed_rejection_rate": res.rate,
+                    "binom_pvalue": json_number(res.pvalue),
+                    "expected": [res.n * (1 - tv), res.n * tv],
+                    "observed": [res.n - res.k, res.k],
+                    "chi2_statistic": json_number(res.chi2_statistic),
+                    "chi2_df": res.chi2_df, "chi2_pvalue": json_number(res.chi2_pvalue),
+                    "pooled": list(res.pooled)})
+    comb = stratified_rate_test(results)
+    drafted = int(whole.drafted.clip(min=0).sum())
+    accepted = int(whole.accepted.clip(min=0).sum())
+    expected_rate = comb.expected_events / comb.n if comb.n else None
+    detail = {"group": name, "draft_loops": d, "skipped_impossible_strata": skipped,
+              "min_samples": ctx.min_samples, "strata_count": len(results), "strata": per,
+              "decision": "exact binomial per stratum, Bonferroni over the strata",
+              "rejected": comb.k,
+              "observed_rejection_rate": comb.k / comb.n if comb.n else None,
+              "expected_rejection_rate": expected_rate,
+              # The first-position acceptance ratio and its exact value (1 - TV averaged
+              # over the tested strata): what the report's acceptance figure plots.
+              "acceptance_ratio": 1 - comb.k / comb.n if comb.n else None,
+              "expected_acceptance_ratio": None if expected_rate is None
+              else 1 - expected_rate,
+              "mean_accepted_per_drafted": accepted / drafted if drafted else None,
+              "mean_drafted": float(whole.drafted.mean()) if whole.drafted.size else None,
+              "mean_accepted": float(whole.accepted.mean()) if whole.accepted.size else None}
+    method = ("exact binomial" if len(results) == 1
+              else f"exact binomial, Bonferroni over {len(results)} strata")
+    row = ctx.row(spec, detail["observed_rejection_rate"], None, comb.pvalue, comb.n, detail,
+                  method)
+    keys = tuple(((("t1", int(e["t1"])),)) for e in per)
+    return row, Coverage(len(per), keys, comb.n, int(g.t1.size))
+
+
+def joint(ctx: Context, spec: dict):
+    name, d, _, g = _speculative(ctx, spec)
+    tested, skipped = _first_position_strata(ctx, d, g)
+    results, per = [], []
+    for t1, p, q in tested:
+        sel = g.t1 == t1
+        x, acc = g.t2[sel], g.first_accepted[sel]
+        # Cells: supp p U supp q U observed (an observed token outside both has probability 0).
+        tokens = np.union1d(np.union1d(p[0], q[0]), x)
+        pp, qq = dense_on(tokens, *p), dense_on(tokens, *q)
+        probs = joint_cells(pp, qq)
+        cell = np.searchsorted(tokens, x) + np.where(acc == 1, 0, tokens.size)
+        counts = np.bincount(cell, minlength=2 * tokens.size)
+        res = pearson_gof(counts, probs, min_expected=ctx.min_expected)
+        results.append(res)
+        labels = [f"acc:{t}" for t in tokens.tolist()] + [f"rej:{t}" for t in tokens.tolist()]
+        entry = gof_detail(res, tokens, counts, probs, labels=labels)
+        entry["tv"] = total_variation(pp, qq)
+        per.append({"t1": int(t1), **entry})
+    head = {"group": name, "draft_loops": d, "skipped_impossible_strata": skipped,
+            "cells": "acc:x ~ min(p, q)(x), rej:x ~ (p - q)+(x), x over supp p U supp q"}
+    return stratified_row(ctx, spec, head, results, per, g.t1.size)
+
+
+def _speculative(ctx: Context, spec: dict) -> tuple[str, int, GroupData, GroupData]:
+    """The group's name, depth d, all its samples, and those with a first draft."""
+    name = spec["groups"][0]
+    d = ctx.plans[name].draft_loops if name in ctx.plans else None
+    if d is None:
+        raise ValueError(f"test {spec['name']!r} needs a speculative group, got {name!r}")
+    g = ctx.group(name)
+    return name, int(d), g, g.take((g.first_accepted >= 0) & (g.t1 >= 0) & (g.t2 >= 0))
+
+
+def _first_position_strata(ctx: Context, d: int, g: GroupData):
+    """([(t1, p, q), ...] for every stratum with at least min_samples samples,
+    [{"t1": t1}, ...] for those the reference omits as impossible)."""
+    keys, _ = strata(g.t1, ctx.min_samples)
+    tested, skipped = [], []
+    for t1 in keys:
+        p = ctx.ref.law(ctx.ref.p2, int(t1), "p_t2")
+        q = ctx.ref.law(ctx.ref.q2.get(d, {}), int(t1), f"q_t2[{d}]")
+        if p is None or q is None:
+            skipped.append({"t1": int(t1)})
+        else:
+            tested.append((t1, p, q))
+    return tested, skipped

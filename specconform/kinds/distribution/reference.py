@@ -1,0 +1,65 @@
+"""Parsed ``raw/reference.json``: the exact laws a distribution run is tested against.
+
+Sparse laws are (tokens [S] int64 ascending, probs [S] float64): p_t1, p_t2[t1],
+p_t3[(t1, t2)] from a serial replay, and the draft laws q_t2[d][t1] at the first draft
+position after prompt + t1. Parse once and reuse across replications (calibration does).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+SparseLaw = tuple[np.ndarray, np.ndarray]  # ([S] int64 ascending, [S] float64)
+
+
+class Reference:
+    def __init__(self, ref: dict):
+        self.vocab_size = int(ref["vocab_size"])
+        self.p1 = sparse_law(ref["p_t1"])
+        self.p2 = {int(k): sparse_law(v) for k, v in ref["p_t2"].items()}
+        self.p3 = {_pair(k): sparse_law(v) for k, v in ref.get("p_t3", {}).items()}
+        self.q2 = {int(d): {int(k): sparse_law(v) for k, v in laws.items()}
+                   for d, laws in ref.get("q_t2", {}).items()}
+        self._codes = None
+
+    def codes(self, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Supports as int64 codes with base ``w`` > every token: (t1*w + t2) of every
+        possible pair, (pair*w + t3) of every possible triple, and the pairs with a p_t3."""
+        if self._codes is None or self._codes[0] != w:
+            c2 = [t1 * w + law[0] for t1, law in self.p2.items()]
+            c3 = [(a * w + b) * w + law[0] for (a, b), law in self.p3.items()]
+            k3 = np.array([a * w + b for a, b in self.p3], dtype=np.int64)
+            self._codes = (w, _cat(c2), _cat(c3), k3)
+        return self._codes[1:]
+
+    def possible(self, t1: int, t2: int | None = None) -> bool:
+        """Whether the prefix (t1[, t2]) has positive reference probability."""
+        if not np.isin(t1, self.p1[0]):
+            return False
+        return t2 is None or (t1 in self.p2 and bool(np.isin(t2, self.p2[t1][0])))
+
+    def law(self, table: dict, key, what: str) -> SparseLaw | None:
+        """The law for a stratum ``key`` (t1 or (t1, t2)); None for an impossible prefix
+        the reference omits (its observations already fail the out-of-support row)."""
+        if key in table:
+            return table[key]
+        if not self.possible(*(key if isinstance(key, tuple) else (key,))):
+            return None
+        raise ValueError(f"reference.json has no {what} for {key!r}")
+
+
+def sparse_law(law: dict) -> SparseLaw:
+    """{token: probability} as a sparse law; zero-probability entries are dropped."""
+    tokens = np.fromiter((int(k) for k in law), dtype=np.int64, count=len(law))
+    probs = np.fromiter((float(v) for v in law.values()), dtype=np.float64, count=len(law))
+    order = np.argsort(tokens)
+    keep = probs[order] > 0
+    return tokens[order][keep], probs[order][keep]
+
+
+def _cat(parts: list) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _pair(key: str) -> tuple[int, int]:
+    a, b = key.split(",")
+    return int(a), int(b)

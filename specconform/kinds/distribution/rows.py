@@ -1,0 +1,137 @@
+"""Rows a distribution protocol adds to its tests, and the per-stratum detail records.
+
+- ``coverage`` (exploratory): the smallest share of eligible samples the strata of any
+  stratified test cover;
+- ``out_of_support`` (deterministic, primary): any observation of reference probability
+  0 fails;
+- ``engine_errors`` (deterministic, primary): requests whose finish_reason is "error",
+  per group and per batch of the protocol's batch plan; more than the pre-registered
+  ``engine_errors.tolerance`` (default 0) in any deciding group fails the verdict with
+  the reason "engine errors" (distinct from a distribution failure).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specconform.evidence.jsonio import json_number
+from specconform.kinds.verdict import REASON_ENGINE_ERRORS
+from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, TestRow
+from specconform.stats import sum_chi2
+
+from .context import Context
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What the strata of one stratified test cover."""
+
+    strata: int
+    keys: tuple[tuple[tuple[str, int], ...], ...]  # per stratum: (("t1", 5),) or t1, t2
+    n_covered: int
+    n_eligible: int
+
+    @property
+    def share(self) -> float:
+        return self.n_covered / self.n_eligible if self.n_eligible else 0.0
+
+    def to_json(self) -> dict:
+        return {"strata": self.strata, "keys": [dict(k) for k in self.keys],
+                "n_covered": self.n_covered, "n_eligible": self.n_eligible,
+                "share": self.share}
+
+
+def gof_detail(res, tokens, counts, probs, labels=None) -> dict:
+    """A goodness-of-fit stratum's JSON record: counts per original cell, what pooled."""
+    names = labels if labels is not None else [int(t) for t in tokens]
+    return {"n": res.n, "statistic": json_number(res.statistic), "df": res.df,
+            "pvalue": json_number(res.pvalue), "cells": res.cells,
+            "out_of_support": res.out_of_support,
+            "pooled": [names[i] for i in res.pooled], "tokens": list(names),
+            "observed": [int(c) for c in counts],
+            "expected": [float(res.n * p) for p in probs / probs.sum()]}
+
+
+def stratified_row(ctx: Context, spec: dict, head: dict, results: list, per: list,
+                   eligible: int) -> tuple[TestRow, Coverage]:
+    """Strata's χ² summed into one row (df 0 or no stratum: no evidence)."""
+    agg = sum_chi2(results)
+    detail = {**head, "min_samples": ctx.min_samples, "min_expected": ctx.min_expected,
+              "strata_count": agg.strata, "aggregate_df": agg.df, "strata": per}
+    row = ctx.row(spec, agg.statistic, agg.df, agg.pvalue, agg.n, detail,
+                  "chi2 summed over strata")
+    keys = tuple(tuple((k, int(e[k])) for k in ("t1", "t2") if k in e) for e in per)
+    return row, Coverage(len(per), keys, agg.n, int(eligible))
+
+
+def coverage_row(ctx: Context, coverage: dict[str, Coverage]) -> TestRow:
+    share = min((c.share for c in coverage.values()), default=1.0)
+    n = sum(g.t1.size for g in ctx.data.values())
+    detail = {"statistic": "smallest share of eligible samples covered by the strata of any "
+                           "stratified test",
+              "tests": {name: c.to_json() for name, c in coverage.items()}}
+    return TestRow("coverage", "exploratory", float(share), None, None, n, ctx.alpha, None,
+                   detail, status=INFO, pvalue_method="none (descriptive)")
+
+
+def support_row(ctx: Context) -> TestRow:
+    """Observations of zero reference probability at t1, t2 or t3, any group: one is fatal.
+
+    A position is checked only when its prefix is possible (an impossible t1 is counted
+    once, at t1); tokens outside [0, vocab_size) are always out of support.
+    """
+    ref, w, per, total, n = ctx.ref, ctx.width, {}, 0, 0
+    codes2, codes3, keys3 = ref.codes(w)
+    for name, g in sorted(ctx.data.items()):
+        ok1 = g.t1 >= 0
+        bad1 = ok1 & ~np.isin(g.t1, ref.p1[0])
+        ok2 = ok1 & ~bad1 & (g.t2 >= 0)
+        pair = g.t1 * w + g.t2
+        bad2 = ok2 & ~np.isin(pair, codes2)
+        ok3 = ok2 & ~bad2 & (g.t3 >= 0) & np.isin(pair, keys3)
+        bad3 = ok3 & ~np.isin(pair * w + g.t3, codes3)
+        per[name] = {"t1": int(bad1.sum()), "t2": int(bad2.sum()), "t3": int(bad3.sum())}
+        total += sum(per[name].values())
+        n += int(ok1.sum() + ok2.sum() + ok3.sum())
+    detail = {"per_group": per, "rule": "any observation with reference probability 0 fails"}
+    ok = total == 0
+    return TestRow("out_of_support", "primary", float(total), None, None, n, ctx.alpha, ok,
+                   detail, status=PASS if ok else FAIL,
+                   pvalue_method="none (deterministic: impossible under the null)",
+                   reason="" if ok else "out of support")
+
+
+def engine_errors_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
+    """Requests that ended in an engine error, per group and per batch, against the
+    pre-registered tolerance (errors allowed per deciding group)."""
+    per_group, per_batch, recorded = {}, {}, True
+    for name, g in sorted(ctx.data.items()):
+        if g.error is None:
+            recorded = False
+            continue
+        per_group[name] = int(g.error.sum())
+        plan = ctx.plans.get(name)
+        if ctx.batch_size and plan is not None and plan.seed_start is not None:
+            batch = (g.seed[g.error] - plan.seed_start) // ctx.batch_size
+            idx, counts = np.unique(batch, return_counts=True)
+            per_batch[name] = {str(int(i)): int(c) for i, c in zip(idx, counts, strict=True)}
+    n = sum(g.t1.size for g in ctx.data.values())
+    deciding = sorted(deciding_groups & set(per_group))
+    over = [gname for gname in deciding if per_group[gname] > ctx.error_tolerance]
+    detail = {"per_group": per_group, "per_batch": per_batch, "deciding_groups": deciding,
+              "tolerance": ctx.error_tolerance,
+              "batch": "(seed - group's first seed) // batch_size",
+              "over_tolerance": over,
+              "rule": "FAIL if a group read by a deciding test has more engine errors "
+                      "than the tolerance"}
+    method = "none (deterministic: a correct engine raises no error on valid laws)"
+    if not recorded:
+        detail["no_evidence"] = "samples carry no finish_reason: engine errors not counted"
+        return TestRow("engine_errors", "primary", None, None, None, n, ctx.alpha, False,
+                       detail, status=NO_EVIDENCE, pvalue_method=method,
+                       reason="no evidence")
+    ok = not over
+    return TestRow("engine_errors", "primary", float(sum(per_group.values())), None, None, n,
+                   ctx.alpha, ok, detail, status=PASS if ok else FAIL, pvalue_method=method,
+                   reason="" if ok else REASON_ENGINE_ERRORS)

@@ -1,0 +1,120 @@
+"""Token-law tests of a distribution protocol: t1, t2 and t3 goodness of fit against the
+serial reference, and t2 two-sample homogeneity between groups.
+
+Dependence (issue 5): groups that share seeds can share randomness, so
+- t1 over several groups tests each group and combines by Bonferroni (valid under any
+  dependence); the row states the combined p ("p_Bonf"), each group's own statistic
+  and p in ``per_group``, and has no single statistic;
+- two-sample tests compare only disjoint seeds: if the groups' seed sets intersect,
+  the first group contributes its even seeds and the second its odd seeds;
+- χ² statistics are summed only over strata of one group (disjoint samples).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from specconform.evidence.jsonio import json_number
+from specconform.results import TestRow
+from specconform.stats import bonferroni, pearson_gof, pearson_homogeneity
+from specconform.stats.cells import align, counts_on, strata
+
+from .context import Context
+from .rows import Coverage, gof_detail, stratified_row
+
+
+def t1_gof(ctx: Context, spec: dict) -> tuple[TestRow, Coverage | None]:
+    """Each group's t1 against p_t1; several (seed-sharing) groups combined by Bonferroni."""
+    results, per_group = [], []
+    for name in spec["groups"]:
+        t1 = ctx.group(name).t1
+        t1 = t1[t1 >= 0]
+        tokens, probs, counts = align(*ctx.ref.p1, t1)
+        res = pearson_gof(counts, probs, min_expected=ctx.min_expected)
+        results.append(res)
+        per_group.append({"group": name, **gof_detail(res, tokens, counts, probs)})
+    n = sum(r.n for r in results)
+    if len(results) == 1:
+        res = results[0]
+        detail = {"groups": list(spec["groups"]), "per_group": per_group,
+                  "combination": "single group"}
+        return ctx.row(spec, res.statistic, res.df, res.pvalue, n, detail, "chi2"), None
+    comb = bonferroni([r.pvalue for r in results])
+    detail = {"groups": list(spec["groups"]), "per_group": per_group,
+              "combination": f"Bonferroni over the {comb.m} groups with evidence (they "
+                             "share seeds): p_Bonf = min(1, m * min p_i); each group's "
+                             "statistic, df and p in per_group",
+              "smallest_p_group": spec["groups"][comb.argmin] if comb.argmin >= 0 else None}
+    return ctx.row(spec, None, None, comb.pvalue, n, detail,
+                   f"Bonferroni over {comb.m} groups"), None
+
+
+def t2_gof(ctx: Context, spec: dict):
+    """t2 against p_t2[t1] per t1 stratum; strata summed."""
+    return _stratified_gof(ctx, spec, depth=2)
+
+
+def t3_gof(ctx: Context, spec: dict):
+    """t3 against p_t3[t1, t2] per (t1, t2) stratum; strata summed."""
+    return _stratified_gof(ctx, spec, depth=3)
+
+
+def _stratified_gof(ctx: Context, spec: dict, depth: int):
+    name = spec["groups"][0]
+    g = ctx.group(name)
+    ok = (g.t1 >= 0) & (g.t2 >= 0) & ((g.t3 >= 0) if depth == 3 else True)
+    g = g.take(ok)
+    # One int64 key per conditioning prefix: t1, or (t1, t2) coded as t1 * width + t2.
+    key_of = g.t1 if depth == 2 else g.t1 * ctx.width + g.t2
+    tested = g.t2 if depth == 2 else g.t3
+    keys, _ = strata(key_of, ctx.min_samples)
+    results, per, skipped = [], [], []
+    for key in keys:
+        if depth == 2:
+            where, law = {"t1": int(key)}, ctx.ref.law(ctx.ref.p2, int(key), "p_t2")
+        else:
+            t1, t2 = divmod(int(key), ctx.width)
+            where, law = {"t1": t1, "t2": t2}, ctx.ref.law(ctx.ref.p3, (t1, t2), "p_t3")
+        if law is None:
+            skipped.append(where)
+            continue
+        tokens, probs, counts = align(*law, tested[key_of == key])
+        res = pearson_gof(counts, probs, min_expected=ctx.min_expected)
+        results.append(res)
+        per.append({**where, **gof_detail(res, tokens, counts, probs)})
+    head = {"group": name, "skipped_impossible_strata": skipped}
+    return stratified_row(ctx, spec, head, results, per, int(ok.sum()))
+
+
+def t2_homogeneity(ctx: Context, spec: dict):
+    name_a, name_b = spec["groups"]
+    a, b = ctx.group(name_a), ctx.group(name_b)
+    a = a.take((a.t1 >= 0) & (a.t2 >= 0))
+    b = b.take((b.t1 >= 0) & (b.t2 >= 0))
+    if np.intersect1d(a.seed, b.seed).size > 0:
+        # Shared seeds can mean shared randomness; two-sample tests need independent
+        # samples, so split by seed parity: disjoint seed sets by construction.
+        a, b = a.take(a.seed % 2 == 0), b.take(b.seed % 2 == 1)
+        split = (f"seed sets overlap: {name_a} uses its even seeds, {name_b} its odd "
+                 "seeds (disjoint seeds, independent samples)")
+    else:
+        split = "seed sets disjoint: all samples of both groups"
+    keys = np.intersect1d(strata(a.t1, ctx.min_samples)[0], strata(b.t1, ctx.min_samples)[0])
+    results, per = [], []
+    for t1 in keys:
+        xa, xb = a.t2[a.t1 == t1], b.t2[b.t1 == t1]
+        tokens = np.union1d(xa, xb)
+        ca, cb = counts_on(tokens, xa), counts_on(tokens, xb)
+        res = pearson_homogeneity(ca, cb, min_expected=ctx.min_expected)
+        results.append(res)
+        per.append({"t1": int(t1), "n": res.n, "n_a": res.n_a, "n_b": res.n_b,
+                    **_numbers(res), "cells": res.cells,
+                    "pooled": [int(tokens[i]) for i in res.pooled],
+                    "tokens": tokens.tolist(), "observed_a": ca.tolist(),
+                    "observed_b": cb.tolist()})
+    head = {"groups": [name_a, name_b], "seed_split": split}
+    return stratified_row(ctx, spec, head, results, per, a.t1.size + b.t1.size)
+
+
+def _numbers(res) -> dict:
+    return {"statistic": json_number(res.statistic), "df": res.df,
+            "pvalue": json_number(res.pvalue)}

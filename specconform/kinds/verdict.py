@@ -1,0 +1,109 @@
+"""Family-wise verdicts: how a protocol's deciding tests combine into PASS/FAIL.
+
+A protocol pre-registers ``verdict: {combine: holm|bonferroni, alpha: A}``. The deciding
+tests (rows whose role the protocol lists in ``decision_roles``) are of three sorts:
+
+- *stochastic*: a p-value exists. Their p-values are adjusted together (Holm's step-down
+  or Bonferroni, :func:`specconform.stats.aggregate.adjust`) and each passes iff its
+  adjusted p >= A. Both rules keep P(any false fail) <= A under any dependence
+  between the tests, so the verdict's false-fail rate from these m tests is <= A.
+- *deterministic*: a rule without a p-value that a correct engine never breaks (an
+  observation of reference probability 0, an engine error, a quadrature bound): such a
+  failure is impossible under the null and adds nothing to the false-fail rate.
+- *no evidence* (df 0, no stratum, every cell pooled): fails the verdict with the reason
+  "no evidence", whatever the data. A protocol's sample size must make evidence certain
+  in practice (the planner checks it); the stated rate assumes it did.
+
+Rows that do not decide keep their own per-test level (the protocol's ``alpha``) and
+never change the verdict.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from specconform.results import (
+    FAIL,
+    INFO,
+    NO_EVIDENCE,
+    PASS,
+    RESULTS_SCHEMA,
+    TestRow,
+    Verdict,
+)
+from specconform.stats.aggregate import COMBINE_LABELS, adjust
+
+REASON_NO_EVIDENCE = "no evidence"
+REASON_ENGINE_ERRORS = "engine errors"
+
+
+@dataclass(frozen=True)
+class FamilyRule:
+    """The pre-registered decision: deciding roles, combination and family-wise alpha."""
+
+    roles: tuple[str, ...]
+    combine: str  # "holm" | "bonferroni"
+    alpha: float
+
+    @property
+    def label(self) -> str:
+        return COMBINE_LABELS[self.combine]
+
+    @classmethod
+    def from_protocol(cls, protocol: dict, default_roles: Sequence[str]) -> FamilyRule:
+        """From a protocol's JSON data; a protocol without ``verdict`` gets Holm at its
+        ``alpha`` (the schema fills the same default)."""
+        spec = protocol.get("verdict") or {}
+        roles = tuple(protocol.get("decision_roles") or default_roles)
+        alpha = spec.get("alpha")
+        return cls(roles, str(spec.get("combine", "holm")),
+                   float(protocol["alpha"] if alpha is None else alpha))
+
+
+def family_verdict(rows: Sequence[TestRow], rule: FamilyRule) -> tuple[tuple[TestRow, ...],
+                                                                        Verdict]:
+    """Rows with deciding rows adjusted (``adjusted_pvalue``, ``passed``, ``status``,
+    ``reason``) and the verdict. Non-deciding rows come back unchanged."""
+    deciding = [i for i, r in enumerate(rows) if r.role in rule.roles]
+    stochastic = [i for i in deciding if rows[i].status in (PASS, FAIL)
+                  and rows[i].pvalue is not None and math.isfinite(rows[i].pvalue)]
+    adjusted = dict(zip(stochastic, adjust([rows[i].pvalue for i in stochastic],
+                                           rule.combine), strict=True))
+    out, reasons = list(rows), []
+    label = f"p_{rule.label}"
+    for i in deciding:
+        row = rows[i]
+        if i in adjusted:
+            ok = adjusted[i] >= rule.alpha
+            new = replace(row, adjusted_pvalue=adjusted[i], adjusted_method=rule.label,
+                          alpha=rule.alpha, passed=ok,
+                          status=PASS if ok else FAIL, deciding=True,
+                          reason="" if ok else f"{label} < {rule.alpha:g}")
+        elif row.status == NO_EVIDENCE or row.status == INFO:
+            new = replace(row, passed=False, status=NO_EVIDENCE, deciding=True,
+                          reason=row.reason or REASON_NO_EVIDENCE)
+        else:  # deterministic rule: PASS/FAIL as the row states
+            new = replace(row, deciding=True,
+                          reason="" if row.passed else (row.reason or "rule broken"))
+        out[i] = new
+        if new.passed is False:
+            reasons.append((new.test, new.reason))
+    failed = tuple(name for name, _ in reasons)
+    m = len(stochastic)
+    det = [rows[i].test for i in deciding if i not in adjusted
+           and rows[i].status in (PASS, FAIL)]
+    if m:
+        statement = f"false-fail rate ≤ {rule.alpha:g} over {m} tests ({rule.label})"
+        text = (f"PASS iff every {'/'.join(rule.roles)} test has evidence and {label} >= "
+                f"{rule.alpha:g} ({m} tests)")
+    else:
+        statement = "false-fail rate 0: deterministic checks only"
+        text = f"PASS iff every {'/'.join(rule.roles)} check holds"
+    if det and m:
+        text += f", and the deterministic checks ({', '.join(det)}) hold"
+        statement += f"; {', '.join(det)} fail only on events a correct engine never shows"
+    verdict = Verdict("FAIL" if failed else "PASS", rule.alpha, text, failed,
+                      combine=rule.combine, family_size=m, statement=statement,
+                      reasons=tuple(reasons), schema=RESULTS_SCHEMA)
+    return tuple(out), verdict
