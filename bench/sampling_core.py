@@ -195,6 +195,8 @@ def sweep_section(args, device) -> list[dict]:
     B = max(args.sampling_rows)
     acc = accept_inputs(B, args.draft_k, args.vocab, device, getattr(torch, args.sampling_dtype))
     saved = dict(triton_categorical.SAMPLING_CONFIG)
+    saved_large = triton_categorical.LARGE_BATCH
+    triton_categorical.LARGE_BATCH = 1 << 62  # every B under SAMPLING_CONFIG while sweeping
     out = []
     try:
         for text in args.sweep:
@@ -208,6 +210,7 @@ def sweep_section(args, device) -> list[dict]:
     finally:
         triton_categorical.SAMPLING_CONFIG.clear()
         triton_categorical.SAMPLING_CONFIG.update(saved)
+        triton_categorical.LARGE_BATCH = saved_large
     return out
 
 

@@ -103,7 +103,7 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
     error = torch.empty(B, dtype=torch.bool, device=device)
     if B == 0:
         return tokens, num_accepted, num_committed, error
-    block, ntp, warps = launch_shape(V)
+    block, ntp, warps = launch_shape(B, V)
     _accept_kernel[(B,)](
         p, p.stride(0), p.stride(1), q_arg, q_arg.stride(0), q_arg.stride(1),
         drafts, drafts.stride(0), lens, u, u.stride(0),
