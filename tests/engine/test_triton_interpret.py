@@ -259,5 +259,36 @@ def test_every_case_was_compared(verdicts):
     assert len(verdicts) == len(BLOCKS) * (len(ACCEPT_CASES) + len(CATEGORICAL_CASES)) + 4
 
 
+def test_dispatch_switch():
+    """CPU tensors take the torch path unless forced; float64 accept inputs always do."""
+    from engine_under_test.sampling._dispatch import (
+        sampling_backend,
+        sampling_kernel_for,
+        set_sampling_backend,
+    )
+    x = torch.zeros(2, 1, 4)
+    assert sampling_backend() == "auto"
+    assert sampling_kernel_for("categorical", x[:, 0]) is None  # auto: CUDA only
+    try:
+        set_sampling_backend("torch")
+        assert sampling_kernel_for("categorical", x[:, 0]) is None
+        set_sampling_backend("triton")
+        assert sampling_kernel_for("speculative_accept", x.double(), x) is None
+        with pytest.raises(ValueError, match="sampling backend must be one of"):
+            set_sampling_backend("cuda")
+    finally:
+        set_sampling_backend("auto")
+
+
+def test_bad_environment_value_is_a_clear_error():
+    env = {**os.environ, "ENGINE_UNDER_TEST_SAMPLING": "fast", "PYTHONPATH": str(ROOT)}
+    code = ("import torch; from engine_under_test.sampling import categorical; "
+            "categorical(torch.ones(1, 3), torch.zeros(1, dtype=torch.float64))")
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0
+    assert "ENGINE_UNDER_TEST_SAMPLING must be one of" in done.stderr
+
+
 if __name__ == "__main__":
     print(json.dumps(run_child()))
