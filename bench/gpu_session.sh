@@ -40,8 +40,12 @@ part_tests() {
   lim python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/ 2>&1 | tail -40
 }
 part_bench() {
-  lim python3 bench/sampling_core.py --device cuda --rows 1024 --vocab 49152
-  lim python3 bench/sampling_core.py --device cuda --rows 64 --vocab 49152 | tail -3
+  # The first call also prints the accept/categorical table at B = 1, 64, 4096 (torch vs
+  # Triton, floors, ratios) and exits 1 when a Triton result differs from the torch path.
+  lim python3 bench/sampling_core.py --device cuda --rows 1024 --vocab 49152 \
+    --sweep "" BLOCK=1024,num_warps=4 BLOCK=2048,num_warps=4 --json "$OUT/sampling-core.json"
+  lim python3 bench/sampling_core.py --device cuda --rows 64 --vocab 49152 --sampling-rows 0 \
+    | tail -3
 }
 part_sweep() {
   local configs=("" "PREFETCH=0" "BLOCK=8192" "BLOCK=8192,PREFETCH=0" "num_warps=4"

@@ -14,16 +14,33 @@ full-row sorts with torch.topk. --check compares the timed result with the CPU p
 
     python bench/sampling_core.py --device cuda --rows 1024 --vocab 49152
     python bench/sampling_core.py --device cuda --kernel-config BLOCK=8192,num_warps=16
+
+Then speculative_accept (K = --draft-k) and categorical at V = --vocab for every B in
+--sampling-rows (default 1, 64, 4096), torch path against Triton path
+(ENGINE_UNDER_TEST_SAMPLING-style switch `set_sampling_backend`), steady state: warm-up,
+then CUDA events around --calls back-to-back calls. Their floors, at the copy bandwidth
+measured in the same run (one 1 GiB device-to-device copy, read + write):
+  accept       the p row at each row's stop point, plus q's row where it rejects (the
+               rows the operation must touch; the coins are 2K gathers of a 32-byte
+               sector each), the drafts/lens/uniforms read and the outputs written;
+               "all rows" is the looser floor of reading every p and q row once;
+  categorical  every weight read once, u read, the tokens written.
+Exit status 1 when a Triton result differs from the torch path (tokens, counts, error
+flags; categorical tokens), with the differing rows printed. One command on an H200:
+
+    python3 bench/sampling_core.py
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 import torch
 
 from engine_under_test.sampling import batched_probabilities, categorical, speculative_accept
+from engine_under_test.sampling._dispatch import sampling_backend, set_sampling_backend
 
 
 def timed(fn, device, repeats: int) -> float:
@@ -43,7 +60,161 @@ def timed(fn, device, repeats: int) -> float:
     return times[len(times) // 2]
 
 
-def main(argv=None) -> dict:
+def steady_ms(fn, device, calls: int, warmup: int = 3) -> float:
+    """Mean milliseconds per call over `calls` back-to-back calls after warm-up (CUDA
+    events around the whole loop: launch overheads overlap as they do in a real loop)."""
+    for _ in range(warmup):
+        fn()
+    if device.type != "cuda":
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - t0) * 1e3 / calls
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / calls
+
+
+def copy_bandwidth(device, calls: int) -> float:
+    """Bytes per second of a 1 GiB device-to-device copy (read + write counted)."""
+    n = (1 << 30) // 4 if device.type == "cuda" else (1 << 24) // 4
+    src = torch.ones(n, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    ms = steady_ms(lambda: dst.copy_(src), device, calls)
+    return 2 * src.numel() * 4 / (ms * 1e-3)
+
+
+def accept_inputs(B: int, K: int, V: int, device, dtype):
+    """Realistic laws: q a perturbed p (acceptance ~ 70-80 %), draft_lens K, drafts from q."""
+    g = torch.Generator(device=device).manual_seed(B)
+    logits = torch.randn(B, K + 1, V, generator=g, device=device) * 3
+    p = torch.softmax(logits, -1).to(dtype)
+    q = torch.softmax(logits[:, :K] + torch.randn(B, K, V, generator=g, device=device), -1)
+    drafts = torch.multinomial(q.reshape(-1, V), 1, generator=g).reshape(B, K)
+    lens = torch.full((B,), K, dtype=torch.int64, device=device)
+    u = torch.rand(B, 2 * K + 1, generator=g, dtype=torch.float64, device=device)
+    return p, q.to(dtype), drafts, lens, u
+
+
+def with_backend(backend: str, fn):
+    """fn() with speculative_accept / categorical forced to `backend`."""
+    previous = sampling_backend()
+    set_sampling_backend(backend)
+    try:
+        return fn()
+    finally:
+        set_sampling_backend(previous)
+
+
+def differing_rows(want, got) -> list[int]:
+    want, got = ([want], [got]) if isinstance(want, torch.Tensor) else (want, got)
+    bad = torch.zeros(want[0].shape[0], dtype=torch.bool, device=want[0].device)
+    for a, b in zip(want, got, strict=True):
+        bad |= (a != b).reshape(a.shape[0], -1).any(1)
+    return bad.nonzero().flatten().tolist()[:20]
+
+
+def compare_and_time(label: str, call, device, calls: int, mismatches: list[str]):
+    """(the torch path's result, {"torch_ms", "triton_ms"}) for call() (one op on fixed
+    inputs); a Triton result differing from the torch path's is added to `mismatches`."""
+    want = with_backend("torch", call)
+    times = {"torch_ms": with_backend("torch", lambda: steady_ms(call, device, calls))}
+    if device.type == "cuda":  # the auto backend is the Triton kernel on CUDA
+        bad = differing_rows(want, with_backend("auto", call))
+        if bad:
+            mismatches.append(f"{label}: rows {bad} differ from the torch path")
+        times["triton_ms"] = with_backend("auto", lambda: steady_ms(call, device, calls))
+    return want, times
+
+
+def sampling_section(args, device, bandwidth: float) -> tuple[list[dict], list[str]]:
+    """Rows of the accept / categorical table, and the mismatches found."""
+    dtype = getattr(torch, args.sampling_dtype)
+    elem = torch.empty(0, dtype=dtype).element_size()
+    K, V = args.draft_k, args.vocab
+    rows, mismatches = [], []
+    for B in args.sampling_rows:
+        calls = max(20, min(500, int(2e5 // B)))
+        acc = accept_inputs(B, K, V, device, dtype)
+        want, times = compare_and_time(f"speculative_accept B={B}",
+                                       lambda: speculative_accept(*acc),  # noqa: B023
+                                       device, calls, mismatches)
+        lens = acc[3]
+        rejected = int(((want.num_accepted < lens) & ~want.error).sum())
+        # drafts + lens + uniforms read, tokens + counts + flags written, 2K gathered sectors
+        io = B * (K + 1 + 2 * K + 1) * 8 + B * ((K + 1) * 8 + 8 + 8 + 1) + B * 2 * K * 32
+        touched = (B + rejected) * V * elem + io
+        all_rows = B * (2 * K + 1) * V * elem + io
+        rows.append({"op": "speculative_accept", "B": B, "K": K, "V": V,
+                     "dtype": args.sampling_dtype, "rejected_rows": rejected,
+                     "floor_ms": touched / bandwidth * 1e3,
+                     "floor_all_rows_ms": all_rows / bandwidth * 1e3, **times})
+        probs, uc = acc[0][:, 0].contiguous(), acc[4][:, 0].contiguous()
+        acc = None  # free p and q before the categorical inputs are used
+        _, times = compare_and_time(f"categorical B={B}",
+                                    lambda: categorical(probs, uc),  # noqa: B023
+                                    device, calls, mismatches)
+        floor = (B * V * elem + B * 16) / bandwidth * 1e3
+        rows.append({"op": "categorical", "B": B, "K": 0, "V": V, "dtype": args.sampling_dtype,
+                     "rejected_rows": 0, "floor_ms": floor, "floor_all_rows_ms": floor,
+                     "multinomial_ms": steady_ms(lambda: torch.multinomial(probs, 1),  # noqa: B023
+                                                 device, calls), **times})
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    for entry in rows:
+        entry["torch_ratio"] = entry["torch_ms"] / entry["floor_ms"]
+        if "triton_ms" in entry:
+            entry["triton_ratio"] = entry["triton_ms"] / entry["floor_ms"]
+            entry["triton_over_torch"] = entry["triton_ms"] / entry["torch_ms"]
+    return rows, mismatches
+
+
+def print_table(rows: list[dict], bandwidth: float) -> None:
+    print(f"\ncopy bandwidth (read + write): {bandwidth / 1e9:.0f} GB/s")
+    head = ("op", "B", "floor ms", "all-rows ms", "torch ms", "triton ms", "torch/floor",
+            "triton/floor", "triton/torch", "multinomial ms")
+    print(" | ".join(head))
+    print(" | ".join("---" for _ in head))
+    for r in rows:
+        cells = (r["op"], str(r["B"]), f"{r['floor_ms']:.4f}", f"{r['floor_all_rows_ms']:.4f}",
+                 f"{r['torch_ms']:.4f}", f"{r.get('triton_ms', float('nan')):.4f}",
+                 f"{r['torch_ratio']:.2f}", f"{r.get('triton_ratio', float('nan')):.2f}",
+                 f"{r.get('triton_over_torch', float('nan')):.2f}",
+                 f"{r['multinomial_ms']:.4f}" if "multinomial_ms" in r else "")
+        print(" | ".join(cells))
+
+
+def sweep_section(args, device) -> list[dict]:
+    """The Triton accept kernel at the largest B under each --sweep launch configuration."""
+    from engine_under_test.sampling import triton_categorical
+    B = max(args.sampling_rows)
+    acc = accept_inputs(B, args.draft_k, args.vocab, device, getattr(torch, args.sampling_dtype))
+    saved = dict(triton_categorical.SAMPLING_CONFIG)
+    saved_large = triton_categorical.LARGE_BATCH
+    triton_categorical.LARGE_BATCH = 1 << 62  # every B under SAMPLING_CONFIG while sweeping
+    out = []
+    try:
+        for text in args.sweep:
+            triton_categorical.SAMPLING_CONFIG.update(
+                {k: int(v) for k, v in (item.split("=") for item in text.split(",") if item)})
+            ms = with_backend("auto", lambda: steady_ms(lambda: speculative_accept(*acc), device, 20))
+            out.append({"config": dict(triton_categorical.SAMPLING_CONFIG), "accept_ms": ms})
+            print(f"sweep {text or 'default'}: accept {ms:.4f} ms")
+            triton_categorical.SAMPLING_CONFIG.clear()
+            triton_categorical.SAMPLING_CONFIG.update(saved)
+    finally:
+        triton_categorical.SAMPLING_CONFIG.clear()
+        triton_categorical.SAMPLING_CONFIG.update(saved)
+        triton_categorical.LARGE_BATCH = saved_large
+    return out
+
+
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--rows", type=int, default=1024)
@@ -56,7 +227,39 @@ def main(argv=None) -> dict:
     ap.add_argument("--check", action="store_true", help="compare with the CPU path")
     ap.add_argument("--kernel-config", default="",
                     help="KEY=VALUE,... overrides of triton_kernels.PROBS_CONFIG")
+    ap.add_argument("--sampling-rows", type=lambda t: [int(x) for x in t.split(",")],
+                    default=None, help="B values for accept/categorical (default 1,64,4096 "
+                    "on CUDA, 1,16 on CPU; 0: skip)")
+    ap.add_argument("--draft-k", type=int, default=3)
+    ap.add_argument("--sampling-dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--sweep", nargs="*", default=None,
+                    help="KEY=VALUE,... triton_categorical.SAMPLING_CONFIG overrides to time "
+                    "the accept kernel under at the largest B ('' = default)")
+    ap.add_argument("--json", default="", help="also write the results to this file")
     args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    if args.sampling_rows is None:
+        args.sampling_rows = [1, 64, 4096] if device.type == "cuda" else [1, 16]
+    args.sampling_rows = [b for b in args.sampling_rows if b > 0]
+    result = probabilities_section(args, device)
+    bandwidth = copy_bandwidth(device, 20)
+    rows, mismatches = sampling_section(args, device, bandwidth) if args.sampling_rows else ([], [])
+    if rows:
+        print_table(rows, bandwidth)
+    sweep = sweep_section(args, device) if (args.sweep is not None and device.type == "cuda"
+                                            and args.sampling_rows) else []
+    result.update({"copy_bandwidth_GBps": bandwidth / 1e9, "sampling": rows, "sweep": sweep,
+                   "mismatches": mismatches})
+    print(json.dumps(result))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(result, fh, indent=1)
+    for line in mismatches:
+        print(f"error: {line}", file=sys.stderr)
+    return 1 if mismatches else 0
+
+
+def probabilities_section(args, device) -> dict:
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -116,9 +319,8 @@ def main(argv=None) -> dict:
         result["kernel_config"] = dict(triton_kernels.PROBS_CONFIG)
     for k, v in result.items():
         print(f"{k:>32}: {v:.4g}" if isinstance(v, float) else f"{k:>32}: {v}")
-    print(json.dumps(result))
     return result
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -38,6 +38,7 @@ from engine_under_test.sampling._checks import (
     require_shape,
     require_tensor,
 )
+from engine_under_test.sampling._dispatch import sampling_kernel_for
 from engine_under_test.sampling.categorical import _draw, _last_positive
 
 KERNEL_MUTANTS = ("residual_from_p", "bonus_off_by_one", "shared_uniform")
@@ -96,6 +97,9 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
     Fully vectorised, no host reads, inputs never modified.
     """
     _check(p, q, drafts, draft_lens, uniforms, mutant)
+    kernel = sampling_kernel_for("speculative_accept", p, q)  # Triton on CUDA (_dispatch)
+    if kernel is not None and mutant is None:
+        return AcceptResult(*kernel(p, q, drafts, draft_lens, uniforms))
     B, K = drafts.shape
     V = p.shape[2]
     device = p.device

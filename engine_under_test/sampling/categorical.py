@@ -23,6 +23,7 @@ from engine_under_test.sampling._checks import (
     require_shape,
     require_tensor,
 )
+from engine_under_test.sampling._dispatch import sampling_kernel_for
 
 
 def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -47,6 +48,9 @@ def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     require_shape("u", u, (B,), "[B]")
     require_float("u", u)
     require_device("u", u, probs.device, "probs")
+    kernel = sampling_kernel_for("categorical", probs)  # Triton on CUDA (_dispatch)
+    if kernel is not None:
+        return kernel(probs, u)
 
     # float64 cdf: float32 -> float64 is exact, running sums carry ~1e-16 relative
     # rounding instead of float32's ~1e-7, and a zero weight adds exactly zero.

@@ -336,3 +336,101 @@ def test_registry_draw_under_cuda_graph_capture():
         want = eager.draw(slots, mask)
         assert torch.equal(static_out.cpu(), want)
     assert torch.equal(graphed.round.cpu(), eager.round)
+
+
+# --- the Triton accept and categorical kernels (triton_accept.py, triton_categorical.py) --
+# The case builders are the CPU interpreter tests' (test_triton_interpret.py), here at the
+# full vocabulary. Deterministic: every comparison is exact, no alpha or power applies.
+@contextlib.contextmanager
+def sampling_backend(backend):
+    from engine_under_test.sampling._dispatch import set_sampling_backend
+    set_sampling_backend(backend)
+    try:
+        yield
+    finally:
+        set_sampling_backend("auto")
+
+
+def assert_accept_equal(args):
+    """Triton (auto on CUDA) == torch on CUDA == torch on CPU, field by field."""
+    cpu = speculative_accept(*args)
+    cuda_args = to_cuda(*args)
+    got = speculative_accept(*cuda_args)
+    with sampling_backend("torch"):
+        want = speculative_accept(*cuda_args)
+    for name, a, b, c in zip(cpu._fields, cpu, want, got, strict=True):
+        assert torch.equal(b.cpu(), a), f"{name}: torch CUDA differs from CPU"
+        bad = (c.cpu() != a).reshape(a.shape[0], -1).any(1).nonzero().flatten().tolist()
+        assert not bad, f"{name}: Triton differs from torch in rows {bad[:20]}"
+    return cpu
+
+
+def test_sampling_kernels_are_in_use():
+    from engine_under_test.sampling._dispatch import sampling_kernel_for
+    x = torch.zeros(1, 1, 8, device=CUDA)
+    assert sampling_kernel_for("speculative_accept", x, x) is not None
+    assert sampling_kernel_for("categorical", x[0]) is not None
+    assert sampling_kernel_for("speculative_accept", x.double(), x) is None  # torch path
+    with sampling_backend("torch"):
+        assert sampling_kernel_for("categorical", x[0]) is None
+
+
+@pytest.mark.parametrize("block", [None, 1024])
+def test_accept_kernel_equals_torch_full_vocabulary(block):
+    from engine_under_test.sampling import triton_categorical
+    from tests.engine import test_triton_interpret as cases
+    saved = dict(triton_categorical.SAMPLING_CONFIG)
+    if block:
+        triton_categorical.SAMPLING_CONFIG.update(BLOCK=block, num_warps=4)
+    try:
+        V = 49_152
+        result = assert_accept_equal(cases.random_accept(B=512, K=3, V=V, seed=21))
+        assert result.error[1] and not result.error[4]  # NaN at the stop row; inf q unread
+        assert_accept_equal(cases.random_accept(B=256, K=3, V=V, seed=22, dtype=torch.bfloat16))
+        result = assert_accept_equal(cases.boundary_accept(B=256, K=2, V=V))
+        assert result.error[2] and result.error[3]  # all-zero bonus law, zero residual
+        assert_accept_equal(cases.greedy_accept(B=256, K=3, V=V))
+        assert_accept_equal(cases.tail_accept(B=96, K=1, V=V))
+        for args in cases.accept_cases().values():  # the interpreter's sizes
+            assert_accept_equal(args)
+    finally:
+        triton_categorical.SAMPLING_CONFIG.clear()
+        triton_categorical.SAMPLING_CONFIG.update(saved)
+
+
+def test_categorical_kernel_equals_torch_full_vocabulary():
+    from tests.engine import test_triton_interpret as cases
+    g = torch.Generator().manual_seed(23)
+    probs = torch.softmax(torch.randn(1024, 49_152, generator=g) * 3, -1)
+    probs[::3, 30_000:] = 0.0
+    u = torch.rand(1024, dtype=torch.float64, generator=g)
+    u[:3] = torch.tensor([0.0, 1 - 2.0**-53, 1.0], dtype=torch.float64)
+    named = {"full": (probs, u, torch.ones(1024, dtype=torch.bool)), **cases.categorical_cases()}
+    for name, (weights, uu, valid) in named.items():
+        for w in (weights, weights.double()):
+            cpu = categorical(w, uu)
+            got = categorical(*to_cuda(w, uu)).cpu()
+            with sampling_backend("torch"):
+                want = categorical(*to_cuda(w, uu)).cpu()
+            assert torch.equal(want[valid], cpu[valid]), name
+            bad = (valid & (got != cpu)).nonzero().flatten().tolist()
+            assert not bad, f"{name}: Triton differs from torch in rows {bad[:20]}"
+            assert ((got >= 0) & (got < w.shape[1])).all()
+
+
+def test_accept_kernel_under_cuda_graph_capture():
+    from tests.engine import test_triton_interpret as cases
+    args = to_cuda(*cases.random_accept(B=64, K=3, V=4096, seed=24))
+    want = speculative_accept(*args)  # compiles the kernel
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        speculative_accept(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = speculative_accept(*args)
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(want, static, strict=True):
+        assert torch.equal(a, b)

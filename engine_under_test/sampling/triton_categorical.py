@@ -1,0 +1,142 @@
+"""Triton kernel for `categorical`, and the inverse-CDF row search `triton_accept` shares.
+
+Imported lazily by `_dispatch` (CUDA tensors, or CPU tensors under TRITON_INTERPRET=1 in
+the tests). One program per row, no sort, in the spirit of FlashInfer's sorting-free
+sampling kernels (a block-wide prefix sum over tiles with a running aggregate):
+
+1. pass 1, the one full read of the row: tile by tile, the float64 weights
+   w = max(float64(p) [- float64(q)], 0) are summed (tl.sum, float64) into a running
+   prefix; the inclusive prefix after each tile is kept in a register vector (NTP
+   entries, one per tile), with the last index of positive weight and, for the accept
+   kernel, the count of non-finite entries before the clamp;
+2. target = max(u * total, 0), float64, as the torch path computes it; the tile holding
+   the token is the first whose inclusive prefix is > target (the prefixes are
+   non-decreasing: float64 addition of a non-negative number never decreases a sum), a
+   search over the NTP-vector without touching memory;
+3. that one tile is read again (BLOCK elements, typically from L2) and its cdf is
+   base + cumsum(w); the token is the first index with cdf > target and w > 0.
+
+The result equals the torch path's `searchsorted(cdf, target, right=True)` with its
+"last positive weight" fallback (target >= total) whenever the float64 sums are exact,
+which covers every boundary and tie case built from float32 weights within a 2^29
+dynamic range (dyadic laws, one-hots, zero tails): a zero weight adds exactly 0, so
+`cdf > target` first holds at a positive weight. When the sums are inexact, two
+summation orders (this kernel's tiles, torch's sequential CPU scan or CUDA's parallel
+scan) round differently by ~1e-16 relative, and the token can differ only when the
+target lies within that distance of a cumulative boundary (about 1e-14 per row on
+49,152-token rows); torch's own CPU and CUDA paths differ the same way. The `w > 0`
+condition keeps the contract under any rounding: a zero-weight token is never chosen.
+If rounding leaves no qualifying index in the chosen tile (cumsum and sum rounded
+apart), the tile's last positive index is taken; the tile has one (its sum is > 0).
+Rows with no positive finite mass (the caller's error) get some index in [0, V).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# Launch configuration (benchmarks and tests may change it before a call): BLOCK
+# elements per tile (the tile re-read in step 3 is one BLOCK), num_warps per row.
+# SAMPLING_CONFIG serves B < LARGE_BATCH rows, LARGE_BATCH_CONFIG the larger batches.
+# Measured on an H200 (V = 49,152, K = 3, bench/sampling_core.py): at B = 4,096 the
+# accept kernel took 0.353 ms with BLOCK 1024 / 4 warps against 0.418 ms with 4096 / 8
+# (floor 0.335 ms); at B = 1 and 64, where one program per row is latency-bound,
+# 4096 / 8 was faster (accept 0.079 against 0.094 ms at B = 1, categorical 0.029
+# against 0.046 ms at B = 64). The threshold between the two was not measured.
+SAMPLING_CONFIG = {"BLOCK": 4096, "num_warps": 8}
+LARGE_BATCH_CONFIG = {"BLOCK": 1024, "num_warps": 4}
+LARGE_BATCH = 1024
+_BIG = tl.constexpr(2147483647)  # an index past every row
+
+
+@triton.jit
+def _tile_weights(prow, qrow, cols, V, subtract, HAS_Q: tl.constexpr):
+    """float64 weights of one tile before the clamp: p, or p - q where `subtract`.
+
+    q is loaded only where `subtract` holds (a masked load reads no memory), and p - 0.0
+    is the torch path's p - where(rejected, q, 0.0) bit for bit (-0.0 included).
+    """
+    in_row = cols < V
+    w = tl.load(prow + cols, mask=in_row, other=0.0).to(tl.float64)
+    if HAS_Q:
+        w = w - tl.load(qrow + cols, mask=in_row & subtract, other=0.0).to(tl.float64)
+    return w
+
+
+@triton.jit
+def _inverse_cdf(prow, qrow, V, subtract, u, HAS_Q: tl.constexpr, BLOCK: tl.constexpr,
+                 NTP: tl.constexpr):
+    """(token int64, non-finite count int32, total float64) of one row's law.
+
+    prow, qrow: pointers to the row's first element (last dimension contiguous);
+    subtract: scalar bool, law = (p - q)+ instead of p+; u: scalar float64.
+    """
+    offs = tl.arange(0, BLOCK)
+    tiles = tl.arange(0, NTP)
+    n_tiles = tl.cdiv(V, BLOCK)
+    prefix = tl.full([NTP], float("inf"), tl.float64)  # inclusive prefix after each tile
+    run = tl.zeros([], tl.float64)
+    n_bad = tl.zeros([], tl.int32)
+    last_pos = tl.full([], -1, tl.int64)
+    for t in range(0, n_tiles):
+        cols = t * BLOCK + offs
+        w = _tile_weights(prow, qrow, cols, V, subtract, HAS_Q)
+        n_bad += tl.sum(((w - w) != 0.0).to(tl.int32), 0)  # inf - inf, NaN - NaN: NaN
+        w = tl.where(w > 0.0, w, 0.0)  # clamp; NaN (an error row) becomes 0
+        last_pos = tl.maximum(last_pos, tl.max(tl.where(w > 0.0, cols, -1), 0).to(tl.int64))
+        run = run + tl.sum(w, 0)
+        prefix = tl.where(tiles == t, run, prefix)
+    target = u * run
+    target = tl.where(target > 0.0, target, 0.0)  # torch: clamp_min(0)
+    # First tile whose inclusive prefix exceeds the target (prefixes are non-decreasing).
+    hit = tl.sum(((prefix <= target) & (tiles < n_tiles)).to(tl.int32), 0)
+    base = tl.sum(tl.where(tiles == hit - 1, prefix, 0.0), 0)  # exclusive prefix of `hit`
+    cols = hit * BLOCK + offs
+    w = _tile_weights(prow, qrow, cols, V, subtract, HAS_Q)
+    w = tl.where(w > 0.0, w, 0.0)
+    cdf = base + tl.cumsum(w, 0)
+    first = tl.min(tl.where((cdf > target) & (w > 0.0), cols, _BIG), 0)
+    tile_last = tl.max(tl.where(w > 0.0, cols, -1), 0)
+    token = tl.where(first < _BIG, first, tile_last).to(tl.int64)
+    token = tl.where(hit < n_tiles, token, last_pos)  # target >= total: last positive
+    token = tl.minimum(tl.maximum(token, 0), V - 1)
+    return token, n_bad, run
+
+
+@triton.jit
+def _categorical_kernel(probs_ptr, stride_p, u_ptr, stride_u, out_ptr, V,
+                        BLOCK: tl.constexpr, NTP: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    row = probs_ptr + b * stride_p
+    u = tl.load(u_ptr + b * stride_u)
+    token, _, _ = _inverse_cdf(row, row, V, False, u, False, BLOCK, NTP)
+    tl.store(out_ptr + b, token)
+
+
+def launch_shape(B: int, V: int) -> tuple[int, int, int]:
+    """(BLOCK, NTP, num_warps) for B rows of V tokens (SAMPLING_CONFIG or, from
+    LARGE_BATCH rows on, LARGE_BATCH_CONFIG)."""
+    config = LARGE_BATCH_CONFIG if B >= LARGE_BATCH else SAMPLING_CONFIG
+    block = int(config["BLOCK"])
+    ntp = triton.next_power_of_2(max(1, triton.cdiv(V, block)))
+    return block, ntp, int(config["num_warps"])
+
+
+def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """`sampling.categorical` in one launch (arguments checked by the caller).
+
+    probs,  # [B, V] float16/bfloat16/float32/float64 weights
+    u,      # [B] float64 (other float dtypes are widened, as the torch path does)
+    returns # [B] int64
+    """
+    probs = probs if probs.stride(-1) == 1 else probs.contiguous()
+    u = u.to(torch.float64)
+    B, V = probs.shape
+    out = torch.empty(B, dtype=torch.int64, device=probs.device)
+    if B == 0:
+        return out
+    block, ntp, warps = launch_shape(B, V)
+    _categorical_kernel[(B,)](probs, probs.stride(0), u, u.stride(0), out, V,
+                              BLOCK=block, NTP=ntp, num_warps=warps)
+    return out
