@@ -1,7 +1,8 @@
 """The `specconform` command line.
 
-Exit codes (also in the README): 0 protocol passed / evidence valid, 1 protocol failed,
-2 bad input or usage, 3 evidence invalid. Every error is one line on stderr.
+Exit codes (also in the README and `specconform --help`): 0 protocol passed / evidence
+valid, 1 protocol failed, 2 bad input or usage, 3 evidence invalid, 130 interrupted
+(Ctrl-C). Every error is one line on stderr.
 """
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ from pathlib import Path
 import click
 
 from specconform import __version__
-from specconform.errors import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, SpecconformError, UsageError
+from specconform.errors import (
+    EXIT_FAIL,
+    EXIT_INTERRUPTED,
+    EXIT_PASS,
+    EXIT_USAGE,
+    SpecconformError,
+    UsageError,
+)
 
 DEFAULT_OUT = Path("reports")
 
@@ -37,8 +45,14 @@ class _Group(click.Group):
 def cli():
     """Pre-registered, signed evidence that speculative decoding samples exactly.
 
-    Exit codes: 0 passed (or evidence valid), 1 failed, 2 bad input or usage,
-    3 evidence invalid.
+    \b
+    Exit codes:
+      0    passed (or evidence valid)
+      1    failed
+      2    bad input or usage (one line on stderr, nothing written)
+      3    evidence invalid
+      130  interrupted (Ctrl-C); a distribution run keeps OUT/<run-id>.inprogress
+           for --resume
     """
 
 
@@ -63,7 +77,10 @@ def run_options(f):
                     "the protocol marks it overridable."),
         _int_option("--offset", "First seed (exact integer, '2e6' accepted)."),
         _int_option("--batch-size", "Concurrent requests per engine batch."),
-        click.option("--mutant", default=None, help="Plant a bug (see `specconform mutants`)."),
+        click.option("--mutant", default=None,
+                     help="Plant a bug (see `specconform mutants`): kernel mutants on kernel "
+                          "and distribution protocols, engine mutants on distribution "
+                          "protocols."),
         click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
                      help="Override the protocol's device."),
         click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
@@ -76,6 +93,9 @@ def run_options(f):
                      help="Seed ledger (distribution protocols); default OUT/seed-ledger.jsonl."),
         click.option("--resume", type=click.Path(file_okay=False, path_type=Path), default=None,
                      help="Continue an interrupted distribution run from its checkpoint folder."),
+        click.option("--verbose", "-v", is_flag=True,
+                     help="Also print `timing:` lines (wall times of engine builds, groups "
+                          "and the reference replay) on stderr."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -110,11 +130,12 @@ def _default_user_key() -> Path:
 
 
 def _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_sign,
-             ledger, resume):
-    from specconform.progress import progress
+             ledger, resume, verbose):
+    from specconform.progress import progress, set_verbose
     from specconform.protocol.load import apply_overrides, load_protocol
     from specconform.runner.execute import execute
 
+    set_verbose(verbose)
     loaded = load_protocol(protocol)
     loaded = apply_overrides(loaded, {"--seeds": seeds, "--offset": offset,
                                       "--batch-size": batch_size, "--device": device})
@@ -140,16 +161,17 @@ def _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, 
 @cli.command()
 @run_options
 def run(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_sign, ledger,
-        resume):
+        resume, verbose):
     """Run a pre-registered PROTOCOL and write a signed evidence archive.
 
     Prints a table of every check, then `result: PASS|FAIL` and `archive: PATH`.
-    Exit 0 on PASS, 1 on FAIL, 2 on bad input.
+    Exit 0 on PASS, 1 on FAIL, 2 on bad input (checked before any work: one line,
+    nothing written), 130 on Ctrl-C.
     """
     from specconform.runner.execute import print_table
 
     outcome = _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key,
-                       no_sign, ledger, resume)
+                       no_sign, ledger, resume, verbose)
     print_table(outcome.evaluation)
     verdict = outcome.evaluation.verdict.verdict
     click.echo(f"result: {verdict}")
@@ -162,14 +184,14 @@ def run(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_si
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write JUnit XML of every test here.")
 def gate(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_sign, ledger,
-         resume, junit):
+         resume, verbose, junit):
     """A run meant for CI: like `run`, plus JUnit XML (--junit) and the Markdown summary
-    appended to $GITHUB_STEP_SUMMARY when set. Exit 0/1/2/3 as documented."""
+    appended to $GITHUB_STEP_SUMMARY when set. Exit 0/1/2/3/130 as documented."""
     from specconform.report import junit_xml, step_summary_markdown
     from specconform.runner.execute import print_table
 
     outcome = _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key,
-                       no_sign, ledger, resume)
+                       no_sign, ledger, resume, verbose)
     print_table(outcome.evaluation)
     verdict = outcome.evaluation.verdict.verdict
     if junit is not None:
@@ -189,17 +211,21 @@ def gate(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_s
 
 @cli.command()
 def mutants():
-    """List the planted bugs: name, layer, what it does and the real bug class."""
+    """List the planted bugs: name, layer, the protocol kinds it applies to, what it does
+    and the real bug class. Kernel mutants live in the sampling core, which the engine's
+    rounds call too, so they apply to kernel and distribution protocols; engine mutants
+    only to distribution protocols."""
     from rich.console import Console
     from rich.table import Table
 
     from engine_under_test.mutants import list_mutants
 
+    applies = {"kernel": "quadrature, montecarlo, distribution", "engine": "distribution"}
     table = Table()
-    for col in ("mutant", "layer", "what it does", "real bug class"):
+    for col in ("mutant", "layer", "protocols", "what it does", "real bug class"):
         table.add_column(col)
     for m in list_mutants():
-        table.add_row(m.name, m.layer, m.description, m.bug_class)
+        table.add_row(m.name, m.layer, applies.get(m.layer, "?"), m.description, m.bug_class)
     Console(width=160).print(table)
 
 
@@ -239,7 +265,7 @@ def main() -> None:
         # Ctrl-C: nothing half-written is left in OUT; distribution runs keep their
         # checkpoint folder for --resume. 130 is the shell's code for SIGINT.
         click.echo("error: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except SpecconformError as exc:
         _fail(exc)
     sys.exit(0)

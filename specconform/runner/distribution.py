@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from specconform.errors import UsageError
+from specconform.progress import timing
 from specconform.runner.ledger import LedgerEntry, check_and_reserve
 
 SAMPLE_COLUMNS = ("group", "seed", "t1", "t2", "t3", "first_accepted", "drafted", "accepted",
@@ -118,11 +119,12 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
     model = loaded.model
     engine = BundledEngine(model.engine, mutant=mutant, log=log)
     ledger = Path(context.get("ledger") or Path(context["out_dir"]) / "seed-ledger.jsonl")
-    folder = open_checkpoint(loaded, mutant=mutant, context=context)
+    # Reserve first: a refused reservation must leave no .inprogress folder behind.
     check_and_reserve(ledger, [
         LedgerEntry(loaded.name, loaded.hash, context["attempt"], g.name,
                     group_seeds(model, g).start, group_seeds(model, g).stop, mutant)
-        for g in model.groups], expansion=model.expansion)
+        for g in model.groups], expansion=model.expansion, offset=model.seeds.offset)
+    folder = open_checkpoint(loaded, mutant=mutant, context=context)
     groups = {g.name: g for g in model.groups}
     plan = batch_plan(model)
     frames = []
@@ -142,12 +144,11 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
         print(f"interrupted: continue with --resume {folder}", file=sys.stderr, flush=True)
         raise
     samples = pd.concat(frames, ignore_index=True)
-    log(f"generated {len(samples)} samples in {len(plan)} batches ({folder})")
+    log(f"generated {len(samples)} samples in {len(plan)} batches ({folder.name})")
     try:
         t0 = time.perf_counter()
         reference = replay_reference(engine, model, samples, progress)
-        print(f"timing: reference replay in {time.perf_counter() - t0:.1f}s",
-              file=sys.stderr, flush=True)
+        timing(f"reference replay in {time.perf_counter() - t0:.1f}s")
     finally:
         engine.close()
     buf = io.StringIO()

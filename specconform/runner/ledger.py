@@ -69,18 +69,24 @@ def pid_alive(host: str, pid: int) -> bool | None:
     return True
 
 
-def describe_attempt(attempt: str) -> str:
-    """'run X (live: pid P on host H)' / '(finished or interrupted ...)' for messages."""
+def describe_attempt(attempt: str, folder: Path | None = None) -> str:
+    """'earlier run X (live: pid P on host H)', '(finished: archive A)', '(interrupted:
+    continue it with --resume F)' ... for refusals; `folder` is where its files would
+    be (the ledger's folder, by default OUT)."""
     owner = attempt_owner(attempt)
     run_id = attempt.rpartition("@")[0] if owner else attempt
+    if owner is not None and pid_alive(*owner):
+        return f"earlier run {run_id} (live: pid {owner[1]} on host {owner[0]})"
+    if folder is not None:
+        if (folder / f"{run_id}.inprogress").is_dir():
+            return (f"earlier run {run_id} (interrupted: continue it with --resume "
+                    f"{folder / (run_id + '.inprogress')})")
+        if (folder / f"{run_id}.zip").is_file():
+            return f"earlier run {run_id} (finished: {folder / (run_id + '.zip')})"
     if owner is None:
         return f"earlier run {run_id}"
-    host, pid = owner
-    alive = pid_alive(host, pid)
-    if alive:
-        return f"earlier run {run_id} (live: pid {pid} on host {host})"
-    if alive is None:
-        return f"earlier run {run_id} (pid {pid} on host {host}, not this host)"
+    if pid_alive(*owner) is None:
+        return f"earlier run {run_id} (pid {owner[1]} on host {owner[0]}, another host)"
     return f"earlier run {run_id} (finished or interrupted)"
 
 
@@ -137,10 +143,10 @@ def check_overlaps(path: Path, new: list[LedgerEntry], expansion=None,
                    else f"an --offset {shift} higher")
             raise UsageError(
                 f"seeds [{entry.start}, {entry.stop}) of group {entry.group!r} overlap "
-                f"[{old.start}, {old.stop}) of {describe_attempt(old.run_id)} in the seed "
-                f"ledger {path}: disjoint seeds make a replication; use {how} (the next "
-                "free seeds), --resume an interrupted run, or declare the protocol an "
-                "expansion of that run")
+                f"[{old.start}, {old.stop}) of {describe_attempt(old.run_id, path.parent)} "
+                f"in the seed ledger {path}: a replication needs disjoint seeds; use {how} "
+                "(the next free seeds), --resume an interrupted run, or declare the "
+                "protocol an expansion of that run")
 
 
 def check_and_reserve(path: Path, new: list[LedgerEntry], expansion=None,
