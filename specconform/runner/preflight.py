@@ -142,13 +142,14 @@ def check_seed_domain(loaded) -> None:
     model = loaded.model
     if loaded.kind != "distribution":
         return
+    highest = SEED_LIMIT - model.seeds.count - max(g.seed_offset for g in model.groups)
     for group in model.groups:
         start = model.seeds.offset + group.seed_offset
         stop = start + model.seeds.count
         if stop > SEED_LIMIT:
+            limit = f"at most {highest}" if highest >= 0 else "no offset fits these groups"
             raise UsageError(f"seeds [{start}, {stop}) of group {group.name!r} leave the "
-                             f"engine's seed domain [0, 2**63): lower --offset (at most "
-                             f"{SEED_LIMIT - model.seeds.count - group.seed_offset})")
+                             f"engine's seed domain [0, 2**63): lower --offset ({limit})")
 
 
 # --- 3. model -------------------------------------------------------------------------
@@ -241,32 +242,33 @@ def check_model(loaded, facts: ModelFacts) -> None:
 
 def check_writable_folder(folder: Path, what: str) -> None:
     """`folder` is, or can be created as, a writable directory with space: probed by
-    creating a file in the nearest existing folder. Creates nothing that stays."""
+    creating a file in the nearest existing folder. Creates nothing that stays. `what`
+    names it in messages ("--out DIR")."""
     folder = Path(folder)
     existing = folder
     while not existing.exists():
         if existing.is_symlink():
-            raise UsageError(f"{what} {folder}: {existing} is a broken symlink")
+            raise UsageError(f"{what}: {existing} is a broken symlink")
         existing = existing.parent
     if not existing.is_dir():
-        raise UsageError(f"{what} {folder}: {existing} is not a directory")
+        raise UsageError(f"{what}: {existing} is not a directory")
     try:
         fd, probe = tempfile.mkstemp(prefix=".specconform-probe-", dir=existing)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
         reason = exc.strerror or str(exc)
-        raise UsageError(f"{what} {folder}: not writable ({reason})") from None
+        raise UsageError(f"{what}: {existing} is not writable ({reason})") from None
     free, needed = shutil.disk_usage(existing).free, min_free_bytes()
     if free < needed:
-        raise UsageError(f"{what} {folder}: {free >> 20} MiB free, a run needs at least "
+        raise UsageError(f"{what}: {free >> 20} MiB free in {existing}, a run needs at least "
                          f"{needed >> 20} MiB (${MIN_FREE_ENV})")
 
 
 def check_ledger_file(ledger: Path) -> None:
     if ledger.exists() and not ledger.is_file():
         raise UsageError(f"--ledger {ledger}: not a file")
-    check_writable_folder(ledger.parent, "--ledger folder of")
+    check_writable_folder(ledger.parent, f"--ledger {ledger}")
     if ledger.exists() and not os.access(ledger, os.R_OK | os.W_OK):
         raise UsageError(f"--ledger {ledger}: not readable and writable")
 
@@ -378,7 +380,7 @@ def preflight(loaded, *, mutant: str | None, out_dir: Path, run_id: str,
     distribution = loaded.kind == "distribution"
     if distribution:
         check_model(loaded, model_facts(loaded.model.engine))
-    check_writable_folder(out_dir, "--out")
+    check_writable_folder(out_dir, f"--out {out_dir}")
     ledger = ledger_path(context, out_dir)
     if distribution:
         check_ledger_file(ledger)
