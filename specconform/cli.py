@@ -1,7 +1,8 @@
 """The `specconform` command line.
 
-Exit codes (also in the README): 0 protocol passed / evidence valid, 1 protocol failed,
-2 bad input or usage, 3 evidence invalid. Every error is one line on stderr.
+Exit codes (also in the README and `specconform --help`): 0 protocol passed / evidence
+valid, 1 protocol failed, 2 bad input or usage, 3 evidence invalid, 130 interrupted
+(Ctrl-C). Every error is one line on stderr.
 """
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ from pathlib import Path
 import click
 
 from specconform import __version__
-from specconform.errors import EXIT_FAIL, EXIT_PASS, EXIT_USAGE, SpecconformError, UsageError
+from specconform.errors import (
+    EXIT_FAIL,
+    EXIT_INTERRUPTED,
+    EXIT_PASS,
+    EXIT_USAGE,
+    SpecconformError,
+    UsageError,
+)
 
 DEFAULT_OUT = Path("reports")
 
@@ -42,8 +50,14 @@ class _Group(click.Group):
 def cli():
     """Pre-registered, signed evidence that speculative decoding samples exactly.
 
-    Exit codes: 0 passed (or evidence valid), 1 failed, 2 bad input or usage,
-    3 evidence invalid.
+    \b
+    Exit codes:
+      0    passed (or evidence valid)
+      1    failed
+      2    bad input or usage (one line on stderr, nothing written)
+      3    evidence invalid
+      130  interrupted (Ctrl-C); a distribution run keeps OUT/<run-id>.inprogress
+           for --resume
     """
 
 
@@ -68,7 +82,10 @@ def run_options(f):
                     "the protocol marks it overridable."),
         _int_option("--offset", "First seed (exact integer, '2e6' accepted)."),
         _int_option("--batch-size", "Concurrent requests per engine batch."),
-        click.option("--mutant", default=None, help="Plant a bug (see `specconform mutants`)."),
+        click.option("--mutant", default=None,
+                     help="Plant a bug (see `specconform mutants`): kernel mutants on kernel "
+                          "and distribution protocols, engine mutants on distribution "
+                          "protocols."),
         click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
                      help="Override the protocol's device."),
         click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
@@ -85,6 +102,9 @@ def run_options(f):
                      help="Shard a distribution run's seed batches over N processes on this "
                           "host (launches torchrun; see docs/scaling.md). Exit 4: a process "
                           "died, continue with --resume."),
+        click.option("--verbose", "-v", is_flag=True,
+                     help="Also print `timing:` lines (wall times of engine builds, groups "
+                          "and the reference replay) on stderr."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -119,11 +139,12 @@ def _default_user_key() -> Path:
 
 
 def _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_sign,
-             ledger, resume):
-    from specconform.progress import progress
+             ledger, resume, verbose):
+    from specconform.progress import progress, set_verbose
     from specconform.protocol.load import apply_overrides, load_protocol
     from specconform.runner.execute import execute
 
+    set_verbose(verbose)
     loaded = load_protocol(protocol)
     loaded = apply_overrides(loaded, {"--seeds": seeds, "--offset": offset,
                                       "--batch-size": batch_size, "--device": device})
@@ -149,17 +170,18 @@ def _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, 
 @cli.command()
 @run_options
 def run(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_sign, ledger,
-        resume, nproc):
+        resume, nproc, verbose):
     """Run a pre-registered PROTOCOL and write a signed evidence archive.
 
     Prints a table of every check, then `result: PASS|FAIL` and `archive: PATH`.
-    Exit 0 on PASS, 1 on FAIL, 2 on bad input.
+    Exit 0 on PASS, 1 on FAIL, 2 on bad input (checked before any work: one line,
+    nothing written), 130 on Ctrl-C.
     """
     from specconform.runner.execute import print_table
 
     _launch_shards(nproc)
     outcome = _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key,
-                       no_sign, ledger, resume)
+                       no_sign, ledger, resume, verbose)
     _exit_follower(outcome)
     print_table(outcome.evaluation)
     verdict = outcome.evaluation.verdict.verdict
@@ -200,15 +222,15 @@ def _exit(code: int) -> None:
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write JUnit XML of every test here.")
 def gate(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_sign, ledger,
-         resume, nproc, junit):
+         resume, nproc, verbose, junit):
     """A run meant for CI: like `run`, plus JUnit XML (--junit) and the Markdown summary
-    appended to $GITHUB_STEP_SUMMARY when set. Exit 0/1/2/3 as documented."""
+    appended to $GITHUB_STEP_SUMMARY when set. Exit 0/1/2/3/130 as documented."""
     from specconform.report import junit_xml, step_summary_markdown
     from specconform.runner.execute import print_table
 
     _launch_shards(nproc)
     outcome = _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key,
-                       no_sign, ledger, resume)
+                       no_sign, ledger, resume, verbose)
     _exit_follower(outcome)
     print_table(outcome.evaluation)
     verdict = outcome.evaluation.verdict.verdict
@@ -229,17 +251,21 @@ def gate(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_s
 
 @cli.command()
 def mutants():
-    """List the planted bugs: name, layer, what it does and the real bug class."""
+    """List the planted bugs: name, layer, the protocol kinds it applies to, what it does
+    and the real bug class. Kernel mutants live in the sampling core, which the engine's
+    rounds call too, so they apply to kernel and distribution protocols; engine mutants
+    only to distribution protocols."""
     from rich.console import Console
     from rich.table import Table
 
     from engine_under_test.mutants import list_mutants
 
+    applies = {"kernel": "quadrature, montecarlo, distribution", "engine": "distribution"}
     table = Table()
-    for col in ("mutant", "layer", "what it does", "real bug class"):
+    for col in ("mutant", "layer", "protocols", "what it does", "real bug class"):
         table.add_column(col)
     for m in list_mutants():
-        table.add_row(m.name, m.layer, m.description, m.bug_class)
+        table.add_row(m.name, m.layer, applies.get(m.layer, "?"), m.description, m.bug_class)
     Console(width=160).print(table)
 
 
@@ -279,7 +305,7 @@ def main() -> None:
         # Ctrl-C: nothing half-written is left in OUT; distribution runs keep their
         # checkpoint folder for --resume. 130 is the shell's code for SIGINT.
         click.echo("error: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except SpecconformError as exc:
         _fail(exc)
     sys.exit(0)

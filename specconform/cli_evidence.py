@@ -99,7 +99,8 @@ def report_command(archives: tuple[Path, ...], fmt: str, out: Path | None) -> No
               help="Writes PREFIX.key (private, mode 0600) and PREFIX.pub.")
 def keygen_command(prefix: Path) -> None:
     """Create an Ed25519 signing key pair: PREFIX.key (PEM PKCS#8, mode 0600) and
-    PREFIX.pub (PEM). Never overwrites: exit 2 if either file exists.
+    PREFIX.pub (PEM), creating PREFIX's folder if needed. Never overwrites: exit 2 if
+    either file exists.
 
     \b
     Exit codes: 0 written; 2 usage (a file exists, or the folder is not writable).
@@ -120,6 +121,14 @@ def write_key_pair(prefix: Path) -> tuple[Path, Path]:
     for path in (key_path, pub_path):
         if path.exists() or path.is_symlink():
             raise UsageError(f"{path}: already exists; keygen never overwrites a key")
+    if not prefix.name or prefix.name in (".", ".."):
+        raise UsageError(f"--out {prefix}: give a file prefix such as DIR/ci (writes "
+                         "DIR/ci.key and DIR/ci.pub)")
+    try:
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{prefix.parent}: cannot create the key folder: "
+                         f"{exc.strerror or exc}") from None
     private_pem, public_pem = generate_key_pem()
     written: list[Path] = []
     try:

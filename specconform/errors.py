@@ -7,12 +7,14 @@ line on stderr and exits with its `exit_code`:
     1  protocol failed
     2  bad input or usage (malformed protocol, bad option, overlapping seeds, ...)
     3  evidence invalid (digest, signature or recomputed verdict mismatch)
+  130  interrupted (Ctrl-C, SIGINT); a distribution run keeps its checkpoint folder
 """
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
 EXIT_USAGE = 2
 EXIT_EVIDENCE = 3
+EXIT_INTERRUPTED = 130
 
 
 class SpecconformError(Exception):

@@ -1,11 +1,34 @@
 """Progress for long loops: a rich progress bar on a terminal, plain log lines in CI
-(``CI=true``) or when output is not a terminal, so logs stay readable."""
+(``CI=true``) or when output is not a terminal, so logs stay readable.
+
+Wall-clock timings (`timing(line)`) are for people tuning a run: printed to stderr as
+``timing: ...`` only when verbose output was asked for (``--verbose``, or
+`set_verbose(True)`), and never written to the archive's log.txt (two runs with the
+same inputs must give byte-identical evidence).
+"""
 from __future__ import annotations
 
 import os
 import sys
 import time
 from contextlib import contextmanager
+
+_VERBOSE = False
+
+
+def set_verbose(on: bool) -> None:
+    global _VERBOSE
+    _VERBOSE = bool(on)
+
+
+def verbose() -> bool:
+    return _VERBOSE
+
+
+def timing(line: str) -> None:
+    """A `timing: ...` line on stderr, only in verbose mode."""
+    if _VERBOSE:
+        print(f"timing: {line}", file=sys.stderr, flush=True)
 
 
 def interactive() -> bool:

@@ -15,7 +15,6 @@ three methods.
 from __future__ import annotations
 
 import gc
-import sys
 import time
 from dataclasses import dataclass
 
@@ -27,7 +26,9 @@ from specconform.errors import UsageError
 def _timing(line: str) -> None:
     """Wall times go to stderr, next to the progress bars, and never into the archive's
     log.txt: two runs with the same inputs must give byte-identical evidence."""
-    print(f"timing: {line}", file=sys.stderr, flush=True)
+    from specconform.progress import timing
+
+    timing(line)
 
 
 @dataclass(frozen=True)

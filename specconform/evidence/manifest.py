@@ -2,7 +2,10 @@
 
 `environment_manifest()` describes the machine and software that produced a run and is
 deterministic for one machine and checkout: it holds no times, host names or process
-ids. Those go into `volatile_facts()`, written to `volatile.json`, the one file declared
+ids. The code that ran is identified by the git commit and dirty flag of the checkout
+the specconform package was loaded from (`git`, not the working directory's repository)
+and by a digest of the specconform and engine_under_test source files (`code`), which
+holds outside any checkout too. Those go into `volatile_facts()`, written to `volatile.json`, the one file declared
 to differ between two otherwise identical runs.
 
 torch is never imported at module import time (verify and report run without it); the
@@ -11,6 +14,7 @@ run's environment has it.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
 import platform
@@ -33,7 +37,8 @@ def environment_manifest() -> dict[str, Any]:
 
     return {
         "specconform_version": specconform.__version__,
-        "git": _git_state(Path.cwd()),
+        "git": _git_state(_package_dir()),
+        "code": _code_digest(),
         "python": {"version": platform.python_version(),
                    "implementation": platform.python_implementation(),
                    "executable": sys.executable},
@@ -77,19 +82,62 @@ def _run(argv: list[str], cwd: Path | None = None) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def _git_state(cwd: Path) -> dict[str, Any]:
-    """Commit and dirty flag of the repository containing `cwd`, or Nones outside one.
+def _package_dir() -> Path:
+    import specconform
+
+    return Path(specconform.__file__).resolve().parent
+
+
+def _git_state(package_dir: Path) -> dict[str, Any]:
+    """Commit and dirty flag of the git checkout the specconform package that is running
+    was loaded from (never the working directory's repository); Nones when the package
+    is not a tracked file of a checkout (an installed wheel, an sdist, a copy).
 
     Untracked files do not count as dirty: a run's own output (reports/) must not make
     the next identical run look dirty.
     """
     if shutil.which("git") is None:
         return {"commit": None, "dirty": None}
-    commit = _run(["git", "rev-parse", "HEAD"], cwd)
+    top = _run(["git", "-C", str(package_dir), "rev-parse", "--show-toplevel"])
+    if not top:
+        return {"commit": None, "dirty": None}
+    init = (package_dir / "__init__.py").relative_to(Path(top).resolve()).as_posix() \
+        if package_dir.is_relative_to(Path(top).resolve()) else None
+    # A package inside a repository but not tracked by it (a venv's site-packages in a
+    # project folder) is not that repository's code.
+    if init is None or _run(["git", "-C", top, "ls-files", "--error-unmatch", "--", init]) \
+            is None:
+        return {"commit": None, "dirty": None}
+    commit = _run(["git", "-C", top, "rev-parse", "HEAD"])
     if not commit:
         return {"commit": None, "dirty": None}
-    status = _run(["git", "status", "--porcelain", "--untracked-files=no"], cwd)
+    status = _run(["git", "-C", top, "status", "--porcelain", "--untracked-files=no"])
     return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+_CODE_PACKAGES = ("specconform", "engine_under_test")
+
+
+def _code_digest() -> dict[str, Any]:
+    """What ran, with or without git: the distribution's version (if installed) and one
+    sha256 over the sorted (path, sha256) list of every .py file of the specconform and
+    engine_under_test packages as loaded. Equal digests: the same code."""
+    import importlib.util
+
+    listing = []
+    for name in _CODE_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        root = Path(next(iter(spec.submodule_search_locations))).resolve()
+        for path in sorted(root.rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            rel = f"{name}/{path.relative_to(root).as_posix()}"
+            listing.append(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {rel}\n")
+    return {"distribution_version": _package_version("specconform"),
+            "files": len(listing),
+            "sha256": hashlib.sha256("".join(listing).encode()).hexdigest()}
 
 
 def _cpu_model() -> str | None:

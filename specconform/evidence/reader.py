@@ -1,25 +1,43 @@
 """Reading an evidence archive: its members, checked for a safe, single-folder layout.
 
 Shared by `verify` (which then checks every digest and signature) and `report` (which
-only reads). Reading never trusts the archive: member names are validated, every member
-is decompressed (so a corrupted entry fails its CRC here), and JSON is parsed with a
-message naming the file.
+only reads). Reading never trusts the archive, and runs in bounded memory whatever the
+input: the central directory is checked first (regular files only: no directory,
+symlink, device, fifo or socket entries; no duplicates; safe names under one top
+folder; no encryption; stored or deflate; declared sizes and compression ratio within
+the bounds below), then every member is inflated in chunks, counting the bytes actually
+produced against the same bounds (declared sizes can lie), so a zip bomb is refused
+after at most MAX_TOTAL_BYTES of output and usually before inflating anything. A
+corrupted entry fails its CRC here; JSON is parsed with a message naming the file.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import stat
 import zipfile
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from specconform.errors import EvidenceError, UsageError
-from specconform.evidence.sha256sums import check_member_name, sha256_file
+from specconform.evidence.sha256sums import check_member_name, sha256_file, sha256_hex
 from specconform.results import Evaluation, RawData, TestRow, Verdict
 
-MAX_TOTAL_BYTES = 8 << 30  # refuse zip bombs: no real run has 8 GiB of evidence
+# Bounds that keep `verify` and `report` under MEMORY_BOUND_BYTES of RSS for any input
+# (measured: tests/toolkit/test_evidence_hostile.py). Members are held in memory, so the
+# total of what is actually inflated is capped; the largest real archives (100k seeds
+# per group) hold a few tens of MiB.
+MEMORY_BOUND_BYTES = 512 << 20
+MAX_TOTAL_BYTES = 128 << 20    # bytes inflated from all entries together
+MAX_ENTRIES = 10_000
+# Deflate reaches ~1030:1 on zeros; CSV and JSON evidence compresses 3-20:1. Entries
+# smaller than RATIO_FREE_BYTES cannot exhaust anything and are not ratio-checked.
+MAX_RATIO = 200
+RATIO_FREE_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -29,6 +47,12 @@ class ArchiveContents:
     path: Path
     top: str
     files: dict[str, bytes]
+    # sha256 hex of each member, computed while inflating it (same keys as `files`)
+    digests: dict[str, str] = field(default_factory=dict)
+
+    def digest(self, name: str) -> str:
+        found = self.digests.get(name)
+        return found if found is not None else sha256_hex(self.files[name])
 
     @cached_property
     def sha256(self) -> str:
@@ -73,38 +97,112 @@ class ArchiveContents:
 
 def read_archive(zip_path: Path) -> ArchiveContents:
     """Open `zip_path` and return its members; EvidenceError unless it is a readable zip
-    whose regular entries all lie under one top folder."""
+    of regular-file entries, all under one top folder, within the bounds above."""
     zip_path = Path(zip_path)
     if not zip_path.is_file():
         raise UsageError(f"{zip_path}: archive not found")
     try:
         with zipfile.ZipFile(zip_path) as zf:
-            infos = [i for i in zf.infolist() if not i.is_dir()]
-            if sum(i.file_size for i in infos) > MAX_TOTAL_BYTES:
-                raise EvidenceError(f"{zip_path}: archive expands past {MAX_TOTAL_BYTES} bytes")
-            members = {}
+            infos = zf.infolist()
+            top = _check_layout(zip_path, infos)
+            files: dict[str, bytes] = {}
+            digests: dict[str, str] = {}
+            budget = MAX_TOTAL_BYTES
             for info in infos:
-                if info.filename in members:
-                    raise EvidenceError(f"{info.filename}: entry appears twice in the zip")
-                members[info.filename] = zf.read(info)
+                data, digest = _read_entry(zf, info, budget)
+                budget -= len(data)
+                rel = info.filename.split("/", 1)[1]
+                files[rel], digests[rel] = data, digest
     # zlib.error: corrupt compressed data; NotImplementedError: unknown compression;
     # RuntimeError: an encrypted entry. All mean the archive is not what was sealed.
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, EOFError,
             ValueError, NotImplementedError, RuntimeError) as exc:
-        raise EvidenceError(f"{zip_path}: not a readable zip archive ({exc})") from None
-    if not members:
+        raise EvidenceError(f"{zip_path}: not a readable zip archive "
+                            f"({_one_line(exc)})") from None
+    return ArchiveContents(zip_path, top, files, digests)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _check_layout(zip_path: Path, infos: list[zipfile.ZipInfo]) -> str:
+    """Every entry a regular file with a safe name under one top folder, none twice,
+    none encrypted or oddly compressed, and declared sizes within the bounds; returns
+    the top folder. Decides from the central directory alone, before inflating."""
+    if not infos:
         raise EvidenceError(f"{zip_path}: archive is empty")
-    tops = {name.split("/", 1)[0] for name in members}
-    if len(tops) != 1 or any("/" not in name for name in members):
+    if len(infos) > MAX_ENTRIES:
+        raise EvidenceError(f"{zip_path}: {len(infos)} entries, more than {MAX_ENTRIES}")
+    seen: set[str] = set()
+    declared = 0
+    for info in infos:
+        name = info.filename
+        if name in seen:
+            raise EvidenceError(f"{name}: entry appears twice in the zip")
+        seen.add(name)
+        kind = _entry_type(info)
+        if kind != "file":
+            raise EvidenceError(f"{name}: a {kind} entry; evidence holds regular files only")
+        if name.startswith("/") or "/" not in name:
+            raise EvidenceError(f"{zip_path}: entry {name!r} is not under the archive's "
+                                "top folder")
+        check_member_name(name)
+        if info.flag_bits & 0x1:
+            raise EvidenceError(f"{name}: encrypted entry")
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise EvidenceError(f"{name}: compression method {info.compress_type} is not "
+                                "stored or deflate")
+        _check_ratio(name, info.file_size, info.compress_size)
+        declared += info.file_size
+        if info.file_size > MAX_TOTAL_BYTES or declared > MAX_TOTAL_BYTES:
+            raise EvidenceError(f"{name}: archive expands past the {MAX_TOTAL_BYTES >> 20} "
+                                "MiB evidence bound")
+    tops = {name.split("/", 1)[0] for name in seen}
+    if len(tops) != 1:
         raise EvidenceError(f"{zip_path}: entries must lie under one top folder, found "
                             f"{', '.join(sorted(tops))}")
-    top = tops.pop()
-    files = {}
-    for name, data in members.items():
-        rel = name.split("/", 1)[1]
-        check_member_name(rel)
-        files[rel] = data
-    return ArchiveContents(zip_path, top, files)
+    return tops.pop()
+
+
+def _entry_type(info: zipfile.ZipInfo) -> str:
+    """'file', or what else the entry is: directory (a trailing '/' or the DOS
+    directory bit), or the Unix file type in the high 16 bits of external_attr
+    (symlink, device, fifo, socket). A type of 0 (no Unix mode) counts as a file."""
+    if info.filename.endswith("/") or info.external_attr & 0x10:
+        return "directory"
+    mode = info.external_attr >> 16
+    file_type = stat.S_IFMT(mode)
+    if file_type in (0, stat.S_IFREG):
+        return "file"
+    return {stat.S_IFDIR: "directory", stat.S_IFLNK: "symlink", stat.S_IFCHR: "device",
+            stat.S_IFBLK: "device", stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket"
+            }.get(file_type, f"type-{file_type:o}")
+
+
+def _check_ratio(name: str, produced: int, compressed: int) -> None:
+    if produced > RATIO_FREE_BYTES and produced > MAX_RATIO * max(compressed, 1):
+        raise EvidenceError(f"{name}: compression ratio above {MAX_RATIO}:1 (a zip bomb, "
+                            "not evidence)")
+
+
+def _read_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, budget: int) -> tuple[bytes, str]:
+    """Inflate one entry in chunks, counting the bytes actually produced: the sizes a
+    zip declares are not trusted, so the bounds are enforced on what comes out. The
+    CRC is checked by zipfile at the end of the stream. Returns (bytes, sha256 hex)."""
+    chunks: list[bytes] = []
+    produced = 0
+    digest = hashlib.sha256()
+    with zf.open(info) as stream:
+        while chunk := stream.read(CHUNK_BYTES):
+            produced += len(chunk)
+            if produced > budget:
+                raise EvidenceError(f"{info.filename}: archive expands past the "
+                                    f"{MAX_TOTAL_BYTES >> 20} MiB evidence bound")
+            _check_ratio(info.filename, produced, info.compress_size)
+            digest.update(chunk)
+            chunks.append(chunk)
+    return b"".join(chunks), digest.hexdigest()
 
 
 def row_from_json(row: dict, name: str) -> TestRow:

@@ -2,8 +2,9 @@
 
 Checks, in order (each failure raises EvidenceError naming the file or field):
 
-1. the zip is readable, every entry decompresses (CRC), all entries lie under one top
-   folder, member names are safe;
+1. the zip is readable in bounded memory (`reader`: regular files only, no duplicates,
+   safe names under one top folder, compression ratio and inflated size bounded), every
+   entry decompresses (CRC);
 2. `SHA256SUMS` is present and well formed; exactly one of `attestation.dsse.json`
    (signed) or `UNSIGNED` is present;
 3. the files are exactly those SHA256SUMS lists plus SHA256SUMS and the attestation:
@@ -35,7 +36,6 @@ from specconform.evidence.sha256sums import (
     SUMS_NAME,
     UNSIGNED_NAME,
     parse_sums,
-    sha256_hex,
 )
 from specconform.evidence.signing import check_signature, load_public_key, open_envelope
 
@@ -129,7 +129,7 @@ def _check_digests(contents: ArchiveContents) -> None:
         if name not in listed and name not in NOT_IN_SUMS:
             raise EvidenceError(f"{name}: in the archive but not listed in {SUMS_NAME}")
     for name in sorted(listed):
-        if sha256_hex(contents.files[name]) != listed[name]:
+        if contents.digest(name) != listed[name]:
             raise EvidenceError(f"{name}: sha256 does not match {SUMS_NAME}")
 
 
@@ -151,7 +151,7 @@ def _check_attestation(contents: ArchiveContents, public) -> str | None:
         raise EvidenceError(f"{ATTESTATION_NAME}: subject {vanished[0]} is missing from "
                             "the archive")
     for name in sorted(files):
-        if sha256_hex(contents.files[name]) != subjects[name]:
+        if contents.digest(name) != subjects[name]:
             raise EvidenceError(f"{ATTESTATION_NAME}: subject {name} digest differs from "
                                 "the file")
     _check_predicate(statement.get("predicate"), contents)

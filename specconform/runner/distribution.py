@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from specconform.errors import UsageError
+from specconform.progress import timing
 from specconform.runner.ledger import LedgerEntry, check_and_reserve
 
 SAMPLE_COLUMNS = ("group", "seed", "t1", "t2", "t3", "first_accepted", "drafted", "accepted",
@@ -120,13 +121,9 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes] | Non
     from specconform.runner import sharding
 
     model = loaded.model
-    shard = sharding.current_shard()
-    coord = sharding.Coordinator(shard)
-    try:
-        return _collect(loaded, model, shard, coord, BundledEngine, mutant=mutant,
-                        progress=progress, log=log, context=context)
-    finally:
-        coord.close()
+    coord = context.get("coordinator") or sharding.Coordinator(sharding.Shard())
+    return _collect(loaded, model, coord.shard, coord, BundledEngine, mutant=mutant,
+                    progress=progress, log=log, context=context)
 
 
 def _collect(loaded, model, shard, coord, engine_cls, *, mutant, progress, log, context):
@@ -180,8 +177,7 @@ def _collect(loaded, model, shard, coord, engine_cls, *, mutant, progress, log, 
         log(f"generated {len(samples)} samples in {len(plan)} batches ({folder})")
         t0 = time.perf_counter()
         reference = replay_reference(engine, model, samples, progress)
-        print(f"timing: reference replay in {time.perf_counter() - t0:.1f}s",
-              file=sys.stderr, flush=True)
+        timing(f"reference replay in {time.perf_counter() - t0:.1f}s")
     finally:
         if engine is not None:
             engine.close()
@@ -206,11 +202,12 @@ def _open_run(loaded, model, *, mutant, context) -> tuple[Path | None, str | Non
     None), or (None, the one-line refusal) so that every rank can refuse with it."""
     try:
         ledger = Path(context.get("ledger") or Path(context["out_dir"]) / "seed-ledger.jsonl")
-        folder = open_checkpoint(loaded, mutant=mutant, context=context)
+        # Reserve first: a refused reservation must leave no .inprogress folder behind.
         check_and_reserve(ledger, [
             LedgerEntry(loaded.name, loaded.hash, context["attempt"], g.name,
                         group_seeds(model, g).start, group_seeds(model, g).stop, mutant)
-            for g in model.groups], expansion=model.expansion)
+            for g in model.groups], expansion=model.expansion, offset=model.seeds.offset)
+        folder = open_checkpoint(loaded, mutant=mutant, context=context)
     except UsageError as exc:
         return None, str(exc)
     return folder, None

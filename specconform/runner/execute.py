@@ -1,8 +1,10 @@
 """Execute one protocol run end to end: collect raw data, evaluate, write the run
 directory (docs/contracts.md section 3) and seal it into an evidence archive.
 
-Nothing is left behind on failure: the run is written into a hidden staging folder and
-renamed into place only when complete.
+Nothing is left behind on failure: every input is validated first (`preflight`), the
+run is written into a hidden staging folder and renamed into place only when complete.
+A distribution run holds its run lock (`preflight.run_lock`) from before its ledger
+reservation until its archive is in place.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import json
 import os
 import shutil
 import sys
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +24,8 @@ from specconform.evidence.results_io import tests_csv_bytes
 from specconform.kinds import reevaluate
 from specconform.protocol.load import LoadedProtocol, canonical_json
 from specconform.results import Evaluation, RawData
+from specconform.runner.ledger import new_attempt_id, release
+from specconform.runner.preflight import ledger_path, preflight, run_lock
 
 
 @dataclass(frozen=True)
@@ -61,26 +66,47 @@ def make_run_id(loaded: LoadedProtocol, mutant: str | None) -> str:
     return f"{loaded.name}-{loaded.hash[:8]}-{digest}{suffix}"
 
 
+def zip_beside(folder: Path) -> Path:
+    """`folder` + ".zip". Never `with_suffix`: a run id such as `...-ensemble_w0.95` has
+    a "suffix" (.95) that with_suffix would replace."""
+    return folder.with_name(folder.name + ".zip")
+
+
 def free_destination(out_dir: Path, run_id: str) -> Path:
     """OUT/<run-id>, or OUT/<run-id>-2, -3 ... when an earlier run of the same inputs is
     there: evidence is never overwritten; only the outer name differs."""
     candidate, n = out_dir / run_id, 1
-    while candidate.exists() or candidate.with_suffix(".zip").exists():
+    while candidate.exists() or zip_beside(candidate).exists():
         n += 1
         candidate = out_dir / f"{run_id}-{n}"
     return candidate
+
+
+# Options whose values are paths chosen per run: placeholders in run.json, so identical
+# inputs written to another folder give byte-identical evidence (the exact argv is in
+# volatile.json).
+PATH_OPTIONS = ("--out", "--ledger", "--resume", "--key", "--junit")
+
+
+def portable_command(argv: list[str]) -> list[str]:
+    out, skip_next = [], False
+    for arg in argv:
+        if skip_next:
+            skip_next = False
+            continue
+        name, eq, _ = arg.partition("=")
+        if name in PATH_OPTIONS:
+            out.extend([name, f"<{name[2:]}>"] if not eq else [f"{name}=<{name[2:]}>"])
+            skip_next = not eq
+            continue
+        out.append(arg)
+    return out
 
 
 def collect_raw(loaded: LoadedProtocol, *, mutant: str | None, progress, log,
                 run_context: dict) -> dict[str, bytes]:
     kind = loaded.kind
     model = loaded.model
-    if kind != "distribution" and "RANK" in os.environ:
-        from specconform.runner.sharding import current_shard
-
-        if current_shard().distributed:
-            raise UsageError(f"{loaded.path}: only distribution protocols shard over "
-                             f"processes; run this {kind} protocol without torchrun/--nproc")
     if kind in ("quadrature", "montecarlo"):
         from specconform.adapters.kernel import load_kernel
 
@@ -106,20 +132,87 @@ def _dump(obj) -> bytes:
 def execute(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str], mutant: str | None,
             key: Path | None, sign: bool, progress, extra_run_fields: dict | None = None,
             run_context: dict | None = None) -> RunOutcome:
-    from specconform import evidence
-
     started = datetime.now(timezone.utc)
     run_context = dict(run_context or {})
     run_id = run_context.get("run_id") or make_run_id(loaded, mutant)
     run_context["run_id"] = run_id
-    run_context.setdefault("attempt", f"{run_id}@{started:%Y%m%dT%H%M%SZ}")
+    run_context.setdefault("out_dir", out_dir)
+    # Unique per process: two simultaneous runs of the same inputs never share one.
+    run_context.setdefault("attempt", new_attempt_id(run_id))
+    shard, coord = _sharding(loaded)
+    run_context["coordinator"] = coord
+    try:
+        # Everything checkable is checked before any work or any file (exit 2, nothing
+        # left). In a sharded run the leader checks and holds the lock; every rank
+        # refuses with the leader's one line.
+        error = None
+        if shard.is_leader:
+            try:
+                preflight(loaded, mutant=mutant, out_dir=out_dir, run_id=run_id,
+                          context=run_context, key=key, sign=sign)
+            except UsageError as exc:
+                if not shard.distributed:
+                    raise
+                error = str(exc)
+        error = coord.share(error)
+        if error:
+            raise UsageError(error)
+        locked = (run_lock(out_dir, run_id)
+                  if loaded.kind == "distribution" and shard.is_leader else nullcontext())
+        with locked:
+            return _execute_locked(loaded, out_dir=out_dir, argv=argv, mutant=mutant,
+                                   key=key, sign=sign, progress=progress, started=started,
+                                   extra_run_fields=extra_run_fields,
+                                   run_context=run_context)
+    finally:
+        coord.close()
+
+
+def _sharding(loaded: LoadedProtocol):
+    """This process's shard (one process unless started by torchrun) and the control
+    channel to the other ranks (`runner.sharding`)."""
+    from specconform.runner.sharding import Coordinator, current_shard
+
+    shard = current_shard() if "RANK" in os.environ else None
+    if shard is None or not shard.distributed:
+        from specconform.runner.sharding import Shard
+
+        return Shard(), Coordinator(Shard())
+    if loaded.kind != "distribution":
+        raise UsageError(f"{loaded.path}: only distribution protocols shard over "
+                         f"processes; run this {loaded.kind} protocol without torchrun/--nproc")
+    return shard, Coordinator(shard)
+
+
+def _collect_or_release(loaded, *, mutant, progress, log, run_context) -> dict[str, bytes]:
+    """collect_raw; a distribution run refused before its checkpoint folder exists (a
+    lost reservation race, say) gives back any seeds it reserved."""
+    try:
+        return collect_raw(loaded, mutant=mutant, progress=progress, log=log,
+                           run_context=run_context)
+    except UsageError:
+        out_dir = Path(run_context["out_dir"])
+        coord = run_context.get("coordinator")
+        leader = coord is None or coord.shard.is_leader
+        if (leader and loaded.kind == "distribution" and run_context.get("resume") is None
+                and not (out_dir / f"{run_context['run_id']}.inprogress").exists()):
+            release(ledger_path(run_context, out_dir), run_context["attempt"])
+        raise
+
+
+def _execute_locked(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str],
+                    mutant: str | None, key: Path | None, sign: bool, progress, started,
+                    extra_run_fields: dict | None, run_context: dict) -> RunOutcome:
+    from specconform import evidence
+
+    run_id = run_context["run_id"]
     log = RunLog()
     log(f"specconform {__version__} run {run_id}")
     log(f"protocol {loaded.path} sha256 {loaded.hash}")
     if loaded.overrides:
         log(f"overrides {json.dumps(loaded.overrides, sort_keys=True)}")
-    raw = collect_raw(loaded, mutant=mutant, progress=progress, log=log,
-                      run_context=run_context)
+    raw = _collect_or_release(loaded, mutant=mutant, progress=progress, log=log,
+                              run_context=run_context)
     if raw is None:  # a follower rank of a sharded run: the leader seals the archive
         return RunOutcome(run_id, None, None, None)
     evaluation = reevaluate(loaded.data, RawData(raw))
@@ -128,7 +221,8 @@ def execute(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str], mutant: s
 
     run_json = {
         "run_id": run_id, "protocol_name": loaded.name, "protocol_hash": loaded.hash,
-        "kind": loaded.kind, "command": list(argv), "overrides": loaded.overrides,
+        "kind": loaded.kind, "command": portable_command(list(argv)),
+        "overrides": loaded.overrides,
         "mutant": mutant, "device": _device(loaded), "specconform_version": __version__,
     }
     run_json.update(extra_run_fields or {})
@@ -141,11 +235,12 @@ def execute(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str], mutant: s
         "results/tests.csv": tests_csv_bytes(evaluation.tests),
         "verdict.json": canonical_json_bytes(evaluation.verdict.to_json()),
         "environment.json": _dump(evidence.environment_manifest()),
-        "volatile.json": _dump(evidence.volatile_facts(started, finished)),
+        "volatile.json": _dump({**evidence.volatile_facts(started, finished),
+                                "command": list(argv)}),
         "log.txt": ("\n".join(log.lines) + "\n").encode(),
     }
     files.update(raw)
-    out_dir.mkdir(parents=True, exist_ok=True)  # only now: bad input writes nothing
+    out_dir.mkdir(parents=True, exist_ok=True)  # only now (kernel kinds): bad input writes nothing
     final = free_destination(out_dir, run_id)
     staging = out_dir / f".partial-{final.name}"
     if staging.exists():
@@ -157,13 +252,13 @@ def execute(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str], mutant: s
             path.write_bytes(data)
         archive = evidence.seal(staging, key=key, sign=sign)
         staging.rename(final)
-        archive_final = final.with_suffix(".zip")
+        archive_final = zip_beside(final)
         archive.rename(archive_final)
         for callback in run_context.get("on_success", []):
             callback()
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
-        staged_zip = staging.with_suffix(".zip")
+        staged_zip = zip_beside(staging)
         if staged_zip.exists():
             staged_zip.unlink()
         raise

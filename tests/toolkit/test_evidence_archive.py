@@ -29,6 +29,7 @@ from specconform.evidence import (
     write_sha256sums,
 )
 from specconform.evidence.signing import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, pae
+from tests.toolkit.cli_helpers import ROOT
 from tests.toolkit.fixtures import evidence_toy as toy
 
 RUN_ID = "toy-0123abcd-20250101T000000"
@@ -247,12 +248,45 @@ def test_environment_manifest_is_deterministic_and_complete(monkeypatch):
     assert not {"started_at", "finished_at", "hostname", "pid"} & set(first)
 
 
-def test_environment_manifest_outside_a_repository(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def _git(*args, cwd) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_manifest_records_the_code_that_ran_not_the_working_directory(tmp_path, monkeypatch):
+    """The git state is the package's own checkout's, from any working directory: a
+    folder outside any repository, or inside another repository."""
+    package_top = _git("rev-parse", "--show-toplevel", cwd=ROOT)
+    expected = _git("rev-parse", "HEAD", cwd=package_top)
+    other = tmp_path / "other-repo"
+    other.mkdir()
+    _git("init", "-q", cwd=other)
+    _git("-c", "user.name=x", "-c", "user.email=x@y", "commit", "-q", "--allow-empty",
+         "-m", "other", cwd=other)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    manifest = environment_manifest()
-    assert manifest["git"] == {"commit": None, "dirty": None}
-    assert manifest["world_size"] == 1
+    for cwd in (tmp_path, other):
+        monkeypatch.chdir(cwd)
+        manifest = environment_manifest()
+        assert manifest["git"]["commit"] == expected
+        assert manifest["git"]["dirty"] in (True, False)
+        assert manifest["world_size"] == 1
+    assert manifest["code"]["files"] > 10 and len(manifest["code"]["sha256"]) == 64
+
+
+def test_manifest_outside_a_checkout_still_digests_the_code(tmp_path, monkeypatch):
+    """A copy of the package outside any repository (as an installed wheel is): no
+    commit, but the source digest names the code, and it is the checkout's digest."""
+    copy = tmp_path / "site"
+    for name in ("specconform", "engine_under_test"):
+        shutil.copytree(ROOT / name, copy / name,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    probe = ("import json; from specconform.evidence.manifest import environment_manifest;"
+             " m = environment_manifest(); print(json.dumps([m['git'], m['code']]))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(copy)}, check=True)
+    git, code = json.loads(done.stdout)
+    assert git == {"commit": None, "dirty": None}
+    assert code["sha256"] == environment_manifest()["code"]["sha256"]
 
 
 def test_volatile_facts_hold_times_host_and_pid():

@@ -79,8 +79,6 @@ def test_two_and_four_processes_give_the_one_process_archive(tmp_path):
         assert "result: " in res.stdout and res.stdout.count("result: ") == 1  # leader only
         sharded = _run_dir(out)
         for name in INVARIANT + ("run.json", "log.txt"):
-            if name in ("run.json", "log.txt"):
-                continue  # they name --out (integrity issue: kept out separately)
             assert (whole / name).read_bytes() == (sharded / name).read_bytes(), (n, name)
         env = json.loads((sharded / "environment.json").read_text())
         assert env["world_size"] == n
