@@ -174,7 +174,7 @@ def _collect(loaded, model, shard, coord, engine_cls, *, mutant, progress, log, 
                                  f"with --resume {folder}")
             frames.append(pd.read_csv(path))
         samples = pd.concat(frames, ignore_index=True)
-        log(f"generated {len(samples)} samples in {len(plan)} batches ({folder})")
+        log(f"generated {len(samples)} samples in {len(plan)} batches ({folder.name})")
         t0 = time.perf_counter()
         reference = replay_reference(engine, model, samples, progress)
         timing(f"reference replay in {time.perf_counter() - t0:.1f}s")
