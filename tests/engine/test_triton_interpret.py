@@ -140,6 +140,12 @@ def categorical_cases() -> dict[str, tuple]:
     uniform[1::2, 100] = 0.0       # a zero weight inside the support ...
     uniform[1::2, 130] = 1.0 / 64  # ... and one past a zero gap
     u_grid = torch.arange(16, dtype=torch.float64) * 4 / 64
+    # Support 32..95 at 1/64: u = 0.5 puts the target exactly on the cdf at column 63, a
+    # tile boundary at BLOCK 64 inside a chunk of two tiles (split64x2).
+    straddle = torch.zeros(8, 512)
+    straddle[:, 32:96] = 1.0 / 64
+    u_straddle = torch.tensor([0.5, 0.25, 0.75, 0.5 - EXACT, 0.5, 0.0, 1 - EXACT, 0.125],
+                              dtype=torch.float64)
     special = torch.tensor([[0.0, 0.0, 0.0], [0.0, float("nan"), 1.0], [0.5, -1.0, 0.5],
                             [0.0, 0.0, 2.0**-149], [float("inf"), 1.0, 0.0]])
     u_special = torch.tensor([0.5, 0.5, 0.75, 1 - EXACT, 0.2], dtype=torch.float64)
@@ -147,6 +153,7 @@ def categorical_cases() -> dict[str, tuple]:
     return {"random": (probs, u, torch.ones(12, dtype=torch.bool)),
             "random_f64": (probs.double(), u, torch.ones(12, dtype=torch.bool)),
             "boundary": (uniform, u_grid, torch.ones(16, dtype=torch.bool)),
+            "tile_boundary": (straddle, u_straddle, torch.ones(8, dtype=torch.bool)),
             "special": (special, u_special, valid_special),
             "one_token": (torch.ones(3, 1), torch.tensor([0.0, 0.5, 1 - EXACT],
                                                          dtype=torch.float64),
@@ -155,7 +162,8 @@ def categorical_cases() -> dict[str, tuple]:
 
 ACCEPT_CASES = ("random", "random_bf16", "random_fp16_k1", "boundary", "greedy", "tails",
                 "strided", "k0")
-CATEGORICAL_CASES = ("random", "random_f64", "boundary", "special", "one_token")
+CATEGORICAL_CASES = ("random", "random_f64", "boundary", "tile_boundary", "special",
+                     "one_token")
 # Launch configurations: one program per row with several tiles per row (V = 90..300);
 # split rows with one tile per chunk; split rows with chunks of several tiles.
 CONFIGS = {"row64": ({"BLOCK": 64}, {"BELOW": 0}),
