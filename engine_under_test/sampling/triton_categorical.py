@@ -29,6 +29,18 @@ condition keeps the contract under any rounding: a zero-weight token is never ch
 If rounding leaves no qualifying index in the chosen tile (cumsum and sum rounded
 apart), the tile's last positive index is taken; the tile has one (its sum is > 0).
 Rows with no positive finite mass (the caller's error) get some index in [0, V).
+
+A split-row variant (pass 1 on chunks of each row in parallel, then one program per row;
+`_chunk_stats`, `_split_search`) serves small batches when SPLIT_CONFIG switches it on;
+it is off by default (measured slower, see SPLIT_CONFIG).
+
+Measured on an H200 (torch 2.11, triton 3.6, V = 49,152, float32, bench/sampling_core.py,
+floors from a copy bandwidth of ~4.2 TB/s measured in the same run): categorical at
+B = 4,096 0.223-0.226 ms against a 0.189 ms floor (1.17-1.20x; torch path 4.14-4.17 ms,
+torch.multinomial 1.70-1.72 ms); speculative_accept (K = 3) 0.344-0.371 ms against a
+0.333-0.336 ms floor of the rows it must touch (1.03-1.12x; 1.32 ms to read every p and
+q row once; torch path 9.08-9.14 ms). At B = 1 and 64: 0.026-0.097 ms, 0.05-0.16x the
+torch path.
 """
 from __future__ import annotations
 
@@ -47,13 +59,17 @@ import triton.language as tl
 SAMPLING_CONFIG = {"BLOCK": 4096, "num_warps": 8}
 LARGE_BATCH_CONFIG = {"BLOCK": 1024, "num_warps": 4}
 LARGE_BATCH = 1024
-# Split rows for small batches (B < BELOW; 0 switches it off): one program per row is
-# latency-bound there, so pass 1 runs on S chunks of each row in parallel (about
-# PROGRAMS programs in all, S <= MAX_CHUNKS, chunks a multiple of BLOCK), writing each
-# chunk's float64 sum, non-finite count and last positive index; a second launch, one
-# program per row, takes the chunks' prefix sums in order and re-reads the one chunk
-# that holds the target. Not measured on a GPU yet (bench/sampling_core.py compares it).
-SPLIT_CONFIG = {"BELOW": 512, "BLOCK": 1024, "num_warps": 4, "PROGRAMS": 528,
+# Split rows for small batches (B < BELOW; 0, the default, switches it off): pass 1 runs
+# on S chunks of each row in parallel (about PROGRAMS programs in all, S <= MAX_CHUNKS,
+# chunks a multiple of BLOCK), writing each chunk's float64 sum, non-finite count and
+# last positive index; a second launch, one program per row, takes the chunks' prefix
+# sums in order and re-reads the one chunk that holds the target. Off by default because
+# it measured slower on an H200 in back-to-back calls (bench/sampling_core.py
+# --split-below 512 against 0; the second launch costs more than the latency it
+# hides): accept 0.105 against 0.057 ms at B = 1 and 0.105 against 0.062 ms at B = 64,
+# categorical 0.059 against 0.026 ms at B = 64. Its GPU time alone (e.g. under CUDA
+# graphs) was not measured. It is tested like the default path (interpreter and GPU).
+SPLIT_CONFIG = {"BELOW": 0, "BLOCK": 1024, "num_warps": 4, "PROGRAMS": 528,
                 "MAX_CHUNKS": 64}
 _BIG = tl.constexpr(2147483647)  # an index past every row
 

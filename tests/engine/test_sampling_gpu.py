@@ -375,9 +375,9 @@ def test_sampling_kernels_are_in_use():
         assert sampling_kernel_for("categorical", x[0]) is None
 
 
-# Launch paths: split rows (the default below 512 rows), one program per row at the
+# Launch paths: split rows (switched on below 512 rows), one program per row at the
 # small-batch and at the large-batch configuration.
-PATHS = {"split": ({}, {}), "row": ({}, {"BELOW": 0}),
+PATHS = {"split": ({}, {"BELOW": 512}), "row": ({}, {"BELOW": 0}),
          "row1024": ({"BLOCK": 1024, "num_warps": 4}, {"BELOW": 0})}
 
 
@@ -416,7 +416,7 @@ def test_categorical_kernel_equals_torch_full_vocabulary(path):
     from tests.engine import test_triton_interpret as cases
     g = torch.Generator().manual_seed(23)
     named = {}
-    for B in (1024, 200):  # the large-batch configuration, and below the split threshold
+    for B in (1024, 200):  # the large-batch configuration, and below 512 rows
         probs = torch.softmax(torch.randn(B, 49_152, generator=g) * 3, -1)
         probs[::3, 30_000:] = 0.0
         u = torch.rand(B, dtype=torch.float64, generator=g)
