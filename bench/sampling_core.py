@@ -235,12 +235,17 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep", nargs="*", default=None,
                     help="KEY=VALUE,... triton_categorical.SAMPLING_CONFIG overrides to time "
                     "the accept kernel under at the largest B ('' = default)")
+    ap.add_argument("--split-below", type=int, default=None,
+                    help="triton_categorical.SPLIT_CONFIG['BELOW'] (0: one program per row)")
     ap.add_argument("--json", default="", help="also write the results to this file")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     if args.sampling_rows is None:
         args.sampling_rows = [1, 64, 4096] if device.type == "cuda" else [1, 16]
     args.sampling_rows = [b for b in args.sampling_rows if b > 0]
+    if args.split_below is not None:
+        from engine_under_test.sampling import triton_categorical
+        triton_categorical.SPLIT_CONFIG["BELOW"] = args.split_below
     result = probabilities_section(args, device)
     bandwidth = copy_bandwidth(device, 20)
     rows, mismatches = sampling_section(args, device, bandwidth) if args.sampling_rows else ([], [])

@@ -25,20 +25,20 @@ import torch
 import triton
 import triton.language as tl
 
-from engine_under_test.sampling.triton_categorical import _inverse_cdf, launch_shape
+from engine_under_test.sampling.triton_categorical import (
+    _chunk_stats,
+    _inverse_cdf,
+    _split_search,
+    chunk_buffers,
+    launch_shape,
+    split_shape,
+)
 
 
 @triton.jit
-def _accept_kernel(p_ptr, sp0, sp1, q_ptr, sq0, sq1, d_ptr, sd0, lens_ptr, u_ptr, su0,
-                   tok_ptr, st0, nacc_ptr, ncom_ptr, err_ptr, V,
-                   K: tl.constexpr, BLOCK: tl.constexpr, NTP: tl.constexpr):
-    b = tl.program_id(0).to(tl.int64)
+def _stop_point(p_row, q_row, d_row, u_row, lens_ptr, b, sp1, sq1, V, K: tl.constexpr):
+    """(stop, rejected) of one row: the run of leading accepts among its drafts."""
     L = tl.minimum(tl.maximum(tl.load(lens_ptr + b).to(tl.int64), 0), K)
-    p_row = p_ptr + b * sp0
-    q_row = q_ptr + b * sq0
-    u_row = u_ptr + b * su0
-    d_row = d_ptr + b * sd0
-    # --- accept coins: leading accepts only --------------------------------------------
     stop = tl.zeros([], tl.int64)
     going = L > 0  # still inside the run of leading accepts
     for j in tl.static_range(K):
@@ -51,18 +51,13 @@ def _accept_kernel(p_ptr, sp0, sp1, q_ptr, sq0, sq1, d_ptr, sd0, lens_ptr, u_ptr
         # NaN in p or q makes the comparison False: a rejection; its law shows the NaN.
         going = going & (j < L) & in_range & (coin * qd < pd)
         stop += going.to(tl.int64)
-    rejected = stop < L
-    # --- the law at the stop point and its draw ---------------------------------------
-    draw_u = tl.load(u_row + tl.where(rejected, K + stop, 2 * K))
-    law_p = p_row + stop * sp1
-    if K > 0:
-        law_q = q_row + tl.minimum(stop, K - 1) * sq1
-    else:
-        law_q = law_p  # never read (HAS_Q is False)
-    token, n_bad, total = _inverse_cdf(law_p, law_q, V, rejected, draw_u, K > 0, BLOCK, NTP)
-    error = (n_bad > 0) | (total <= 0.0)  # total is finite when n_bad == 0
-    # --- committed tokens -------------------------------------------------------------
-    tok_row = tok_ptr + b * st0
+    return stop, stop < L
+
+
+@triton.jit
+def _write_round(tok_row, d_row, nacc_ptr, ncom_ptr, err_ptr, b, stop, token, error,
+                 K: tl.constexpr):
+    """Committed tokens (accepted drafts, then the draw, -1 after), counts, error flag."""
     for s in tl.static_range(K + 1):
         if s < K:
             draft = tl.load(d_row + s).to(tl.int64)
@@ -73,6 +68,61 @@ def _accept_kernel(p_ptr, sp0, sp1, q_ptr, sq0, sq1, d_ptr, sd0, lens_ptr, u_ptr
     tl.store(nacc_ptr + b, tl.where(error, 0, stop))
     tl.store(ncom_ptr + b, tl.where(error, 0, stop + 1))
     tl.store(err_ptr + b, error)
+
+
+@triton.jit
+def _accept_kernel(p_ptr, sp0, sp1, q_ptr, sq0, sq1, d_ptr, sd0, lens_ptr, u_ptr, su0,
+                   tok_ptr, st0, nacc_ptr, ncom_ptr, err_ptr, V,
+                   K: tl.constexpr, BLOCK: tl.constexpr, NTP: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    p_row, q_row = p_ptr + b * sp0, q_ptr + b * sq0
+    u_row, d_row = u_ptr + b * su0, d_ptr + b * sd0
+    stop, rejected = _stop_point(p_row, q_row, d_row, u_row, lens_ptr, b, sp1, sq1, V, K)
+    draw_u = tl.load(u_row + tl.where(rejected, K + stop, 2 * K))
+    # The stop point's law: p[s], minus q[s] (its row is read only on a rejection).
+    law_p = p_row + stop * sp1
+    law_q = q_row + tl.maximum(tl.minimum(stop, K - 1), 0) * sq1
+    token, n_bad, total = _inverse_cdf(law_p, law_q, V, rejected, draw_u, K > 0, BLOCK, NTP)
+    error = (n_bad > 0) | (total <= 0.0)  # total is finite when n_bad == 0
+    _write_round(tok_ptr + b * st0, d_row, nacc_ptr, ncom_ptr, err_ptr, b, stop, token, error, K)
+
+
+@triton.jit
+def _accept_stats_kernel(p_ptr, sp0, sp1, q_ptr, sq0, sq1, d_ptr, sd0, lens_ptr, u_ptr, su0,
+                         sums_ptr, bads_ptr, lasts_ptr, S, V, CH,
+                         K: tl.constexpr, BLOCK: tl.constexpr):
+    """Split rows, pass 1: chunk s of row b's stop-point law (triton_categorical)."""
+    b = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    p_row, q_row = p_ptr + b * sp0, q_ptr + b * sq0
+    stop, rejected = _stop_point(p_row, q_row, d_ptr + b * sd0, u_ptr + b * su0, lens_ptr, b,
+                                 sp1, sq1, V, K)
+    law_p = p_row + stop * sp1
+    law_q = q_row + tl.maximum(tl.minimum(stop, K - 1), 0) * sq1
+    total, n_bad, last_pos = _chunk_stats(law_p, law_q, V, rejected, s * CH, CH, K > 0, BLOCK)
+    tl.store(sums_ptr + b * S + s, total)
+    tl.store(bads_ptr + b * S + s, n_bad)
+    tl.store(lasts_ptr + b * S + s, last_pos)
+
+
+@triton.jit
+def _accept_split_kernel(p_ptr, sp0, sp1, q_ptr, sq0, sq1, d_ptr, sd0, lens_ptr, u_ptr, su0,
+                         tok_ptr, st0, nacc_ptr, ncom_ptr, err_ptr, sums_ptr, bads_ptr,
+                         lasts_ptr, S, V, CH, K: tl.constexpr, BLOCK: tl.constexpr,
+                         SP: tl.constexpr):
+    """Split rows, pass 2: the draw from the chunk statistics, then the outputs."""
+    b = tl.program_id(0).to(tl.int64)
+    p_row, q_row = p_ptr + b * sp0, q_ptr + b * sq0
+    u_row, d_row = u_ptr + b * su0, d_ptr + b * sd0
+    stop, rejected = _stop_point(p_row, q_row, d_row, u_row, lens_ptr, b, sp1, sq1, V, K)
+    draw_u = tl.load(u_row + tl.where(rejected, K + stop, 2 * K))
+    law_p = p_row + stop * sp1
+    law_q = q_row + tl.maximum(tl.minimum(stop, K - 1), 0) * sq1
+    token, n_bad, total = _split_search(law_p, law_q, V, rejected, draw_u, sums_ptr + b * S,
+                                        bads_ptr + b * S, lasts_ptr + b * S, S, CH, K > 0,
+                                        BLOCK, SP)
+    error = (n_bad > 0) | (total <= 0.0)
+    _write_round(tok_ptr + b * st0, d_row, nacc_ptr, ncom_ptr, err_ptr, b, stop, token, error, K)
 
 
 def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
@@ -103,11 +153,18 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
     error = torch.empty(B, dtype=torch.bool, device=device)
     if B == 0:
         return tokens, num_accepted, num_committed, error
+    inputs = (p, p.stride(0), p.stride(1), q_arg, q_arg.stride(0), q_arg.stride(1),
+              drafts, drafts.stride(0), lens, u, u.stride(0))
+    outputs = (tokens, tokens.stride(0), num_accepted, num_committed, error)
+    split = split_shape(B, V)
+    if split is not None:  # small batches: each row's law in S chunks, then the draw
+        block, ch, S, sp, warps = split
+        stats = chunk_buffers(B, S, device)
+        _accept_stats_kernel[(B, S)](*inputs, *stats, S, V, ch, K=K, BLOCK=block,
+                                     num_warps=warps)
+        _accept_split_kernel[(B,)](*inputs, *outputs, *stats, S, V, ch, K=K, BLOCK=block,
+                                   SP=sp, num_warps=warps)
+        return tokens, num_accepted, num_committed, error
     block, ntp, warps = launch_shape(B, V)
-    _accept_kernel[(B,)](
-        p, p.stride(0), p.stride(1), q_arg, q_arg.stride(0), q_arg.stride(1),
-        drafts, drafts.stride(0), lens, u, u.stride(0),
-        tokens, tokens.stride(0), num_accepted, num_committed, error, V,
-        K=K, BLOCK=block, NTP=ntp, num_warps=warps,
-    )
+    _accept_kernel[(B,)](*inputs, *outputs, V, K=K, BLOCK=block, NTP=ntp, num_warps=warps)
     return tokens, num_accepted, num_committed, error

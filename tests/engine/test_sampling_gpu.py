@@ -375,16 +375,32 @@ def test_sampling_kernels_are_in_use():
         assert sampling_kernel_for("categorical", x[0]) is None
 
 
-@pytest.mark.parametrize("block", [None, 1024])
-def test_accept_kernel_equals_torch_full_vocabulary(block):
-    from engine_under_test.sampling import triton_categorical
-    from tests.engine import test_triton_interpret as cases
-    saved = dict(triton_categorical.SAMPLING_CONFIG)
-    if block:
-        triton_categorical.SAMPLING_CONFIG.update(BLOCK=block, num_warps=4)
+# Launch paths: split rows (switched on below 512 rows), one program per row at the
+# small-batch and at the large-batch configuration.
+PATHS = {"split": ({}, {"BELOW": 512}), "row": ({}, {"BELOW": 0}),
+         "row1024": ({"BLOCK": 1024, "num_warps": 4}, {"BELOW": 0})}
+
+
+@contextlib.contextmanager
+def launch_path(name):
+    from engine_under_test.sampling import triton_categorical as tc
+    saved = dict(tc.SAMPLING_CONFIG), dict(tc.SPLIT_CONFIG)
+    tc.SAMPLING_CONFIG.update(PATHS[name][0])
+    tc.SPLIT_CONFIG.update(PATHS[name][1])
     try:
+        yield
+    finally:
+        for config, old in zip((tc.SAMPLING_CONFIG, tc.SPLIT_CONFIG), saved, strict=True):
+            config.clear()
+            config.update(old)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_accept_kernel_equals_torch_full_vocabulary(path):
+    from tests.engine import test_triton_interpret as cases
+    with launch_path(path):
         V = 49_152
-        result = assert_accept_equal(cases.random_accept(B=512, K=3, V=V, seed=21))
+        result = assert_accept_equal(cases.random_accept(B=384, K=3, V=V, seed=21))
         assert result.error[1] and not result.error[4]  # NaN at the stop row; inf q unread
         assert_accept_equal(cases.random_accept(B=256, K=3, V=V, seed=22, dtype=torch.bfloat16))
         result = assert_accept_equal(cases.boundary_accept(B=256, K=2, V=V))
@@ -393,19 +409,25 @@ def test_accept_kernel_equals_torch_full_vocabulary(block):
         assert_accept_equal(cases.tail_accept(B=96, K=1, V=V))
         for args in cases.accept_cases().values():  # the interpreter's sizes
             assert_accept_equal(args)
-    finally:
-        triton_categorical.SAMPLING_CONFIG.clear()
-        triton_categorical.SAMPLING_CONFIG.update(saved)
 
 
-def test_categorical_kernel_equals_torch_full_vocabulary():
+@pytest.mark.parametrize("path", PATHS)
+def test_categorical_kernel_equals_torch_full_vocabulary(path):
     from tests.engine import test_triton_interpret as cases
     g = torch.Generator().manual_seed(23)
-    probs = torch.softmax(torch.randn(1024, 49_152, generator=g) * 3, -1)
-    probs[::3, 30_000:] = 0.0
-    u = torch.rand(1024, dtype=torch.float64, generator=g)
-    u[:3] = torch.tensor([0.0, 1 - 2.0**-53, 1.0], dtype=torch.float64)
-    named = {"full": (probs, u, torch.ones(1024, dtype=torch.bool)), **cases.categorical_cases()}
+    named = {}
+    for B in (1024, 200):  # the large-batch configuration, and below 512 rows
+        probs = torch.softmax(torch.randn(B, 49_152, generator=g) * 3, -1)
+        probs[::3, 30_000:] = 0.0
+        u = torch.rand(B, dtype=torch.float64, generator=g)
+        u[:3] = torch.tensor([0.0, 1 - 2.0**-53, 1.0], dtype=torch.float64)
+        named[f"full{B}"] = (probs, u, torch.ones(B, dtype=torch.bool))
+    named.update(cases.categorical_cases())
+    with launch_path(path):
+        check_categorical_cases(named)
+
+
+def check_categorical_cases(named):
     for name, (weights, uu, valid) in named.items():
         for w in (weights, weights.double()):
             cpu = categorical(w, uu)

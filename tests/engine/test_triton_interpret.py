@@ -140,6 +140,12 @@ def categorical_cases() -> dict[str, tuple]:
     uniform[1::2, 100] = 0.0       # a zero weight inside the support ...
     uniform[1::2, 130] = 1.0 / 64  # ... and one past a zero gap
     u_grid = torch.arange(16, dtype=torch.float64) * 4 / 64
+    # Support 32..95 at 1/64: u = 0.5 puts the target exactly on the cdf at column 63, a
+    # tile boundary at BLOCK 64 inside a chunk of two tiles (split64x2).
+    straddle = torch.zeros(8, 512)
+    straddle[:, 32:96] = 1.0 / 64
+    u_straddle = torch.tensor([0.5, 0.25, 0.75, 0.5 - EXACT, 0.5, 0.0, 1 - EXACT, 0.125],
+                              dtype=torch.float64)
     special = torch.tensor([[0.0, 0.0, 0.0], [0.0, float("nan"), 1.0], [0.5, -1.0, 0.5],
                             [0.0, 0.0, 2.0**-149], [float("inf"), 1.0, 0.0]])
     u_special = torch.tensor([0.5, 0.5, 0.75, 1 - EXACT, 0.2], dtype=torch.float64)
@@ -147,6 +153,7 @@ def categorical_cases() -> dict[str, tuple]:
     return {"random": (probs, u, torch.ones(12, dtype=torch.bool)),
             "random_f64": (probs.double(), u, torch.ones(12, dtype=torch.bool)),
             "boundary": (uniform, u_grid, torch.ones(16, dtype=torch.bool)),
+            "tile_boundary": (straddle, u_straddle, torch.ones(8, dtype=torch.bool)),
             "special": (special, u_special, valid_special),
             "one_token": (torch.ones(3, 1), torch.tensor([0.0, 0.5, 1 - EXACT],
                                                          dtype=torch.float64),
@@ -155,8 +162,13 @@ def categorical_cases() -> dict[str, tuple]:
 
 ACCEPT_CASES = ("random", "random_bf16", "random_fp16_k1", "boundary", "greedy", "tails",
                 "strided", "k0")
-CATEGORICAL_CASES = ("random", "random_f64", "boundary", "special", "one_token")
-BLOCKS = (64, 4096)  # several tiles per row (V = 90..300), and one tile
+CATEGORICAL_CASES = ("random", "random_f64", "boundary", "tile_boundary", "special",
+                     "one_token")
+# Launch configurations: one program per row with several tiles per row (V = 90..300);
+# split rows with one tile per chunk; split rows with chunks of several tiles.
+CONFIGS = {"row64": ({"BLOCK": 64}, {"BELOW": 0}),
+           "split64": ({}, {"BELOW": 1 << 30, "BLOCK": 64, "PROGRAMS": 528}),
+           "split64x2": ({}, {"BELOW": 1 << 30, "BLOCK": 64, "PROGRAMS": 40})}
 
 
 # --- the child: compare the kernels with the torch path ----------------------------------
@@ -213,13 +225,13 @@ def _negative_controls() -> dict[str, str]:
 def run_child() -> dict[str, str]:
     from engine_under_test.sampling import triton_categorical
     results = {}
-    for block in BLOCKS:
-        triton_categorical.SAMPLING_CONFIG["BLOCK"] = block
+    for label, (row, split) in CONFIGS.items():
+        triton_categorical.SAMPLING_CONFIG.update(row)
+        triton_categorical.SPLIT_CONFIG.update(split)
         for name, case in accept_cases().items():
-            results[f"accept/{name}/{block}"] = _compare_accept(case)
+            results[f"accept/{name}/{label}"] = _compare_accept(case)
         for name, case in categorical_cases().items():
-            results[f"categorical/{name}/{block}"] = _compare_categorical(*case)
-    triton_categorical.SAMPLING_CONFIG["BLOCK"] = 64
+            results[f"categorical/{name}/{label}"] = _compare_categorical(*case)
     results.update({f"control/{k}": v for k, v in _negative_controls().items()})
     return results
 
@@ -237,16 +249,16 @@ def verdicts() -> dict[str, str]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("name", ACCEPT_CASES)
-def test_accept_kernel_equals_torch(verdicts, name, block):
-    assert verdicts[f"accept/{name}/{block}"] == ""
+def test_accept_kernel_equals_torch(verdicts, name, config):
+    assert verdicts[f"accept/{name}/{config}"] == ""
 
 
-@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("name", CATEGORICAL_CASES)
-def test_categorical_kernel_equals_torch(verdicts, name, block):
-    assert verdicts[f"categorical/{name}/{block}"] == ""
+def test_categorical_kernel_equals_torch(verdicts, name, config):
+    assert verdicts[f"categorical/{name}/{config}"] == ""
 
 
 @pytest.mark.parametrize("control", ["mutant_residual_from_p", "mutant_bonus_off_by_one",
@@ -256,7 +268,7 @@ def test_negative_controls_differ_from_the_kernel(verdicts, control):
 
 
 def test_every_case_was_compared(verdicts):
-    assert len(verdicts) == len(BLOCKS) * (len(ACCEPT_CASES) + len(CATEGORICAL_CASES)) + 4
+    assert len(verdicts) == len(CONFIGS) * (len(ACCEPT_CASES) + len(CATEGORICAL_CASES)) + 4
 
 
 def test_dispatch_switch():
