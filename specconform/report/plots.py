@@ -46,26 +46,44 @@ def render_svg(draw: Callable[[Figure], None], *, plot_id: str,
     return svg[svg.index("<svg"):]
 
 
-def pvalue_plot(views: Sequence[ArchiveView], tests: Sequence[str]) -> str:
-    """-log10(p) per test, one bar per archive, with the alpha line of the primary run."""
-    alpha = views[0].evaluation.verdict.alpha
+P_CLAMP = 10.0  # -log10(p) axis ends here: larger values are drawn at the edge, marked
+
+
+def pvalue_plot(views: Sequence[ArchiveView], tests: Sequence[str], *,
+                labels: Sequence[str] | None = None) -> str:
+    """-log10(p) per test, one bar per archive, the alpha line of every archive dashed.
+
+    The axis stops at P_CLAMP (p = 1e-10): a failing run's p = 1e-300 would otherwise
+    squeeze a passing run's bars (p ~ 0.5, -log10 = 0.3) to nothing. Clamped bars end in
+    a ">" marker and carry their value as text, so nothing is hidden."""
+    labels = list(labels) if labels is not None else [v.label for v in views]
+    alphas = sorted({float(r.alpha) for v in views for t in tests
+                     if (r := v.row(t)) is not None and 0 < r.alpha < 1})
 
     def draw(figure: Figure) -> None:
         axes = figure.add_subplot()
         width = 0.8 / len(views)
         for index, view in enumerate(views):
+            ys = [i + index * width for i in range(len(tests))]
             heights = [_neg_log10(r.pvalue if (r := view.row(t)) else None) for t in tests]
-            axes.barh([i + index * width for i in range(len(tests))], heights, height=width,
-                      label=view.label)
-        if 0 < alpha < 1:
+            shown = [min(h, P_CLAMP) for h in heights]
+            axes.barh(ys, shown, height=width, label=labels[index])
+            for y, h in zip(ys, heights, strict=True):
+                if h > P_CLAMP:
+                    axes.plot([P_CLAMP], [y], ">", color="black", markersize=4)
+                    axes.text(P_CLAMP * 0.98, y, f"{h:.0f} ", ha="right", va="center",
+                              fontsize=6, color="white")
+        for alpha in alphas:
             axes.axvline(-math.log10(alpha), color="black", linestyle="--", linewidth=1,
-                         label=f"alpha = {alpha:g}")
+                         label=f"alpha = {alpha:.3g}")
+        axes.set_xlim(0, P_CLAMP * 1.03)
         axes.set_yticks([i + 0.4 - width / 2 for i in range(len(tests))], labels=list(tests))
         axes.invert_yaxis()
-        axes.set_xlabel("-log10(p)   (right of the dashed line: rejected at alpha)")
-        axes.legend(loc="lower right")
+        axes.set_xlabel(f"-log10(p): right of a dashed line rejects at that alpha; "
+                        f"> marks values clamped at {P_CLAMP:g}")
+        axes.legend(loc="lower right", fontsize=7)
 
-    return render_svg(draw, plot_id="pvalues", size=(7.0, 1.2 + 0.3 * len(tests)))
+    return render_svg(draw, plot_id="pvalues", size=(7.5, 1.2 + 0.28 * len(tests) * len(views)))
 
 
 def observed_expected_plot(row: TestRow, plot_id: str) -> str | None:
@@ -96,7 +114,7 @@ def observed_expected_plot(row: TestRow, plot_id: str) -> str | None:
         axes.set_ylabel("count")
         axes.legend()
 
-    return render_svg(draw, plot_id=plot_id)
+    return render_svg(draw, plot_id=plot_id, size=(4.2, 2.8))
 
 
 def has_observed_expected(row: TestRow) -> bool:
@@ -147,7 +165,7 @@ def _scatter(pairs: list[tuple[float, float]], title: str, plot_id: str) -> str:
         axes.set_title(title)
         axes.legend()
 
-    return render_svg(draw, plot_id=plot_id, size=(4.5, 4.0))
+    return render_svg(draw, plot_id=plot_id, size=(4.2, 3.4))
 
 
 def _pairs(observed, expected) -> list[tuple[float, float]]:

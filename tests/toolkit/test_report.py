@@ -62,7 +62,7 @@ def _cells(line: str) -> list[str]:
 # --- Markdown ------------------------------------------------------------------------
 
 def test_formal_checks_put_primary_and_replication_side_by_side(primary, disjoint):
-    markdown = markdown_report([primary, disjoint])
+    markdown = markdown_report([primary, disjoint], details=True)
     table = _section(markdown, "### Formal checks")
     header = _cells(table[0])
     assert header == ["test", "role", f"primary `{PRIMARY_ID}`",
@@ -80,7 +80,7 @@ def test_formal_checks_put_primary_and_replication_side_by_side(primary, disjoin
 
 
 def test_per_group_tables_for_rows_that_carry_a_group(primary, disjoint):
-    markdown = markdown_report([primary, disjoint])
+    markdown = markdown_report([primary, disjoint], details=True)
     for group in ("sync", "async"):
         table = _section(markdown, f"### Group `{group}`")
         assert len(table) == 3 and _cells(table[2])[0] == f"gof_{group}"
@@ -88,7 +88,7 @@ def test_per_group_tables_for_rows_that_carry_a_group(primary, disjoint):
 
 
 def test_seed_ranges_disjoint(primary, disjoint):
-    markdown = markdown_report([primary, disjoint])
+    markdown = markdown_report([primary, disjoint], details=True)
     table = _section(markdown, "### Seed ranges")
     assert _cells(table[2]) == ["async", "[2000, 4000)", "[102000, 104000)"]
     assert _cells(table[3]) == ["sync", "[0, 2000)", "[100000, 102000)"]
@@ -97,7 +97,7 @@ def test_seed_ranges_disjoint(primary, disjoint):
 
 
 def test_seed_ranges_overlapping_are_named(primary, overlapping):
-    markdown = markdown_report([primary, overlapping])
+    markdown = markdown_report([primary, overlapping], details=True)
     statement = next(line for line in markdown.splitlines() if "NOT disjoint" in line)
     assert "primary sync [0, 2000) and replication sync [1000, 3000)" in statement
     assert "primary async [2000, 4000) and replication sync [1000, 3000)" in statement
@@ -105,14 +105,14 @@ def test_seed_ranges_overlapping_are_named(primary, overlapping):
 
 
 def test_single_archive_and_missing_seed_ranges(tmp_path, primary):
-    assert "One archive" in markdown_report([primary])
+    assert "One archive" in markdown_report([primary], details=True)
     no_ranges = seal(toy.build_run_dir(tmp_path / "n", run_id=REPLICATION_ID, seed_ranges={}),
                      key=None, sign=False)
-    assert "cannot be stated" in markdown_report([primary, no_ranges])
+    assert "cannot be stated" in markdown_report([primary, no_ranges], details=True)
 
 
 def test_coverage_scope_and_archive_digests(primary, disjoint):
-    markdown = markdown_report([primary, disjoint])
+    markdown = markdown_report([primary, disjoint], details=True)
     assert "- primary, gof_sync: samples_covered=1, strata=1" in markdown
     assert "not deciding (exploratory): t3_exploratory" in markdown
     archives = _section(markdown, "### Archives")
