@@ -45,7 +45,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(__all__)
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs; never executed

@@ -197,7 +197,7 @@ def detectable_tv(n: int, df: int, alpha: float, power: float = 0.8) -> float:
     --------
     >>> import specconform
     >>> round(specconform.detectable_tv(10_000, 1, 0.01), 4)
-    0.0146
+    0.0171
     """
     from scipy import optimize
     from scipy import stats as sps

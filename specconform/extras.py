@@ -43,7 +43,14 @@ class MissingExtraError(UsageError):
 def missing_modules(extra: str) -> list[str]:
     """The modules of `extra` that cannot be imported here (empty when it is installed)."""
     modules, _ = EXTRAS[extra]
-    return [m for m in modules if importlib.util.find_spec(m) is None]
+    return [m for m in modules if not _importable(m)]
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a finder refused it, or a broken __spec__
+        return False
 
 
 def require(extra: str, purpose: str | None = None) -> None:

@@ -91,7 +91,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         return
     tests = {r.nodeid for r in records}
     failed = sum(not r.passed for r in records)
-    line = f"specconform: {len(records)} checks in {len(tests)} tests, {failed} failed"
+    line = f"specconform: {len(records)} checks in {len(tests)} tests, {failed} checks failed"
     if target is not None:
         line += f"; evidence in {_write_archive(Path(target), records)}"
     terminalreporter.write_line(line)
