@@ -163,6 +163,17 @@ def total_variation(p, q) -> float:
     ----------
     p, q : array_like, shape (V,)
         Laws (normalized in float64).
+
+    Returns
+    -------
+    float
+        In [0, 1]; the exact rejection probability at a draft position with laws p, q.
+
+    Examples
+    --------
+    >>> import specconform
+    >>> specconform.total_variation([0.5, 0.5], [1.0, 0.0])
+    0.5
     """
     return _speculative.total_variation(p, q)
 
