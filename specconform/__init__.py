@@ -11,6 +11,7 @@ The public API (docs/api.md)::
 Names resolve lazily (PEP 562): ``import specconform`` imports no numpy, scipy, torch or
 engine, so the command line starts fast and works without optional extras.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -18,21 +19,78 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+__all__ = [
+    "AggregateResult",
+    "ArchiveView",
+    "BonferroniResult",
+    "EvidenceError",
+    "GofResult",
+    "HomogeneityResult",
+    "MissingExtraError",
+    "ProtocolError",
+    "RateResult",
+    "Run",
+    "SpecconformError",
+    "TestRow",
+    "UsageError",
+    "Verdict",
+    "VerifyReport",
+    "__version__",
+    "bonferroni",
+    "detectable_tv",
+    "joint_cells",
+    "load_archive",
+    "load_archives",
+    "pearson_gof",
+    "pearson_homogeneity",
+    "rate_test",
+    "run",
+    "sum_chi2",
+    "total_variation",
+    "verify",
+]
+
 # public name -> module that defines it
 _LAZY = {
-    **{name: "specconform.api" for name in (
-        "Run", "run", "verify", "load_archive", "load_archives", "ArchiveView",
-        "VerifyReport", "TestRow", "Verdict")},
-    **{name: "specconform.errors" for name in (
-        "SpecconformError", "UsageError", "ProtocolError", "EvidenceError")},
+    **{
+        name: "specconform.api"
+        for name in (
+            "Run",
+            "run",
+            "verify",
+            "load_archive",
+            "load_archives",
+            "ArchiveView",
+            "VerifyReport",
+            "TestRow",
+            "Verdict",
+        )
+    },
+    **{
+        name: "specconform.errors"
+        for name in ("SpecconformError", "UsageError", "ProtocolError", "EvidenceError")
+    },
     "MissingExtraError": "specconform.extras",
-    **{name: "specconform.api_stats" for name in (
-        "pearson_gof", "pearson_homogeneity", "rate_test", "sum_chi2", "bonferroni",
-        "total_variation", "joint_cells", "detectable_tv", "GofResult",
-        "HomogeneityResult", "RateResult", "AggregateResult", "BonferroniResult")},
+    **{
+        name: "specconform.api_stats"
+        for name in (
+            "pearson_gof",
+            "pearson_homogeneity",
+            "rate_test",
+            "sum_chi2",
+            "bonferroni",
+            "total_variation",
+            "joint_cells",
+            "detectable_tv",
+            "GofResult",
+            "HomogeneityResult",
+            "RateResult",
+            "AggregateResult",
+            "BonferroniResult",
+        )
+    },
 }
-
-__all__ = ["__version__", *sorted(_LAZY)]
+assert sorted(_LAZY) == sorted(n for n in __all__ if n != "__version__")
 
 
 def __getattr__(name: str) -> Any:

@@ -10,6 +10,7 @@ the same signature policy. Errors are typed: :class:`UsageError` (bad input, exi
 
 Typed results read through ``specconform.report.model`` (one seam for reports and API).
 """
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,18 @@ from specconform.report.model import ArchiveView
 from specconform.results import Evaluation, TestRow, Verdict
 
 __all__ = [
-    "ArchiveView", "EvidenceError", "MissingExtraError", "Run", "SpecconformError",
-    "TestRow", "UsageError", "Verdict", "VerifyReport", "load_archive", "run", "verify",
+    "ArchiveView",
+    "EvidenceError",
+    "MissingExtraError",
+    "Run",
+    "SpecconformError",
+    "TestRow",
+    "UsageError",
+    "Verdict",
+    "VerifyReport",
+    "load_archive",
+    "run",
+    "verify",
 ]
 
 DEFAULT_OUT = Path("reports")
@@ -43,7 +54,7 @@ class Run:
 
     @property
     def verdict(self) -> str:
-        """"PASS" or "FAIL"."""
+        """ "PASS" or "FAIL"."""
         return self.evaluation.verdict.verdict
 
     @property
@@ -60,11 +71,19 @@ class Run:
         return self.evaluation.verdict.failed
 
 
-def run(protocol: str | os.PathLike[str], *, seeds: int | None = None,
-        offset: int | None = None, batch_size: int | None = None, out: str | os.PathLike[str]
-        = DEFAULT_OUT, mutant: str | None = None, device: str | None = None,
-        sign: bool = True, key: str | os.PathLike[str] | None = None,
-        progress: bool = False) -> Run:
+def run(
+    protocol: str | os.PathLike[str],
+    *,
+    seeds: int | None = None,
+    offset: int | None = None,
+    batch_size: int | None = None,
+    out: str | os.PathLike[str] = DEFAULT_OUT,
+    mutant: str | None = None,
+    device: str | None = None,
+    sign: bool = True,
+    key: str | os.PathLike[str] | None = None,
+    progress: bool = False,
+) -> Run:
     """Run a pre-registered protocol and seal its evidence archive, like `specconform run`.
 
     Parameters
@@ -108,22 +127,34 @@ def run(protocol: str | os.PathLike[str], *, seeds: int | None = None,
     if device is not None and device not in ("cpu", "cuda"):
         raise UsageError(f"device {device!r}: expected 'cpu' or 'cuda'")
     loaded = load_protocol(Path(protocol))
-    loaded = apply_overrides(loaded, {"--seeds": seeds, "--offset": offset,
-                                      "--batch-size": batch_size, "--device": device})
+    loaded = apply_overrides(
+        loaded,
+        {"--seeds": seeds, "--offset": offset, "--batch-size": batch_size, "--device": device},
+    )
     signing_key = _signing_key(None if key is None else Path(key), sign)
     out_dir = Path(out)
     with missing_extra(f"running protocol {loaded.name}"):
-        outcome = execute(loaded, out_dir=out_dir, argv=_argv(), mutant=mutant,
-                          key=signing_key, sign=sign,
-                          progress=_progress() if progress else _silent,
-                          run_context={"ledger": None, "resume": None, "out_dir": out_dir})
+        outcome = execute(
+            loaded,
+            out_dir=out_dir,
+            argv=_argv(),
+            mutant=mutant,
+            key=signing_key,
+            sign=sign,
+            progress=_progress() if progress else _silent,
+            run_context={"ledger": None, "resume": None, "out_dir": out_dir},
+        )
     if outcome.archive is None:  # execute always seals; keep the type honest
         raise SpecconformError(f"run {outcome.run_id}: no archive was written")
     return Run(outcome.run_id, outcome.evaluation, outcome.archive, outcome.run_dir)
 
 
-def verify(archive: str | os.PathLike[str], pubkey: str | os.PathLike[str] | None = None,
-           *, skip_signature: bool = False) -> VerifyReport:
+def verify(
+    archive: str | os.PathLike[str],
+    pubkey: str | os.PathLike[str] | None = None,
+    *,
+    skip_signature: bool = False,
+) -> VerifyReport:
     """Verify an evidence archive offline, like `specconform verify`.
 
     Parameters
@@ -155,8 +186,10 @@ def verify(archive: str | os.PathLike[str], pubkey: str | os.PathLike[str] | Non
     if pubkey is not None and skip_signature:
         raise UsageError("pubkey and skip_signature=True contradict each other")
     if pubkey is None and not skip_signature:
-        raise UsageError("pass pubkey=PATH to check the signature, or skip_signature=True "
-                         "to check digests and recomputation only")
+        raise UsageError(
+            "pass pubkey=PATH to check the signature, or skip_signature=True "
+            "to check digests and recomputation only"
+        )
     return verify_archive(Path(archive), None if pubkey is None else Path(pubkey))
 
 

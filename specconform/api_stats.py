@@ -5,6 +5,7 @@ same code computes every p-value in an archive, so a result reproduced from Pyth
 the one the archive states. Plus :func:`detectable_tv`, the power statement the pytest
 plugin prints with every failure.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,9 +19,19 @@ from specconform.stats.gof import GofResult, HomogeneityResult
 from specconform.stats.rate import RateResult
 
 __all__ = [
-    "AggregateResult", "BonferroniResult", "GofResult", "HomogeneityResult", "RateResult",
-    "bonferroni", "detectable_tv", "joint_cells", "pearson_gof", "pearson_homogeneity", "rate_test",
-    "sum_chi2", "total_variation",
+    "AggregateResult",
+    "BonferroniResult",
+    "GofResult",
+    "HomogeneityResult",
+    "RateResult",
+    "bonferroni",
+    "detectable_tv",
+    "joint_cells",
+    "pearson_gof",
+    "pearson_homogeneity",
+    "rate_test",
+    "sum_chi2",
+    "total_variation",
 ]
 
 

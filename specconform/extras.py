@@ -8,6 +8,7 @@ an import, so every entry point that needs one calls `require(...)` first (or wr
 import with `missing_extra`), which raises a `MissingExtraError` (exit 2, like any bad
 input) naming the extra.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -36,8 +37,10 @@ class MissingExtraError(UsageError):
 
     def __init__(self, extra: str, module: str, purpose: str):
         self.extra, self.module = extra, module
-        super().__init__(f"{purpose} needs {module!r}, which is not installed: "
-                         f"pip install 'specconform[{extra}]'")
+        super().__init__(
+            f"{purpose} needs {module!r}, which is not installed: "
+            f"pip install 'specconform[{extra}]'"
+        )
 
 
 def missing_modules(extra: str) -> list[str]:

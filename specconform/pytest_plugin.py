@@ -14,6 +14,7 @@ plugin autoloading is off. It adds:
 The assertions themselves live in :mod:`specconform.testing`; this module imports
 nothing heavy, so loading the plugin costs nothing for suites that do not use it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,9 +31,13 @@ _STASH_RECORDS = pytest.StashKey[list]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("specconform", "specconform distribution assertions")
-    group.addoption("--specconform-archive", metavar="DIR", default=None,
-                    help="write the evidence of every specconform check of the session "
-                         "to DIR (specconform-checks.json, run archives)")
+    group.addoption(
+        "--specconform-archive",
+        metavar="DIR",
+        default=None,
+        help="write the evidence of every specconform check of the session "
+        "to DIR (specconform-checks.json, run archives)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -104,8 +109,10 @@ def _write_archive(target: Path, records: list[CheckRecord]) -> Path:
         if record.archive and record.archive not in archives and Path(record.archive).is_file():
             archives.append(record.archive)
             shutil.copy2(record.archive, target / Path(record.archive).name)
-    payload = {"checks": [r.to_json() for r in records],
-               "archives": [Path(a).name for a in archives]}
+    payload = {
+        "checks": [r.to_json() for r in records],
+        "archives": [Path(a).name for a in archives],
+    }
     out = target / "specconform-checks.json"
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")

@@ -8,6 +8,7 @@ with the same protocol hash, mutant and non-seed overrides is a "replication", o
 planted bug is "mutant NAME", one with the same protocol name and another configuration
 is the "candidate". A run.json `label` field wins over all of these.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -32,11 +33,11 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 class RunFacts:
     """One archive's PR-level facts (all strings, ready to print)."""
 
-    letter: str     # "A", "B", ...: the column of this archive
+    letter: str  # "A", "B", ...: the column of this archive
     protocol: str
-    label: str      # "primary", "replication", "mutant residual_from_p", "candidate", ...
-    commit: str     # "50fb376612 (dirty)"
-    device: str     # "cuda: 1x NVIDIA H200; torch 2.11.0+cu130, CUDA 13.0, triton 3.6.0"
+    label: str  # "primary", "replication", "mutant residual_from_p", "candidate", ...
+    commit: str  # "50fb376612 (dirty)"
+    device: str  # "cuda: 1x NVIDIA H200; torch 2.11.0+cu130, CUDA 13.0, triton 3.6.0"
     command: str
     signature: str  # "verified, key id 1a2b3c4d5e6f7a8b" (first 16 hex), "signed ..., NOT verified", "UNSIGNED"
 
@@ -67,8 +68,10 @@ def run_labels(views: Sequence[ArchiveView]) -> list[str]:
             labels.append("replication" if count == 1 else f"replication {count}")
         elif run.get("mutant"):
             labels.append(f"mutant {run['mutant']}")
-        elif any(v.run.get("protocol_name") == run.get("protocol_name")
-                 and not v.run.get("mutant") for v in views[:i]):
+        elif any(
+            v.run.get("protocol_name") == run.get("protocol_name") and not v.run.get("mutant")
+            for v in views[:i]
+        ):
             labels.append("candidate")
         else:
             labels.append("primary")
@@ -77,8 +80,10 @@ def run_labels(views: Sequence[ArchiveView]) -> list[str]:
         if label != "primary":
             continue
         name = views[i].run.get("protocol_name")
-        if any(labels[j] == "candidate" and views[j].run.get("protocol_name") == name
-               for j in range(i + 1, len(views))):
+        if any(
+            labels[j] == "candidate" and views[j].run.get("protocol_name") == name
+            for j in range(i + 1, len(views))
+        ):
             labels[i] = "base"
     return labels
 
@@ -101,11 +106,17 @@ def run_facts(views: Sequence[ArchiveView], pubkey: Path | None = None) -> list[
     for index, view in enumerate(views):
         contents = read_archive(view.path)
         env = _json_or_empty(contents, "environment.json")
-        facts.append(RunFacts(
-            letter=LETTERS[index % len(LETTERS)], protocol=str(view.run.get("protocol_name", "?")),
-            label=view.label, commit=commit_line(env), device=device_line(view.run, env),
-            command=command_line(view.run),
-            signature=_signature(view, contents.files.get(ATTESTATION_NAME), pubkey)))
+        facts.append(
+            RunFacts(
+                letter=LETTERS[index % len(LETTERS)],
+                protocol=str(view.run.get("protocol_name", "?")),
+                label=view.label,
+                commit=commit_line(env),
+                device=device_line(view.run, env),
+                command=command_line(view.run),
+                signature=_signature(view, contents.files.get(ATTESTATION_NAME), pubkey),
+            )
+        )
     return facts
 
 
@@ -118,7 +129,8 @@ def _json_or_empty(contents, name: str) -> dict:
 
 
 def commit_line(env: dict) -> str:
-    git = env.get("git") if isinstance(env.get("git"), dict) else {}
+    raw = env.get("git")
+    git: dict = raw if isinstance(raw, dict) else {}
     commit = git.get("commit")
     if not commit:
         return "not recorded"
@@ -129,7 +141,8 @@ def commit_line(env: dict) -> str:
 
 def device_line(run: dict, env: dict) -> str:
     device = str(run.get("device", "?"))
-    torch = env.get("torch") if isinstance(env.get("torch"), dict) else None
+    raw = env.get("torch")
+    torch: dict | None = raw if isinstance(raw, dict) else None
     if torch is None:
         return f"{device}; torch not recorded"
     parts = [f"torch {torch.get('version', '?')}"]
@@ -217,13 +230,19 @@ def seed_lines(views: Sequence[ArchiveView], facts: Sequence[RunFacts]) -> list[
             if not view.seed_ranges or not other.seed_ranges:
                 lines.append(f"{fact.letter} vs {facts[j].letter}: no seed ranges recorded")
                 continue
-            bad = [f"{o.first_group} {format_range(o.first_range)} and {o.second_group} "
-                   f"{format_range(o.second_range)}"
-                   for o in cross_archive_overlaps([other, view])]
+            bad = [
+                f"{o.first_group} {format_range(o.first_range)} and {o.second_group} "
+                f"{format_range(o.second_range)}"
+                for o in cross_archive_overlaps([other, view])
+            ]
             if bad:
-                lines.append(f"{fact.letter} vs {facts[j].letter}: NOT independent, seeds "
-                             f"overlap: {'; '.join(bad)}")
+                lines.append(
+                    f"{fact.letter} vs {facts[j].letter}: NOT independent, seeds "
+                    f"overlap: {'; '.join(bad)}"
+                )
             else:
-                lines.append(f"{fact.letter} vs {facts[j].letter}: disjoint seeds across all "
-                             f"{len(view.seed_ranges)} groups")
+                lines.append(
+                    f"{fact.letter} vs {facts[j].letter}: disjoint seeds across all "
+                    f"{len(view.seed_ranges)} groups"
+                )
     return lines

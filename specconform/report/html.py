@@ -5,6 +5,7 @@ One self-contained page (no scripts, no external files, no render time): renderi
 same archives twice gives identical bytes. Needs the `plots` extra (matplotlib); without
 it the command says so in one line (exit 2).
 """
+
 from __future__ import annotations
 
 import re
@@ -49,8 +50,9 @@ figcaption { font-size: 0.85em; color: #555; }
 """
 
 
-def html_report(archives: Sequence[Path], *, details: bool = True,
-                pubkey: Path | None = None) -> str:
+def html_report(
+    archives: Sequence[Path], *, details: bool = True, pubkey: Path | None = None
+) -> str:
     """A self-contained HTML page for one or more archives, labelled from their runs.
 
     The page always carries every test (`details` is accepted for symmetry with the
@@ -80,8 +82,9 @@ def _is_failing(views: Sequence[ArchiveView], test: str) -> bool:
     return any((r := v.row(test)) is not None and r.passed is False for v in views)
 
 
-def render_html(views: Sequence[ArchiveView], *, facts: Sequence[RunFacts] | None = None,
-                verified: bool = False) -> str:
+def render_html(
+    views: Sequence[ArchiveView], *, facts: Sequence[RunFacts] | None = None, verified: bool = False
+) -> str:
     from specconform.report.plots import pvalue_plot
 
     facts = list(facts) if facts is not None else run_facts(views)
@@ -89,58 +92,77 @@ def render_html(views: Sequence[ArchiveView], *, facts: Sequence[RunFacts] | Non
     tests = failing_first(views)
     cols = [f"{f.letter}: {f.label}" for f in facts]
     body = [f"<h1>specconform evidence: {escape(names)}</h1>"]
-    body += _table(["", *cols], [
-        ["verdict", *[v.evaluation.verdict.verdict for v in views]],
-        ["failed", *[failed_cell(v) for v in views]],
-        ["signature", *[f.signature for f in facts]],
-        ["commit", *[f.commit for f in facts]],
-        ["device", *[f.device for f in facts]],
-        ["command", *[f.command for f in facts]],
-        ["run id", *[v.run_id for v in views]],
-        ["SHA-256", *[v.sha256 for v in views]],
-    ])
-    body += [f"<p>{_inline_code(line)}</p>" for line in
-             (f"Seeds: {s}" for s in seed_lines(views, facts))]
+    body += _table(
+        ["", *cols],
+        [
+            ["verdict", *[v.evaluation.verdict.verdict for v in views]],
+            ["failed", *[failed_cell(v) for v in views]],
+            ["signature", *[f.signature for f in facts]],
+            ["commit", *[f.commit for f in facts]],
+            ["device", *[f.device for f in facts]],
+            ["command", *[f.command for f in facts]],
+            ["run id", *[v.run_id for v in views]],
+            ["SHA-256", *[v.sha256 for v in views]],
+        ],
+    )
+    body += [
+        f"<p>{_inline_code(line)}</p>" for line in (f"Seeds: {s}" for s in seed_lines(views, facts))
+    ]
     body += ["<h2>Tests (failing first)</h2>"]
-    body += _table(["test", "role", *cols],
-                   [[t, role_of(views, t), *[check_cell(v.row(t)) for v in views]]
-                    for t in tests],
-                   failing={t for t in tests if _is_failing(views, t)})
-    p_tests = [t for t in tests if any((r := v.row(t)) is not None and r.pvalue is not None
-                                       for v in views)]
+    body += _table(
+        ["test", "role", *cols],
+        [[t, role_of(views, t), *[check_cell(v.row(t)) for v in views]] for t in tests],
+        failing={t for t in tests if _is_failing(views, t)},
+    )
+    p_tests = [
+        t for t in tests if any((r := v.row(t)) is not None and r.pvalue is not None for v in views)
+    ]
     if p_tests:
-        body += ["<figure>", pvalue_plot(views, p_tests, labels=cols),
-                 "<figcaption>p-value of every test, per archive; failing tests on top."
-                 "</figcaption></figure>"]
+        body += [
+            "<figure>",
+            pvalue_plot(views, p_tests, labels=cols),
+            "<figcaption>p-value of every test, per archive; failing tests on top."
+            "</figcaption></figure>",
+        ]
     body += _test_grid(views, facts, tests)
     body += _acceptance(views)
     body += ["<h2>Seed ranges</h2>"]
     all_groups = sorted({g for v in views for g in v.seed_ranges})
     if all_groups:
-        body += _table(["group", *cols],
-                       [[g, *[format_range(v.seed_ranges.get(g)) for v in views]]
-                        for g in all_groups])
-    body += [f"<p>{escape(disjointness_statement(views))}</p>", "<h2>Coverage and scope</h2>",
-             "<ul>"]
+        body += _table(
+            ["group", *cols],
+            [[g, *[format_range(v.seed_ranges.get(g)) for v in views]] for g in all_groups],
+        )
+    body += [
+        f"<p>{escape(disjointness_statement(views))}</p>",
+        "<h2>Coverage and scope</h2>",
+        "<ul>",
+    ]
     notes = coverage_notes(views) or ["no test reports coverage"]
     notes += [f"{v.label}: {line}" for v in views for line in scope_lines(v)]
     body += [f"<li>{escape(note)}</li>" for note in notes] + ["</ul>"]
     body += [f"<p>{_inline_code(VERIFIED_NOTE if verified else VERIFY_NOTE)}</p>"]
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>specconform evidence: {escape(names)}</title>\n<style>{_STYLE}</style>\n"
-            "</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>specconform evidence: {escape(names)}</title>\n<style>{_STYLE}</style>\n"
+        "</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n"
+    )
 
 
-def _test_grid(views: Sequence[ArchiveView], facts: Sequence[RunFacts],
-               tests: Sequence[str]) -> list[str]:
+def _test_grid(
+    views: Sequence[ArchiveView], facts: Sequence[RunFacts], tests: Sequence[str]
+) -> list[str]:
     """One card per test that has observed/expected counts: its statistic per archive and
     each archive's plot side by side; failing tests first, at most MAX_DETAIL_PLOTS."""
     from specconform.report.plots import has_observed_expected, observed_expected_plot
 
     cards, skipped, drawn = [], [], 0
     for test_index, test in enumerate(tests):
-        rows = [(f, r) for v, f in zip(views, facts, strict=True)
-                if (r := v.row(test)) is not None and has_observed_expected(r)]
+        rows = [
+            (f, r)
+            for v, f in zip(views, facts, strict=True)
+            if (r := v.row(test)) is not None and has_observed_expected(r)
+        ]
         if not rows:
             continue
         if drawn + len(rows) > MAX_DETAIL_PLOTS:
@@ -152,17 +174,22 @@ def _test_grid(views: Sequence[ArchiveView], facts: Sequence[RunFacts],
             svg = observed_expected_plot(row, plot_id=f"oe-{test_index}-{fact.letter}")
             if svg is not None:
                 drawn += 1
-                figures.append(f"<figure>{svg}<figcaption>{escape(fact.letter)}: "
-                               f"{escape(detail_cell(row))}</figcaption></figure>")
-        cards.append(f'<div class="card {status}"><h3>{escape(test)} '
-                     f'<small>({escape(role_of(views, test))}, {status})</small></h3>'
-                     f'<div class="plots">{"".join(figures)}</div></div>')
+                figures.append(
+                    f"<figure>{svg}<figcaption>{escape(fact.letter)}: "
+                    f"{escape(detail_cell(row))}</figcaption></figure>"
+                )
+        cards.append(
+            f'<div class="card {status}"><h3>{escape(test)} '
+            f"<small>({escape(role_of(views, test))}, {status})</small></h3>"
+            f'<div class="plots">{"".join(figures)}</div></div>'
+        )
     if not cards:
         return []
     out = ["<h2>Observed vs expected, per test</h2>", '<div class="grid">', *cards, "</div>"]
     if skipped:
-        out.append(f"<p>Not drawn (limit {MAX_DETAIL_PLOTS} plots): "
-                   f"{escape(', '.join(skipped))}</p>")
+        out.append(
+            f"<p>Not drawn (limit {MAX_DETAIL_PLOTS} plots): {escape(', '.join(skipped))}</p>"
+        )
     return out
 
 
@@ -178,8 +205,9 @@ def _inline_code(text: str) -> str:
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", escape(text))
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]],
-           failing: set[str] | None = None) -> list[str]:
+def _table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], failing: set[str] | None = None
+) -> list[str]:
     lines = ["<table>", "<tr>" + "".join(f"<th>{escape(str(h))}</th>" for h in header) + "</tr>"]
     for row in rows:
         cells = []

@@ -7,6 +7,7 @@ tests that do not decide; the seed pairs that matter. ``details=True`` (the CLI'
 ``--details``) appends everything else: every test, per-group tables, seed ranges,
 coverage and scope.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -27,32 +28,43 @@ from specconform.report.model import (
     scope_lines,
 )
 
-VERIFY_NOTE = ("This report reads the archives without verifying them; check each with "
-               "`specconform verify ARCHIVE --pubkey KEY` before relying on it.")
-VERIFIED_NOTE = ("Every archive was verified against the given public key (digests, "
-                 "signature, every test recomputed from raw data).")
+VERIFY_NOTE = (
+    "This report reads the archives without verifying them; check each with "
+    "`specconform verify ARCHIVE --pubkey KEY` before relying on it."
+)
+VERIFIED_NOTE = (
+    "Every archive was verified against the given public key (digests, "
+    "signature, every test recomputed from raw data)."
+)
 NOT_DECIDING = ("secondary", "mechanism", "exploratory")
 MAX_DECIDING_ROWS = 12  # more would push the default report past one screen
 
 
-def markdown_report(archives: Sequence[Path], *, details: bool = False,
-                    pubkey: Path | None = None) -> str:
+def markdown_report(
+    archives: Sequence[Path], *, details: bool = False, pubkey: Path | None = None
+) -> str:
     """Markdown for one or more archives, labelled from their runs.
 
     With `pubkey`, every archive is verified first (EvidenceError if one is invalid) and
     the report says "verified, key ..."; without it the report states it did not verify.
     """
     views = relabel(load_views(archives))
-    return render_markdown(views, details=details, facts=run_facts(views, pubkey),
-                           verified=pubkey is not None)
+    return render_markdown(
+        views, details=details, facts=run_facts(views, pubkey), verified=pubkey is not None
+    )
 
 
 def deciding_tests(views: Sequence[ArchiveView]) -> list[str]:
     """Tests that decide a verdict in some archive (role not secondary, mechanism or
     exploratory, and not an "info" row)."""
-    return [t for t in ordered_test_names(views)
-            if any((r := v.row(t)) is not None and r.role not in NOT_DECIDING
-                   and r.passed is not None for v in views)]
+    return [
+        t
+        for t in ordered_test_names(views)
+        if any(
+            (r := v.row(t)) is not None and r.role not in NOT_DECIDING and r.passed is not None
+            for v in views
+        )
+    ]
 
 
 def _deciding_rows(views: Sequence[ArchiveView], tests: list[str]) -> tuple[list[str], int]:
@@ -71,17 +83,23 @@ def _deciding_rows(views: Sequence[ArchiveView], tests: list[str]) -> tuple[list
     return [t for t in tests if t in shown], len(tests) - len(shown)
 
 
-def _not_deciding_line(views: Sequence[ArchiveView], facts: Sequence[RunFacts],
-                       deciding: list[str]) -> str:
+def _not_deciding_line(
+    views: Sequence[ArchiveView], facts: Sequence[RunFacts], deciding: list[str]
+) -> str:
     others = [t for t in ordered_test_names(views) if t not in deciding]
     if not others:
         return "Every test decides the verdict."
-    failing = [f"{t} ({f.letter})" for t in others for v, f in zip(views, facts, strict=True)
-               if (r := v.row(t)) is not None and r.passed is False]
+    failing = [
+        f"{t} ({f.letter})"
+        for t in others
+        for v, f in zip(views, facts, strict=True)
+        if (r := v.row(t)) is not None and r.passed is False
+    ]
     roles = sorted({role_of(views, t) for t in others})
     state = f"failing: {', '.join(failing)}" if failing else "none fails"
-    return (f"Not deciding: {len(others)} tests ({', '.join(roles)}); {state}. "
-            "All rows: `--details`.")
+    return (
+        f"Not deciding: {len(others)} tests ({', '.join(roles)}); {state}. All rows: `--details`."
+    )
 
 
 def failed_cell(view: ArchiveView, limit: int = 3) -> str:
@@ -93,32 +111,40 @@ def failed_cell(view: ArchiveView, limit: int = 3) -> str:
     return named if len(failed) <= limit else f"{named} and {len(failed) - limit} more"
 
 
-def render_markdown(views: Sequence[ArchiveView], *, details: bool = False,
-                    facts: Sequence[RunFacts] | None = None, verified: bool = False) -> str:
+def render_markdown(
+    views: Sequence[ArchiveView],
+    *,
+    details: bool = False,
+    facts: Sequence[RunFacts] | None = None,
+    verified: bool = False,
+) -> str:
     facts = list(facts) if facts is not None else run_facts(views)
     names = sorted({f.protocol for f in facts})
     cols = [f"{f.letter}: {f.label}" for f in facts]
     out = [f"## specconform evidence: {', '.join(names)}", ""]
-    out += table(["", *cols], [
-        ["verdict", *[f"**{v.evaluation.verdict.verdict}**" for v in views]],
-        ["failed", *[failed_cell(v) for v in views]],
-        ["signature", *[f.signature for f in facts]],
-        ["commit", *[f"`{f.commit}`" for f in facts]],
-        ["device", *[f.device for f in facts]],
-        ["command", *[f"`{f.command}`" for f in facts]],
-        ["run id", *[f"`{v.run_id}`" for v in views]],
-        ["SHA-256", *[f"`{v.sha256}`" for v in views]],
-    ])
+    out += table(
+        ["", *cols],
+        [
+            ["verdict", *[f"**{v.evaluation.verdict.verdict}**" for v in views]],
+            ["failed", *[failed_cell(v) for v in views]],
+            ["signature", *[f.signature for f in facts]],
+            ["commit", *[f"`{f.commit}`" for f in facts]],
+            ["device", *[f.device for f in facts]],
+            ["command", *[f"`{f.command}`" for f in facts]],
+            ["run id", *[f"`{v.run_id}`" for v in views]],
+            ["SHA-256", *[f"`{v.sha256}`" for v in views]],
+        ],
+    )
     deciding = deciding_tests(views)
     shown, left_out = _deciding_rows(views, deciding)
     out += ["", "### Deciding tests", ""]
     if shown:
-        out += table(["test", "role", *[f.letter for f in facts]],
-                     [[t, role_of(views, t), *[check_cell(v.row(t)) for v in views]]
-                      for t in shown])
+        out += table(
+            ["test", "role", *[f.letter for f in facts]],
+            [[t, role_of(views, t), *[check_cell(v.row(t)) for v in views]] for t in shown],
+        )
         if left_out:
-            out.append(f"\n{left_out} more deciding tests pass in every archive "
-                       "(`--details`).")
+            out.append(f"\n{left_out} more deciding tests pass in every archive (`--details`).")
     else:
         out.append("No test decides a verdict.")
     out += ["", _not_deciding_line(views, facts, deciding)]
@@ -134,19 +160,26 @@ def render_markdown(views: Sequence[ArchiveView], *, details: bool = False,
 def _details(views: Sequence[ArchiveView]) -> list[str]:
     """The full tables (the former default report)."""
     out = ["## Details", "", "### Formal checks", ""]
-    out += table(["test", "role", *[_header(v) for v in views]],
-                 [[t, role_of(views, t), *[check_cell(v.row(t)) for v in views]]
-                  for t in ordered_test_names(views)])
+    out += table(
+        ["test", "role", *[_header(v) for v in views]],
+        [
+            [t, role_of(views, t), *[check_cell(v.row(t)) for v in views]]
+            for t in ordered_test_names(views)
+        ],
+    )
     for group, tests in groups(views).items():
         out += ["", f"### Group `{group}`", ""]
-        out += table(["test", *[_header(v) for v in views]],
-                     [[t, *[detail_cell(v.row(t)) for v in views]] for t in tests])
+        out += table(
+            ["test", *[_header(v) for v in views]],
+            [[t, *[detail_cell(v.row(t)) for v in views]] for t in tests],
+        )
     out += ["", "### Seed ranges", ""]
     all_groups = sorted({g for v in views for g in v.seed_ranges})
     if all_groups:
-        out += table(["group", *[_header(v) for v in views]],
-                     [[g, *[format_range(v.seed_ranges.get(g)) for v in views]]
-                      for g in all_groups])
+        out += table(
+            ["group", *[_header(v) for v in views]],
+            [[g, *[format_range(v.seed_ranges.get(g)) for v in views]] for g in all_groups],
+        )
         out.append("")
     out.append(disjointness_statement(views))
     out += ["", "### Coverage and scope", ""]
@@ -154,8 +187,9 @@ def _details(views: Sequence[ArchiveView]) -> list[str]:
     for view in views:
         out += [f"- {view.label}: {line}" for line in scope_lines(view)]
     out += ["", "### Archives", ""]
-    out += table(["", "file", "SHA-256"],
-                 [[v.label, f"`{v.path.name}`", f"`{v.sha256}`"] for v in views])
+    out += table(
+        ["", "file", "SHA-256"], [[v.label, f"`{v.path.name}`", f"`{v.sha256}`"] for v in views]
+    )
     return out
 
 
@@ -165,8 +199,10 @@ def _header(view: ArchiveView) -> str:
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     """Markdown table lines; pipes and newlines inside cells are escaped."""
-    lines = ["| " + " | ".join(_cell(h) for h in header) + " |",
-             "|" + "|".join(" --- " for _ in header) + "|"]
+    lines = [
+        "| " + " | ".join(_cell(h) for h in header) + " |",
+        "|" + "|".join(" --- " for _ in header) + "|",
+    ]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
     return lines
 

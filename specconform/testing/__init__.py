@@ -12,6 +12,7 @@ raises AssertionError with those numbers on failure. Seeds are fixed, so a failu
 reproduces. With the plugin installed (`pytest11` entry point ``specconform``),
 ``--specconform-archive DIR`` writes every record of the session to DIR.
 """
+
 from specconform.testing.law import assert_law
 from specconform.testing.protocol import assert_protocol_passes
 from specconform.testing.records import CheckRecord
@@ -21,5 +22,11 @@ from specconform.testing.sampler import (
     assert_sampler_exact,
 )
 
-__all__ = ["MONTECARLO_CASES", "QUADRATURE_CASES", "CheckRecord", "assert_law",
-           "assert_protocol_passes", "assert_sampler_exact"]
+__all__ = [
+    "MONTECARLO_CASES",
+    "QUADRATURE_CASES",
+    "CheckRecord",
+    "assert_law",
+    "assert_protocol_passes",
+    "assert_sampler_exact",
+]

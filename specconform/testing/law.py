@@ -1,5 +1,6 @@
 """`assert_law`: samples from a sampler follow an exact law (Pearson χ² with the fixed
 pooling rule), with the sample size checked against the smallest TV it must detect."""
+
 from __future__ import annotations
 
 import math
@@ -13,9 +14,17 @@ from specconform.testing.records import COLLECTOR, CheckRecord, fail_message
 POWER = 0.8
 
 
-def assert_law(samples, p, *, alpha: float = 0.01, detectable_tv: float | None = None,
-               power: float = POWER, seeds: str = "not stated", min_expected: float = 5.0,
-               name: str = "law") -> CheckRecord:
+def assert_law(
+    samples,
+    p,
+    *,
+    alpha: float = 0.01,
+    detectable_tv: float | None = None,
+    power: float = POWER,
+    seeds: str = "not stated",
+    min_expected: float = 5.0,
+    name: str = "law",
+) -> CheckRecord:
     """Assert that `samples` are draws from the exact law `p`.
 
     Parameters
@@ -60,15 +69,29 @@ def assert_law(samples, p, *, alpha: float = 0.01, detectable_tv: float | None =
     passed = result.pvalue >= alpha and out_of_support == 0
     note = f"{out_of_support} draws out of support" if out_of_support else ""
     underpowered = detectable_tv is not None and dtv > detectable_tv
-    if underpowered:
+    if detectable_tv is not None and underpowered:
         needed = math.ceil(n * (dtv / detectable_tv) ** 2) if n else None
-        note = (f"underpowered: detects TV >= {dtv:.4g}, asked for {detectable_tv:g}; "
-                f"need about n >= {needed}" if needed else "no samples")
-    record = COLLECTOR.add(CheckRecord(
-        check="assert_law", name=name, passed=passed and not underpowered,
-        statistic=float(result.statistic) if not outside else math.inf, df=float(result.df),
-        pvalue=float(result.pvalue) if not outside else 0.0, n=n, alpha=alpha, seeds=seeds,
-        detectable_tv=dtv, note=note))
+        note = (
+            f"underpowered: detects TV >= {dtv:.4g}, asked for {detectable_tv:g}; "
+            f"need about n >= {needed}"
+            if needed
+            else "no samples"
+        )
+    record = COLLECTOR.add(
+        CheckRecord(
+            check="assert_law",
+            name=name,
+            passed=passed and not underpowered,
+            statistic=float(result.statistic) if not outside else math.inf,
+            df=float(result.df),
+            pvalue=float(result.pvalue) if not outside else 0.0,
+            n=n,
+            alpha=alpha,
+            seeds=seeds,
+            detectable_tv=dtv,
+            note=note,
+        )
+    )
     if not record.passed:
         header = "sample too small" if underpowered else f"law rejected at alpha={alpha:g}"
         raise AssertionError(fail_message("assert_law", [record], header))

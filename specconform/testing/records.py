@@ -1,5 +1,6 @@
 """What every specconform assertion records: one typed `CheckRecord` per check, the
 failure message built from it, and the per-test collector the pytest plugin reads."""
+
 from __future__ import annotations
 
 import math
@@ -11,27 +12,28 @@ from typing import Any
 class CheckRecord:
     """One statistical or deterministic check made by an assertion."""
 
-    check: str                    # "assert_law", "assert_sampler_exact", ...
-    name: str                     # the test row, e.g. "single_draft_pos0_joint"
+    check: str  # "assert_law", "assert_sampler_exact", ...
+    name: str  # the test row, e.g. "single_draft_pos0_joint"
     passed: bool
     statistic: float | None
     df: float | None
     pvalue: float | None
     n: int
     alpha: float
-    seeds: str                    # how the randomness was seeded, e.g. "PCG64((0, case))"
-    detectable_tv: float | None   # every law this far from the null is caught, power 0.8
+    seeds: str  # how the randomness was seeded, e.g. "PCG64((0, case))"
+    detectable_tv: float | None  # every law this far from the null is caught, power 0.8
     note: str = ""
-    archive: str | None = None    # an evidence archive behind the check, if any
-    nodeid: str | None = None     # the pytest test that made it (set by the plugin)
+    archive: str | None = None  # an evidence archive behind the check, if any
+    nodeid: str | None = None  # the pytest test that made it (set by the plugin)
 
     def line(self) -> str:
         """statistic, df, p, n, seeds and detectable TV on one line."""
-        return (f"{self.name}: {'PASS' if self.passed else 'FAIL'} "
-                f"statistic={_num(self.statistic)} df={_num(self.df)} p={_p(self.pvalue)} "
-                f"n={self.n} alpha={self.alpha:.3g} seeds={self.seeds} "
-                f"detectable_tv={_num(self.detectable_tv)}"
-                + (f" ({self.note})" if self.note else ""))
+        return (
+            f"{self.name}: {'PASS' if self.passed else 'FAIL'} "
+            f"statistic={_num(self.statistic)} df={_num(self.df)} p={_p(self.pvalue)} "
+            f"n={self.n} alpha={self.alpha:.3g} seeds={self.seeds} "
+            f"detectable_tv={_num(self.detectable_tv)}" + (f" ({self.note})" if self.note else "")
+        )
 
     def to_json(self) -> dict[str, Any]:
         row = asdict(self)

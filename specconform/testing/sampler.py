@@ -22,6 +22,7 @@ The accept function has the bundled kernel's signature, on numpy arrays::
 
 returning a tuple or any object with those three attributes (torch tensors are accepted).
 """
+
 from __future__ import annotations
 
 import math
@@ -36,18 +37,48 @@ from specconform.testing.records import COLLECTOR, CheckRecord, fail_message
 # Small but sharp defaults: each takes well under a second with the bundled kernel on
 # CPU; the partial-overlap and ragged cases separate every planted kernel bug.
 QUADRATURE_CASES: tuple[dict[str, Any], ...] = (
-    {"name": "partial_overlap", "vocab": 8, "grid": 64,
-     "p": [0.40, 0.30, 0.20, 0.10, 0, 0, 0, 0], "q": [0.10, 0.20, 0.30, 0, 0.40, 0, 0, 0]},
-    {"name": "disjoint_supports", "vocab": 8, "grid": 64,
-     "p": [0.5, 0.3, 0.2, 0, 0, 0, 0, 0], "q": [0, 0, 0, 0.4, 0.3, 0.2, 0.1, 0]},
-    {"name": "identical_laws", "vocab": 6, "grid": 64,
-     "p": [0.3, 0.25, 0.2, 0.15, 0.05, 0.05], "q": [0.3, 0.25, 0.2, 0.15, 0.05, 0.05]},
+    {
+        "name": "partial_overlap",
+        "vocab": 8,
+        "grid": 64,
+        "p": [0.40, 0.30, 0.20, 0.10, 0, 0, 0, 0],
+        "q": [0.10, 0.20, 0.30, 0, 0.40, 0, 0, 0],
+    },
+    {
+        "name": "disjoint_supports",
+        "vocab": 8,
+        "grid": 64,
+        "p": [0.5, 0.3, 0.2, 0, 0, 0, 0, 0],
+        "q": [0, 0, 0, 0.4, 0.3, 0.2, 0.1, 0],
+    },
+    {
+        "name": "identical_laws",
+        "vocab": 6,
+        "grid": 64,
+        "p": [0.3, 0.25, 0.2, 0.15, 0.05, 0.05],
+        "q": [0.3, 0.25, 0.2, 0.15, 0.05, 0.05],
+    },
 )
 MONTECARLO_CASES: tuple[dict[str, Any], ...] = (
-    {"name": "single_draft", "vocab": 16, "K": 1, "draft_lens": [1], "law_seed": 1,
-     "p_support": 12, "q_support": 10},
-    {"name": "ragged_k3", "vocab": 16, "K": 3, "draft_lens": [0, 1, 2, 3, 3], "law_seed": 2,
-     "p_support": 12, "q_support": 10, "concentration": 2.0},
+    {
+        "name": "single_draft",
+        "vocab": 16,
+        "K": 1,
+        "draft_lens": [1],
+        "law_seed": 1,
+        "p_support": 12,
+        "q_support": 10,
+    },
+    {
+        "name": "ragged_k3",
+        "vocab": 16,
+        "K": 3,
+        "draft_lens": [0, 1, 2, 3, 3],
+        "law_seed": 2,
+        "p_support": 12,
+        "q_support": 10,
+        "concentration": 2.0,
+    },
 )
 POWER = 0.8
 
@@ -70,11 +101,12 @@ class _UserKernel:
         tokens, accepted, error = (_numpy(x) for x in (tokens, accepted, error))
         b, k1 = drafts.shape[0], drafts.shape[1] + 1
         if tokens.shape != (b, k1) or accepted.shape != (b,) or error.shape != (b,):
-            raise ValueError(f"accept returned tokens {tokens.shape}, num_accepted "
-                             f"{accepted.shape}, error {error.shape}; expected ({b}, {k1}), "
-                             f"({b},), ({b},)")
-        return KernelOutput(tokens.astype(np.int64), accepted.astype(np.int64),
-                            error.astype(bool))
+            raise ValueError(
+                f"accept returned tokens {tokens.shape}, num_accepted "
+                f"{accepted.shape}, error {error.shape}; expected ({b}, {k1}), "
+                f"({b},), ({b},)"
+            )
+        return KernelOutput(tokens.astype(np.int64), accepted.astype(np.int64), error.astype(bool))
 
 
 def _numpy(x) -> np.ndarray:
@@ -98,11 +130,15 @@ def _silent(description: str, total: int, log=None) -> _Silent:
     return _Silent()
 
 
-def assert_sampler_exact(accept_fn: Callable[..., Any], *,
-                         cases: Sequence[dict[str, Any]] | None = None, alpha: float = 0.01,
-                         rows: int = 20_000, seed: int = 0,
-                         methods: Sequence[str] = ("quadrature", "montecarlo"),
-                         ) -> list[CheckRecord]:
+def assert_sampler_exact(
+    accept_fn: Callable[..., Any],
+    *,
+    cases: Sequence[dict[str, Any]] | None = None,
+    alpha: float = 0.01,
+    rows: int = 20_000,
+    seed: int = 0,
+    methods: Sequence[str] = ("quadrature", "montecarlo"),
+) -> list[CheckRecord]:
     """Assert that `accept_fn` implements exact speculative sampling.
 
     Parameters
@@ -145,53 +181,81 @@ def assert_sampler_exact(accept_fn: Callable[..., Any], *,
     kernel = _UserKernel(accept_fn)
     records: list[CheckRecord] = []
     if "quadrature" in methods and quad:
-        model = validate({"kind": "quadrature", "name": "assert-sampler-exact",
-                          "cases": quad}, "assert_sampler_exact(cases=...)")
+        model = validate(
+            {"kind": "quadrature", "name": "assert-sampler-exact", "cases": quad},
+            "assert_sampler_exact(cases=...)",
+        )
         records += _run(model, kernel, "quadrature", "none (deterministic grid)")
     if "montecarlo" in methods and mc:
-        model = validate({"kind": "montecarlo", "name": "assert-sampler-exact",
-                          "alpha": alpha, "seeds": {"count": int(rows), "offset": int(seed)},
-                          "cases": mc}, "assert_sampler_exact(cases=...)")
-        records += _run(model, kernel, "montecarlo",
-                        f"PCG64(({seed}, case index)), {rows} rows per case")
+        model = validate(
+            {
+                "kind": "montecarlo",
+                "name": "assert-sampler-exact",
+                "alpha": alpha,
+                "seeds": {"count": int(rows), "offset": int(seed)},
+                "cases": mc,
+            },
+            "assert_sampler_exact(cases=...)",
+        )
+        records += _run(
+            model, kernel, "montecarlo", f"PCG64(({seed}, case index)), {rows} rows per case"
+        )
     if not records:
         raise ValueError("assert_sampler_exact: no case to run for the chosen methods")
     if not all(r.passed for r in records):
-        raise AssertionError(fail_message(
-            "assert_sampler_exact", records,
-            f"{kernel.name} does not sample exactly ({sum(not r.passed for r in records)} "
-            f"of {len(records)} checks failed)"))
+        raise AssertionError(
+            fail_message(
+                "assert_sampler_exact",
+                records,
+                f"{kernel.name} does not sample exactly ({sum(not r.passed for r in records)} "
+                f"of {len(records)} checks failed)",
+            )
+        )
     return records
 
 
 def _run(model, kernel: _UserKernel, kind: str, seeds: str) -> list[CheckRecord]:
     from specconform.kinds import reevaluate
     from specconform.results import RawData
+    from specconform.runner import montecarlo, quadrature
 
-    if kind == "quadrature":
-        from specconform.runner import quadrature as runner
-    else:
-        from specconform.runner import montecarlo as runner
-    raw = runner.collect(model, kernel, _silent)
+    raw = (quadrature if kind == "quadrature" else montecarlo).collect(model, kernel, _silent)
     evaluation = reevaluate(model.model_dump(mode="json"), RawData(raw))
     out = []
     for row in evaluation.tests:
         detail = row.detail if isinstance(row.detail, dict) else {}
         if kind == "quadrature":
-            note = (f"max |law error| first {detail.get('max_abs_error_first', math.nan):.3g} "
-                    f"(bound {detail.get('bound_first', math.nan):.3g}), bonus "
-                    f"{detail.get('max_abs_error_bonus', math.nan):.3g}, K=0 "
-                    f"{detail.get('max_abs_error_k0', math.nan):.3g}; zero-mass commits "
-                    f"{detail.get('zero_mass_commits')}, kernel errors "
-                    f"{detail.get('kernel_errors')}")
+            note = (
+                f"max |law error| first {detail.get('max_abs_error_first', math.nan):.3g} "
+                f"(bound {detail.get('bound_first', math.nan):.3g}), bonus "
+                f"{detail.get('max_abs_error_bonus', math.nan):.3g}, K=0 "
+                f"{detail.get('max_abs_error_k0', math.nan):.3g}; zero-mass commits "
+                f"{detail.get('zero_mass_commits')}, kernel errors "
+                f"{detail.get('kernel_errors')}"
+            )
             dtv = None
         else:
             note = ""
-            dtv = (detectable_tv(row.n, int(row.df), row.alpha, POWER)
-                   if row.df and row.pvalue is not None else None)
-        out.append(COLLECTOR.add(CheckRecord(
-            check="assert_sampler_exact", name=f"{kind}:{row.test}",
-            passed=row.passed is not False, statistic=row.statistic, df=row.df,
-            pvalue=row.pvalue, n=row.n, alpha=row.alpha, seeds=seeds, detectable_tv=dtv,
-            note=note)))
+            dtv = (
+                detectable_tv(row.n, int(row.df), row.alpha, POWER)
+                if row.df and row.pvalue is not None
+                else None
+            )
+        out.append(
+            COLLECTOR.add(
+                CheckRecord(
+                    check="assert_sampler_exact",
+                    name=f"{kind}:{row.test}",
+                    passed=row.passed is not False,
+                    statistic=row.statistic,
+                    df=row.df,
+                    pvalue=row.pvalue,
+                    n=row.n,
+                    alpha=row.alpha,
+                    seeds=seeds,
+                    detectable_tv=dtv,
+                    note=note,
+                )
+            )
+        )
     return out

@@ -1,5 +1,6 @@
 """The Python API: lazy names, the typed results, the verify rule, and every code block
 of docs/api.md run as written (from the repository root, blocks in order)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -22,22 +23,43 @@ def _blocks(markdown: str) -> list[str]:
 
 
 def test_import_is_lazy_and_names_are_public():
-    code = ("import sys, specconform; heavy = [m for m in ('numpy', 'scipy', 'torch', "
-            "'pandas', 'specconform.api') if m in sys.modules]; print(heavy); "
-            "print(sorted(set(dir(specconform)) - {'__version__'})[:3])")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True, cwd=ROOT)
+    code = (
+        "import sys, specconform; heavy = [m for m in ('numpy', 'scipy', 'torch', "
+        "'pandas', 'specconform.api') if m in sys.modules]; print(heavy); "
+        "print(sorted(set(dir(specconform)) - {'__version__'})[:3])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     assert done.stdout.splitlines()[0] == "[]"
-    for name in ("run", "verify", "load_archive", "pearson_gof", "pearson_homogeneity",
-                 "rate_test", "detectable_tv", "UsageError", "EvidenceError", "Run"):
+    for name in (
+        "run",
+        "verify",
+        "load_archive",
+        "pearson_gof",
+        "pearson_homogeneity",
+        "rate_test",
+        "detectable_tv",
+        "UsageError",
+        "EvidenceError",
+        "Run",
+    ):
         assert name in dir(specconform) and getattr(specconform, name) is not None
     with pytest.raises(AttributeError):
         specconform.no_such_name  # noqa: B018
 
 
 def test_public_statistics_have_scipy_style_docstrings():
-    for name in ("pearson_gof", "pearson_homogeneity", "rate_test", "sum_chi2", "bonferroni",
-                 "total_variation", "joint_cells", "detectable_tv"):
+    for name in (
+        "pearson_gof",
+        "pearson_homogeneity",
+        "rate_test",
+        "sum_chi2",
+        "bonferroni",
+        "total_variation",
+        "joint_cells",
+        "detectable_tv",
+    ):
         doc = getattr(specconform, name).__doc__
         assert "Parameters\n    ----------" in doc and "Returns\n    -------" in doc, name
 
@@ -46,7 +68,8 @@ def test_public_statistics_equal_the_protocols_statistics():
     from specconform.stats import pearson_gof
 
     assert specconform.pearson_gof([10, 30, 60], [0.2, 0.3, 0.5]) == pearson_gof(
-        [10, 30, 60], [0.2, 0.3, 0.5])
+        [10, 30, 60], [0.2, 0.3, 0.5]
+    )
 
 
 def test_verify_refuses_without_a_key_unless_told_to_skip(tmp_path):
@@ -62,8 +85,9 @@ def test_verify_rejects_a_tampered_archive(tmp_path):
     from tests.toolkit.fixtures.evidence_toy import rewrite_zip
 
     top = "fp32_t2-96c34d54-41ee4c6a"
-    bad = rewrite_zip(ARCHIVE, tmp_path / "bad.zip",
-                      replace={f"{top}/verdict.json": b'{"verdict": "FAIL"}\n'})
+    bad = rewrite_zip(
+        ARCHIVE, tmp_path / "bad.zip", replace={f"{top}/verdict.json": b'{"verdict": "FAIL"}\n'}
+    )
     with pytest.raises(specconform.EvidenceError):
         specconform.verify(bad, skip_signature=True)
 

@@ -5,6 +5,7 @@ an extra names it in one line (exit 2).
 The clean-venv test installs the repository with pip's real dependency resolution (pip's
 cache is reused). It takes ~2.5 minutes on a shared 2-core machine, hence `slow`.
 """
+
 from __future__ import annotations
 
 import glob
@@ -41,17 +42,23 @@ main()
 """
 
 
-@pytest.mark.parametrize("args, code, needle", [
-    (["verify", *ARCHIVES, "--skip-signature"], 0, "recomputed:"),
-    (["report", *ARCHIVES, "--format", "md"], 0, "### Deciding tests"),
-    (["report", *ARCHIVES, "--format", "html"], 2, "pip install 'specconform[plots]'"),
-    (["run", "protocols/quadrature.yaml", "--no-sign", "--out", "{tmp}"], 2,
-     "pip install 'specconform[engine]'"),
-    (["mutants"], 2, "pip install 'specconform[engine]'"),
-    (["run", "--help"], 0, "--mutant"),
-    (["gate", "--help"], 0, "--junit"),
-    (["schema"], 0, "overridable"),
-])
+@pytest.mark.parametrize(
+    "args, code, needle",
+    [
+        (["verify", *ARCHIVES, "--skip-signature"], 0, "recomputed:"),
+        (["report", *ARCHIVES, "--format", "md"], 0, "### Deciding tests"),
+        (["report", *ARCHIVES, "--format", "html"], 2, "pip install 'specconform[plots]'"),
+        (
+            ["run", "protocols/quadrature.yaml", "--no-sign", "--out", "{tmp}"],
+            2,
+            "pip install 'specconform[engine]'",
+        ),
+        (["mutants"], 2, "pip install 'specconform[engine]'"),
+        (["run", "--help"], 0, "--mutant"),
+        (["gate", "--help"], 0, "--junit"),
+        (["schema"], 0, "overridable"),
+    ],
+)
 def test_commands_without_optional_layers(tmp_path, args, code, needle):
     args = [a.replace("{tmp}", str(tmp_path / "out")) for a in args]
     done = _run([sys.executable, "-c", BLOCKED_CLI, *args], cwd=ROOT)
@@ -68,8 +75,9 @@ def test_missing_extra_names_the_extra_and_keeps_other_import_errors():
 
     with pytest.raises(MissingExtraError, match=r"specconform\[plots\]") as info:
         with missing_extra("drawing"):
-            raise ModuleNotFoundError("No module named 'matplotlib.figure'",
-                                      name="matplotlib.figure")
+            raise ModuleNotFoundError(
+                "No module named 'matplotlib.figure'", name="matplotlib.figure"
+            )
     assert isinstance(info.value, UsageError) and info.value.exit_code == 2
     with pytest.raises(ModuleNotFoundError):  # not an optional layer: a real bug
         with missing_extra("drawing"):
@@ -96,6 +104,7 @@ def test_pyproject_base_dependencies_exclude_the_optional_layers():
 
 
 # --- a clean venv: `pip install <repo>` pulls no torch ----------------------------------
+
 
 @pytest.mark.slow
 def test_clean_venv_install_has_no_torch_and_verifies_and_reports(tmp_path):
@@ -126,7 +135,17 @@ def test_clean_venv_install_has_no_torch_and_verifies_and_reports(tmp_path):
     done = _run([cli, "report", *ARCHIVES, "--format", "md"], cwd=tmp_path, env=env)
     assert done.returncode == 0 and "**PASS**" in done.stdout, done.stderr
     assert len(done.stdout.splitlines()) <= 40
-    done = _run([cli, "run", str(src / "protocols" / "quadrature.yaml"), "--no-sign",
-                 "--out", str(tmp_path / "out")], cwd=tmp_path, env=env)
+    done = _run(
+        [
+            cli,
+            "run",
+            str(src / "protocols" / "quadrature.yaml"),
+            "--no-sign",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        cwd=tmp_path,
+        env=env,
+    )
     assert done.returncode == 2 and "specconform[engine]" in done.stderr
     assert not (tmp_path / "out").exists()

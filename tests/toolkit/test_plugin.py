@@ -7,6 +7,7 @@ with power > 0.99 (detectable TV at power 0.8 is 0.026). assert_sampler_exact's 
 Carlo part runs at family-wise alpha = 0.01; residual_from_p moves the joint cells by far
 more than the detectable TV (~0.02) and fails the deterministic quadrature part too.
 """
+
 from __future__ import annotations
 
 import json
@@ -82,7 +83,7 @@ def test_assert_sampler_exact_checks_what_the_function_returns():
         assert_sampler_exact(broken, methods=("quadrature",))
 
 
-FRESH_PROJECT_TEST = '''
+FRESH_PROJECT_TEST = """
 import numpy as np
 from specconform.testing import assert_law
 
@@ -98,7 +99,7 @@ def test_wrong_law():
 
 def test_rng_is_deterministic(specconform_rng):
     assert specconform_rng.integers(1 << 30) == {first}
-'''
+"""
 
 
 def test_plugin_in_a_fresh_project(pytester, monkeypatch):
@@ -112,17 +113,22 @@ def test_plugin_in_a_fresh_project(pytester, monkeypatch):
     first = int(np.random.Generator(np.random.PCG64(seed)).integers(1 << 30))
     pytester.makepyfile(test_fresh=FRESH_PROJECT_TEST.format(first=first))
     evidence = pytester.path / "evidence"
-    result = pytester.runpytest_subprocess("-p", "specconform", "--specconform-archive",
-                                           str(evidence))
+    result = pytester.runpytest_subprocess(
+        "-p", "specconform", "--specconform-archive", str(evidence)
+    )
     result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines([
-        "*assert_law: law rejected at alpha=0.01*",
-        "*law: FAIL statistic=* df=2 p=* n=4000 alpha=0.01 seeds=PCG64(3) detectable_tv=*",
-        "specconform: 2 checks in 2 tests, 1 checks failed; evidence in *evidence",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*assert_law: law rejected at alpha=0.01*",
+            "*law: FAIL statistic=* df=2 p=* n=4000 alpha=0.01 seeds=PCG64(3) detectable_tv=*",
+            "specconform: 2 checks in 2 tests, 1 checks failed; evidence in *evidence",
+        ]
+    )
     checks = json.loads((evidence / "specconform-checks.json").read_text())["checks"]
     assert [(c["nodeid"], c["passed"]) for c in checks] == [
-        ("test_fresh.py::test_right_law", True), ("test_fresh.py::test_wrong_law", False)]
+        ("test_fresh.py::test_right_law", True),
+        ("test_fresh.py::test_wrong_law", False),
+    ]
 
 
 def test_plugin_is_silent_for_suites_that_do_not_use_it(pytester, monkeypatch):
