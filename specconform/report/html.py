@@ -47,6 +47,7 @@ code { font-size: 0.9em; overflow-wrap: anywhere; }
 .card .plots { display: flex; flex-wrap: wrap; gap: 0.3em; }
 .card figure { margin: 0; } .card svg { max-width: 100%; height: auto; }
 figcaption { font-size: 0.85em; color: #555; }
+.side { display: flex; flex-wrap: wrap; gap: 1.5em; align-items: flex-start; }
 """
 
 
@@ -108,7 +109,7 @@ def render_html(
     body += [
         f"<p>{_inline_code(line)}</p>" for line in (f"Seeds: {s}" for s in seed_lines(views, facts))
     ]
-    body += ["<h2>Tests (failing first)</h2>"]
+    body += ["<h2>Tests (failing first)</h2>", '<div class="side">']
     body += _table(
         ["test", "role", *cols],
         [[t, role_of(views, t), *[check_cell(v.row(t)) for v in views]] for t in tests],
@@ -124,6 +125,7 @@ def render_html(
             "<figcaption>p-value of every test, per archive; failing tests on top."
             "</figcaption></figure>",
         ]
+    body += ["</div>"]
     body += _test_grid(views, facts, tests)
     body += _acceptance(views)
     body += ["<h2>Seed ranges</h2>"]

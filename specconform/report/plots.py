@@ -105,13 +105,10 @@ def pvalue_plot(
         axes.set_xlim(0, P_CLAMP * 1.03)
         axes.set_yticks([i + 0.4 - width / 2 for i in range(len(tests))], labels=list(tests))
         axes.invert_yaxis()
-        axes.set_xlabel(
-            f"-log10(p): right of a dashed line rejects at that alpha; "
-            f"> marks values clamped at {P_CLAMP:g}"
-        )
+        axes.set_xlabel(f"-log10(p); right of dashed alpha = rejected\n> = clamped at {P_CLAMP:g}")
         axes.legend(loc="lower right", fontsize=7)
 
-    return render_svg(draw, plot_id="pvalues", size=(7.5, 1.2 + 0.28 * len(tests) * len(views)))
+    return render_svg(draw, plot_id="pvalues", size=(5.2, 1.0 + 0.14 * len(tests) * len(views)))
 
 
 def observed_expected_plot(row: TestRow, plot_id: str) -> str | None:
