@@ -214,3 +214,28 @@ def test_html_renders_in_headless_chromium(tmp_path):
         red = sum(n for n, (r, g, b) in colors if r > 180 and g < 80 and b < 80)
     assert non_white > 0.03 * rgb.width * rgb.height  # not blank: text, tables and plots
     assert len(colors) > 50 and red > 0  # anti-aliased text and the FAIL colour
+
+
+def test_report_command_details_and_pubkey(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from specconform.cli_evidence import report_command
+
+    toy.install_toy_kind(monkeypatch)
+    private, public = generate_key_pem()
+    (tmp_path / "k.key").write_bytes(private)
+    (tmp_path / "k.pub").write_bytes(public)
+    signed = _toy(tmp_path, "s", "toy-0123abcd-20250101T000000", key=tmp_path / "k.key")
+    short = CliRunner().invoke(report_command, [str(signed)])
+    full = CliRunner().invoke(report_command, [str(signed), "--details"])
+    assert short.exit_code == 0 and full.exit_code == 0
+    assert "### Formal checks" not in short.stdout and "### Formal checks" in full.stdout
+    verified = CliRunner().invoke(
+        report_command, [str(signed), "--pubkey", str(tmp_path / "k.pub")]
+    )
+    assert verified.exit_code == 0 and "| signature | verified, key id " in verified.stdout
+    (tmp_path / "other.pub").write_bytes(generate_key_pem()[1])
+    wrong = CliRunner().invoke(
+        report_command, [str(signed), "--pubkey", str(tmp_path / "other.pub")]
+    )
+    assert wrong.exit_code == 3 and len(wrong.stderr.splitlines()) == 1
