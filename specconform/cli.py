@@ -162,9 +162,12 @@ def _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, 
         context["run_id"], context["attempt"] = saved["run_id"], saved["attempt"]
         out_dir = resume.parent
         context["out_dir"] = out_dir
-    return execute(loaded, out_dir=out_dir, argv=["specconform"] + sys.argv[1:],
-                   mutant=mutant, key=signing_key, sign=not no_sign, progress=progress,
-                   run_context=context)
+    from specconform.extras import missing_extra
+
+    with missing_extra(f"running protocol {loaded.name}"):  # no torch: name the extra, exit 2
+        return execute(loaded, out_dir=out_dir, argv=["specconform"] + sys.argv[1:],
+                       mutant=mutant, key=signing_key, sign=not no_sign, progress=progress,
+                       run_context=context)
 
 
 @cli.command()
@@ -258,7 +261,10 @@ def mutants():
     from rich.console import Console
     from rich.table import Table
 
-    from engine_under_test.mutants import list_mutants
+    from specconform.extras import missing_extra
+
+    with missing_extra("`specconform mutants`"):
+        from engine_under_test.mutants import list_mutants
 
     applies = {"kernel": "quadrature, montecarlo, distribution", "engine": "distribution"}
     table = Table()

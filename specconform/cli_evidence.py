@@ -69,18 +69,24 @@ def verify_command(archive: Path, pubkey: Path | None, skip_signature: bool) -> 
               show_default=True, help="Markdown for a pull request, or HTML with plots.")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Write to FILE (atomically) instead of standard output.")
-def report_command(archives: tuple[Path, ...], fmt: str, out: Path | None) -> None:
+@click.option("--details", is_flag=True,
+              help="Append every test, per-group tables, seed ranges and coverage.")
+@click.option("--pubkey", type=click.Path(path_type=Path), default=None,
+              help="Verify every archive against this Ed25519 public key first.")
+def report_command(archives: tuple[Path, ...], fmt: str, out: Path | None, details: bool,
+                   pubkey: Path | None) -> None:
     """Turn one or more archives (primary run first, then replications) into a report.
 
     \b
-    Exit codes: 0 written; 2 usage (an archive not found); 3 an archive unreadable.
+    Exit codes: 0 written; 2 usage (an archive not found, or --format html without
+    the plots extra); 3 an archive unreadable (or, with --pubkey, invalid).
     """
     from specconform.evidence.jsonio import write_bytes_atomic
     from specconform.report import html_report, markdown_report
 
     try:
         render = html_report if fmt == "html" else markdown_report
-        text = render(list(archives))
+        text = render(list(archives), details=details, pubkey=pubkey)
         if out is not None:
             try:
                 write_bytes_atomic(out, text.encode())

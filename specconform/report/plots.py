@@ -11,6 +11,7 @@ Plot inputs come from test rows' `detail` (all optional):
   every stratum, as one scatter with the y = x line;
 - `acceptance_ratio` (with optional `expected_acceptance_ratio`): one point per test.
 """
+
 from __future__ import annotations
 
 import io
@@ -28,44 +29,86 @@ MAX_BAR_CELLS = 60  # beyond this a bar per cell is unreadable: draw a scatter i
 P_FLOOR = 1e-300  # -log10(0) is infinite; p-values below this are drawn at 300
 
 
-def render_svg(draw: Callable[[Figure], None], *, plot_id: str,
-               size: tuple[float, float] = (7.0, 3.2)) -> str:
+def render_svg(
+    draw: Callable[[Figure], None], *, plot_id: str, size: tuple[float, float] = (7.0, 3.2)
+) -> str:
     """Draw on a fresh Figure and return its reproducible inline SVG (no XML prolog)."""
     import matplotlib
     from matplotlib.figure import Figure
 
-    with matplotlib.rc_context({"svg.hashsalt": f"specconform-{plot_id}",
-                                "svg.id": plot_id, "svg.fonttype": "none",
-                                "font.size": 8}):
+    with matplotlib.rc_context(
+        {
+            "svg.hashsalt": f"specconform-{plot_id}",
+            "svg.id": plot_id,
+            "svg.fonttype": "none",
+            "font.size": 8,
+        }
+    ):
         figure = Figure(figsize=size, dpi=72)
         draw(figure)
         figure.tight_layout()
         buffer = io.StringIO()
         figure.savefig(buffer, format="svg", metadata={"Date": None})
     svg = buffer.getvalue()
-    return svg[svg.index("<svg"):]
+    return svg[svg.index("<svg") :]
 
 
-def pvalue_plot(views: Sequence[ArchiveView], tests: Sequence[str]) -> str:
-    """-log10(p) per test, one bar per archive, with the alpha line of the primary run."""
-    alpha = views[0].evaluation.verdict.alpha
+P_CLAMP = 10.0  # -log10(p) axis ends here: larger values are drawn at the edge, marked
+
+
+def pvalue_plot(
+    views: Sequence[ArchiveView], tests: Sequence[str], *, labels: Sequence[str] | None = None
+) -> str:
+    """-log10(p) per test, one bar per archive, the alpha line of every archive dashed.
+
+    The axis stops at P_CLAMP (p = 1e-10): a failing run's p = 1e-300 would otherwise
+    squeeze a passing run's bars (p ~ 0.5, -log10 = 0.3) to nothing. Clamped bars end in
+    a ">" marker and carry their value as text, so nothing is hidden."""
+    labels = list(labels) if labels is not None else [v.label for v in views]
+    alphas = sorted(
+        {
+            float(r.alpha)
+            for v in views
+            for t in tests
+            if (r := v.row(t)) is not None and 0 < r.alpha < 1
+        }
+    )
 
     def draw(figure: Figure) -> None:
         axes = figure.add_subplot()
         width = 0.8 / len(views)
         for index, view in enumerate(views):
-            heights = [_neg_log10(r.pvalue if (r := view.row(t)) else None) for t in tests]
-            axes.barh([i + index * width for i in range(len(tests))], heights, height=width,
-                      label=view.label)
-        if 0 < alpha < 1:
-            axes.axvline(-math.log10(alpha), color="black", linestyle="--", linewidth=1,
-                         label=f"alpha = {alpha:g}")
+            ys = [i + index * width for i in range(len(tests))]
+            heights = [_neg_log10(_pvalue(view.row(t))) for t in tests]
+            shown = [min(h, P_CLAMP) for h in heights]
+            axes.barh(ys, shown, height=width, label=labels[index])
+            for y, h in zip(ys, heights, strict=True):
+                if h > P_CLAMP:
+                    axes.plot([P_CLAMP], [y], ">", color="black", markersize=4)
+                    axes.text(
+                        P_CLAMP * 0.98,
+                        y,
+                        f"{h:.0f} ",
+                        ha="right",
+                        va="center",
+                        fontsize=6,
+                        color="white",
+                    )
+        for alpha in alphas:
+            axes.axvline(
+                -math.log10(alpha),
+                color="black",
+                linestyle="--",
+                linewidth=1,
+                label=f"alpha = {alpha:.3g}",
+            )
+        axes.set_xlim(0, P_CLAMP * 1.03)
         axes.set_yticks([i + 0.4 - width / 2 for i in range(len(tests))], labels=list(tests))
         axes.invert_yaxis()
-        axes.set_xlabel("-log10(p)   (right of the dashed line: rejected at alpha)")
-        axes.legend(loc="lower right")
+        axes.set_xlabel(f"-log10(p); right of dashed alpha = rejected\n> = clamped at {P_CLAMP:g}")
+        axes.legend(loc="lower right", fontsize=7)
 
-    return render_svg(draw, plot_id="pvalues", size=(7.0, 1.2 + 0.3 * len(tests)))
+    return render_svg(draw, plot_id="pvalues", size=(5.2, 1.0 + 0.14 * len(tests) * len(views)))
 
 
 def observed_expected_plot(row: TestRow, plot_id: str) -> str | None:
@@ -73,8 +116,12 @@ def observed_expected_plot(row: TestRow, plot_id: str) -> str | None:
     detail = row.detail if isinstance(row.detail, dict) else {}
     strata = detail.get("strata")
     if isinstance(strata, list) and strata:
-        cells = [(o, e) for s in strata if isinstance(s, dict)
-                 for o, e in _pairs(s.get("observed"), s.get("expected"))]
+        cells = [
+            (o, e)
+            for s in strata
+            if isinstance(s, dict)
+            for o, e in _pairs(s.get("observed"), s.get("expected"))
+        ]
         return _scatter(cells, f"{row.test}: {len(strata)} strata", plot_id) if cells else None
     pairs = _pairs(detail.get("observed"), detail.get("expected"))
     if not pairs:
@@ -89,14 +136,13 @@ def observed_expected_plot(row: TestRow, plot_id: str) -> str | None:
         axes = figure.add_subplot()
         xs = range(len(pairs))
         axes.bar(xs, [o for o, _ in pairs], color="#9ecae1", label="observed")
-        axes.plot(xs, [e for _, e in pairs], "o", color="#d62728", markersize=4,
-                  label="expected")
+        axes.plot(xs, [e for _, e in pairs], "o", color="#d62728", markersize=4, label="expected")
         axes.set_xticks(list(xs), labels=[str(label) for label in labels], rotation=90)
         axes.set_title(row.test)
         axes.set_ylabel("count")
         axes.legend()
 
-    return render_svg(draw, plot_id=plot_id)
+    return render_svg(draw, plot_id=plot_id, size=(4.2, 2.8))
 
 
 def has_observed_expected(row: TestRow) -> bool:
@@ -104,29 +150,40 @@ def has_observed_expected(row: TestRow) -> bool:
     detail = row.detail if isinstance(row.detail, dict) else {}
     strata = detail.get("strata")
     if isinstance(strata, list) and strata:
-        return any(isinstance(s, dict) and _pairs(s.get("observed"), s.get("expected"))
-                   for s in strata)
+        return any(
+            isinstance(s, dict) and _pairs(s.get("observed"), s.get("expected")) for s in strata
+        )
     return bool(_pairs(detail.get("observed"), detail.get("expected")))
 
 
 def acceptance_plot(views: Sequence[ArchiveView]) -> str | None:
     """Observed (and expected) acceptance ratios of every row that reports one."""
-    points = [(view.label, row) for view in views for row in view.evaluation.tests
-              if isinstance(row.detail, dict) and _is_number(row.detail.get("acceptance_ratio"))]
+    points = [
+        (view.label, row)
+        for view in views
+        for row in view.evaluation.tests
+        if isinstance(row.detail, dict) and _is_number(row.detail.get("acceptance_ratio"))
+    ]
     if not points:
         return None
 
     def draw(figure: Figure) -> None:
         axes = figure.add_subplot()
         ys = range(len(points))
-        axes.plot([r.detail["acceptance_ratio"] for _, r in points], ys, "o",
-                  label="observed")
-        expected = [(r.detail.get("expected_acceptance_ratio"), y)
-                    for (_, r), y in zip(points, ys, strict=True)]
-        expected = [(x, y) for x, y in expected if _is_number(x)]
+        axes.plot([r.detail["acceptance_ratio"] for _, r in points], ys, "o", label="observed")
+        expected: list[tuple[float, int]] = []
+        for (_, r), y in zip(points, ys, strict=True):
+            x = r.detail.get("expected_acceptance_ratio")
+            if isinstance(x, (int, float)) and _is_number(x):
+                expected.append((float(x), y))
         if expected:
-            axes.plot([x for x, _ in expected], [y for _, y in expected], "x",
-                      color="black", label="expected")
+            axes.plot(
+                [x for x, _ in expected],
+                [y for _, y in expected],
+                "x",
+                color="black",
+                label="expected",
+            )
         axes.set_yticks(list(ys), labels=[f"{label}: {r.test}" for label, r in points])
         axes.invert_yaxis()
         axes.set_xlabel("acceptance ratio")
@@ -147,7 +204,7 @@ def _scatter(pairs: list[tuple[float, float]], title: str, plot_id: str) -> str:
         axes.set_title(title)
         axes.legend()
 
-    return render_svg(draw, plot_id=plot_id, size=(4.5, 4.0))
+    return render_svg(draw, plot_id=plot_id, size=(4.2, 3.4))
 
 
 def _pairs(observed, expected) -> list[tuple[float, float]]:
@@ -156,6 +213,10 @@ def _pairs(observed, expected) -> list[tuple[float, float]]:
     if len(observed) != len(expected) or not all(map(_is_number, observed + expected)):
         return []
     return [(float(o), float(e)) for o, e in zip(observed, expected, strict=True)]
+
+
+def _pvalue(row: TestRow | None) -> float | None:
+    return None if row is None else row.pvalue
 
 
 def _neg_log10(p: float | None) -> float:

@@ -83,11 +83,12 @@ def test_fixture_archives_verify_and_state_their_verdicts(primary, disjoint):
 # --- Markdown ------------------------------------------------------------------------
 
 def test_formal_checks_put_primary_and_replication_side_by_side(primary, disjoint):
-    markdown = markdown_report([primary, disjoint])
+    markdown = markdown_report([primary, disjoint], details=True)
     table = _section(markdown, "### Formal checks")
     header = _cells(table[0])
+    # Labels come from the runs (issue 15): the second archive is a mutant run.
     assert header == ["test", "role", f"primary `{PRIMARY_ID}`",
-                      f"replication `{REPLICATION_ID}`"]
+                      f"mutant target_temperature `{REPLICATION_ID}`"]
     rows = {_cells(line)[0]: _cells(line) for line in table[2:]}
     assert list(rows) == list(_rows(primary))
     assert rows["t2_async"][2].endswith("PASS") and rows["t2_async"][3].endswith("FAIL")
@@ -102,7 +103,7 @@ def test_formal_checks_put_primary_and_replication_side_by_side(primary, disjoin
 
 
 def test_per_group_tables_for_rows_that_carry_a_group(primary, disjoint):
-    markdown = markdown_report([primary, disjoint])
+    markdown = markdown_report([primary, disjoint], details=True)
     table = _section(markdown, "### Group `async`")
     names = [_cells(line)[0] for line in table[2:]]
     assert {"t2_async", "joint_async", "acceptance_async"} <= set(names)
@@ -111,16 +112,17 @@ def test_per_group_tables_for_rows_that_carry_a_group(primary, disjoint):
 
 
 def test_seed_ranges_disjoint_and_overlapping(archives):
-    markdown = markdown_report([archives["primary"], archives["replication"]])
+    markdown = markdown_report([archives["primary"], archives["replication"]], details=True)
     assert "The seed ranges of the archives are disjoint" in markdown
     assert "NOT disjoint" not in markdown
-    markdown = markdown_report([archives["primary"], archives["overlap"]])
+    markdown = markdown_report([archives["primary"], archives["overlap"]], details=True)
     statement = next(line for line in markdown.splitlines() if "NOT disjoint" in line)
-    assert "primary async [0, 2000) and replication async [1000, 3000)" in statement
+    # Each archive's label comes from its run (report/context.py); the ranges are named.
+    assert "async [0, 2000) and " in statement and " async [1000, 3000)" in statement
 
 
 def test_coverage_scope_and_archive_digests(primary, disjoint):
-    markdown = markdown_report([primary, disjoint])
+    markdown = markdown_report([primary, disjoint], details=True)
     assert any(line.startswith("- primary, t2_async: ") and "strata cover" in line
                for line in markdown.splitlines())
     assert "false-fail rate ≤ 0.01 over 8 tests (Holm)" in markdown
@@ -163,7 +165,7 @@ def test_report_command_writes_markdown_and_html(tmp_path, primary, disjoint):
     out = tmp_path / "out" / "report.md"
     result = CliRunner().invoke(report_command, [str(primary), str(disjoint), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert out.read_text() == markdown_report([primary, disjoint])
+    assert out.read_text() == markdown_report([primary, disjoint])  # default: PR-sized
     result = CliRunner().invoke(report_command, [str(primary), "--format", "html"])
     assert result.exit_code == 0 and result.stdout.startswith("<!DOCTYPE html>")
 

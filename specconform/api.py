@@ -1,0 +1,258 @@
+"""The Python API: run a protocol, verify and load evidence archives, from code.
+
+Every name here is also reachable as ``specconform.<name>`` (lazily: importing
+specconform imports nothing heavy). The CLI and this API share one implementation:
+`specconform run` and :func:`run` both call ``specconform.runner.execute.execute``, and
+`specconform verify` and :func:`verify` both call ``evidence.verify.verify_archive`` with
+the same signature policy. Errors are typed: :class:`UsageError` (bad input, exit code
+2 on the command line), :class:`EvidenceError` (invalid evidence, exit code 3) and
+:class:`MissingExtraError` (an optional layer such as torch is not installed).
+
+Typed results read through ``specconform.report.model`` (one seam for reports and API).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from specconform.errors import EvidenceError, SpecconformError, UsageError
+from specconform.evidence.verify import VerifyReport
+from specconform.extras import MissingExtraError, missing_extra
+from specconform.report.model import ArchiveView
+from specconform.results import Evaluation, TestRow, Verdict
+
+__all__ = [
+    "ArchiveView",
+    "EvidenceError",
+    "MissingExtraError",
+    "Run",
+    "SpecconformError",
+    "TestRow",
+    "UsageError",
+    "Verdict",
+    "VerifyReport",
+    "load_archive",
+    "run",
+    "verify",
+]
+
+DEFAULT_OUT = Path("reports")
+
+
+@dataclass(frozen=True)
+class Run:
+    """What :func:`run` produced: the run id, its verdict and tests, and the archive."""
+
+    run_id: str
+    evaluation: Evaluation
+    archive: Path
+    run_dir: Path
+
+    @property
+    def verdict(self) -> str:
+        """ "PASS" or "FAIL"."""
+        return self.evaluation.verdict.verdict
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "PASS"
+
+    @property
+    def tests(self) -> tuple[TestRow, ...]:
+        return self.evaluation.tests
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        """Names of the deciding tests that failed (empty on PASS)."""
+        return self.evaluation.verdict.failed
+
+
+def run(
+    protocol: str | os.PathLike[str],
+    *,
+    seeds: int | None = None,
+    offset: int | None = None,
+    batch_size: int | None = None,
+    out: str | os.PathLike[str] = DEFAULT_OUT,
+    mutant: str | None = None,
+    device: str | None = None,
+    sign: bool = True,
+    key: str | os.PathLike[str] | None = None,
+    progress: bool = False,
+) -> Run:
+    """Run a pre-registered protocol and seal its evidence archive, like `specconform run`.
+
+    Parameters
+    ----------
+    protocol : path-like
+        The protocol file (YAML).
+    seeds, offset, batch_size : int, optional
+        Overrides, allowed only where the protocol marks the field overridable; they are
+        recorded in the archive's run.json.
+    out : path-like
+        Output folder (created when the run succeeds); the archive is
+        ``out/<run-id>.zip``.
+    mutant : str, optional
+        A planted bug (``specconform mutants`` lists them).
+    device : {"cpu", "cuda"}, optional
+        Override the protocol's device.
+    sign : bool
+        Sign the archive (Ed25519). ``False`` writes an archive marked unsigned.
+    key : path-like, optional
+        Signing key (PEM). Default: ``$SPECCONFORM_SIGNING_KEY``, else the user key in
+        ``~/.config/specconform`` (created on first use), exactly as the CLI resolves it.
+    progress : bool
+        Show progress (a bar on a terminal, log lines otherwise) on standard error.
+
+    Returns
+    -------
+    Run
+        ``verdict`` ("PASS"/"FAIL"), ``tests`` (typed rows), ``archive``, ``run_id``.
+        A FAIL is a result, not an exception.
+
+    Raises
+    ------
+    UsageError
+        Bad protocol, override, mutant or key (nothing is written).
+    MissingExtraError
+        The run needs the bundled engine: ``pip install 'specconform[engine]'``.
+    """
+    from specconform.protocol.load import apply_overrides, load_protocol
+    from specconform.runner.execute import execute
+
+    if device is not None and device not in ("cpu", "cuda"):
+        raise UsageError(f"device {device!r}: expected 'cpu' or 'cuda'")
+    loaded = load_protocol(Path(protocol))
+    loaded = apply_overrides(
+        loaded,
+        {"--seeds": seeds, "--offset": offset, "--batch-size": batch_size, "--device": device},
+    )
+    signing_key = _signing_key(None if key is None else Path(key), sign)
+    out_dir = Path(out)
+    with missing_extra(f"running protocol {loaded.name}"):
+        outcome = execute(
+            loaded,
+            out_dir=out_dir,
+            argv=_argv(),
+            mutant=mutant,
+            key=signing_key,
+            sign=sign,
+            progress=_progress() if progress else _silent,
+            run_context={"ledger": None, "resume": None, "out_dir": out_dir},
+        )
+    if outcome.archive is None:  # execute always seals; keep the type honest
+        raise SpecconformError(f"run {outcome.run_id}: no archive was written")
+    return Run(outcome.run_id, outcome.evaluation, outcome.archive, outcome.run_dir)
+
+
+def verify(
+    archive: str | os.PathLike[str],
+    pubkey: str | os.PathLike[str] | None = None,
+    *,
+    skip_signature: bool = False,
+) -> VerifyReport:
+    """Verify an evidence archive offline, like `specconform verify`.
+
+    Parameters
+    ----------
+    archive : path-like
+        The evidence zip.
+    pubkey : path-like, optional
+        Ed25519 public key (PEM) the archive must be signed with.
+    skip_signature : bool
+        Check digests and recomputation only. Exactly one of ``pubkey`` and
+        ``skip_signature=True`` is required: a check against no key proves nothing
+        about who produced the archive, so it is refused rather than passed quietly.
+
+    Returns
+    -------
+    VerifyReport
+        ``signature`` is "valid" (``trusted`` True) with a key, else "not checked" or
+        "unsigned"; ``keyid``, ``tests_recomputed``, ``verdict``.
+
+    Raises
+    ------
+    UsageError
+        Neither or both of ``pubkey`` and ``skip_signature``; a missing file.
+    EvidenceError
+        The archive is invalid; the message names the first failing file or field.
+    """
+    from specconform.evidence.verify import verify_archive
+
+    if pubkey is not None and skip_signature:
+        raise UsageError("pubkey and skip_signature=True contradict each other")
+    if pubkey is None and not skip_signature:
+        raise UsageError(
+            "pass pubkey=PATH to check the signature, or skip_signature=True "
+            "to check digests and recomputation only"
+        )
+    return verify_archive(Path(archive), None if pubkey is None else Path(pubkey))
+
+
+def load_archive(path: str | os.PathLike[str]) -> ArchiveView:
+    """Read an archive's run, tests and verdict without verifying it.
+
+    Returns
+    -------
+    ArchiveView
+        ``run_id``, ``sha256``, ``run`` (run.json), ``evaluation`` (typed ``tests`` and
+        ``verdict``), ``signed``, ``seed_ranges``; ``row(name)`` finds one test.
+
+    Raises
+    ------
+    UsageError
+        The file does not exist.
+    EvidenceError
+        The archive is unreadable. Use :func:`verify` before trusting its contents.
+    """
+    from specconform.report.model import load_views
+
+    return load_views([Path(path)])[0]
+
+
+def load_archives(paths: Sequence[str | os.PathLike[str]]) -> list[ArchiveView]:
+    """Several archives at once, labelled as the report labels them."""
+    from specconform.report.model import load_views
+
+    return load_views([Path(p) for p in paths])
+
+
+def _signing_key(key: Path | None, sign: bool) -> Path | None:
+    # The CLI's resolution (key, $SPECCONFORM_SIGNING_KEY, user key created on first
+    # use), so that a run from code and from the shell sign alike.
+    from specconform.cli import _signing_key as cli_signing_key
+
+    return cli_signing_key(key, not sign)
+
+
+def _argv() -> list[str]:
+    """What run.json records as the command: the calling program and its arguments."""
+    return ["python", *sys.argv] if sys.argv and sys.argv[0] else ["python"]
+
+
+def _progress():
+    from specconform.progress import progress
+
+    return progress
+
+
+class _Silent:
+    def advance(self, n: int = 1) -> None:
+        pass
+
+
+class _SilentContext:
+    def __enter__(self) -> _Silent:
+        return _Silent()
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+def _silent(description: str, total: int, log=None) -> _SilentContext:
+    """A progress callback that shows nothing (the library default)."""
+    return _SilentContext()

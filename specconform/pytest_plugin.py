@@ -1,0 +1,120 @@
+"""The specconform pytest plugin (entry point ``pytest11: specconform``).
+
+Installing specconform registers it; ``pytest -p specconform`` loads it explicitly when
+plugin autoloading is off. It adds:
+
+- fixtures ``specconform_records`` (the CheckRecords made by the running test) and
+  ``specconform_rng`` (a numpy Generator seeded from the test's node id: deterministic,
+  different per test);
+- ``--specconform-archive DIR``: writes ``DIR/specconform-checks.json`` with every check
+  of the session (test id, statistic, df, p, n, seeds, detectable TV) and copies the
+  evidence archives of ``assert_protocol_passes`` into DIR;
+- a terminal summary line: ``specconform: N checks in M tests, K failed``.
+
+The assertions themselves live in :mod:`specconform.testing`; this module imports
+nothing heavy, so loading the plugin costs nothing for suites that do not use it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from specconform.testing.records import COLLECTOR, CheckRecord
+
+_STASH_RECORDS = pytest.StashKey[list]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("specconform", "specconform distribution assertions")
+    group.addoption(
+        "--specconform-archive",
+        metavar="DIR",
+        default=None,
+        help="write the evidence of every specconform check of the session "
+        "to DIR (specconform-checks.json, run archives)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_STASH_RECORDS] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Attribute every record made while the test body runs to this test."""
+    COLLECTOR.nodeid, start = item.nodeid, len(COLLECTOR.records)
+    try:
+        yield
+    finally:
+        item.config.stash[_STASH_RECORDS].extend(COLLECTOR.records[start:])
+        COLLECTOR.nodeid = None
+
+
+@pytest.fixture
+def specconform_records(request: pytest.FixtureRequest) -> list[CheckRecord]:
+    """The checks the running test has made so far (a live view)."""
+    return _LiveRecords(request.node.nodeid)
+
+
+class _LiveRecords(list):
+    def __init__(self, nodeid: str):
+        super().__init__()
+        self._nodeid = nodeid
+
+    def _current(self) -> list[CheckRecord]:
+        return [r for r in COLLECTOR.records if r.nodeid == self._nodeid]
+
+    def __iter__(self):
+        return iter(self._current())
+
+    def __len__(self) -> int:
+        return len(self._current())
+
+    def __getitem__(self, index):
+        return self._current()[index]
+
+
+@pytest.fixture
+def specconform_rng(request: pytest.FixtureRequest):
+    """numpy Generator (PCG64) seeded from the test's node id: the same test draws the
+    same numbers on every run and machine, two tests draw different ones."""
+    import numpy as np
+
+    digest = hashlib.sha256(request.node.nodeid.encode()).digest()
+    return np.random.Generator(np.random.PCG64(int.from_bytes(digest[:8], "little")))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    records: list[CheckRecord] = config.stash.get(_STASH_RECORDS, [])
+    target = config.getoption("--specconform-archive")
+    if not records and target is None:
+        return
+    tests = {r.nodeid for r in records}
+    failed = sum(not r.passed for r in records)
+    line = f"specconform: {len(records)} checks in {len(tests)} tests, {failed} checks failed"
+    if target is not None:
+        line += f"; evidence in {_write_archive(Path(target), records)}"
+    terminalreporter.write_line(line)
+
+
+def _write_archive(target: Path, records: list[CheckRecord]) -> Path:
+    target.mkdir(parents=True, exist_ok=True)
+    archives = []
+    for record in records:
+        if record.archive and record.archive not in archives and Path(record.archive).is_file():
+            archives.append(record.archive)
+            shutil.copy2(record.archive, target / Path(record.archive).name)
+    payload = {
+        "checks": [r.to_json() for r in records],
+        "archives": [Path(a).name for a in archives],
+    }
+    out = target / "specconform-checks.json"
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=1, sort_keys=True) + "\n")
+    tmp.replace(out)
+    return target

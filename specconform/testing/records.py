@@ -1,0 +1,83 @@
+"""What every specconform assertion records: one typed `CheckRecord` per check, the
+failure message built from it, and the per-test collector the pytest plugin reads."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class CheckRecord:
+    """One statistical or deterministic check made by an assertion."""
+
+    check: str  # "assert_law", "assert_sampler_exact", ...
+    name: str  # the test row, e.g. "single_draft_pos0_joint"
+    passed: bool
+    statistic: float | None
+    df: float | None
+    pvalue: float | None
+    n: int
+    alpha: float
+    seeds: str  # how the randomness was seeded, e.g. "PCG64((0, case))"
+    detectable_tv: float | None  # every law this far from the null is caught, power 0.8
+    note: str = ""
+    archive: str | None = None  # an evidence archive behind the check, if any
+    nodeid: str | None = None  # the pytest test that made it (set by the plugin)
+
+    def line(self) -> str:
+        """statistic, df, p, n, seeds and detectable TV on one line."""
+        return (
+            f"{self.name}: {'PASS' if self.passed else 'FAIL'} "
+            f"statistic={_num(self.statistic)} df={_num(self.df)} p={_p(self.pvalue)} "
+            f"n={self.n} alpha={self.alpha:.3g} seeds={self.seeds} "
+            f"detectable_tv={_num(self.detectable_tv)}" + (f" ({self.note})" if self.note else "")
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        row = asdict(self)
+        for key in ("statistic", "df", "pvalue", "detectable_tv"):
+            value = row[key]
+            row[key] = value if value is None or math.isfinite(value) else str(value)
+        return row
+
+
+@dataclass
+class Collector:
+    """Records of the running test (the plugin sets `nodeid`) and of the session."""
+
+    nodeid: str | None = None
+    records: list[CheckRecord] = field(default_factory=list)
+
+    def add(self, record: CheckRecord) -> CheckRecord:
+        if self.nodeid is not None:
+            from dataclasses import replace
+
+            record = replace(record, nodeid=self.nodeid)
+        self.records.append(record)
+        return record
+
+
+COLLECTOR = Collector()
+
+
+def fail_message(check: str, records: list[CheckRecord], header: str) -> str:
+    failed = [r for r in records if not r.passed]
+    lines = [f"{check}: {header}", *(f"  {r.line()}" for r in failed)]
+    passed = len(records) - len(failed)
+    if passed:
+        lines.append(f"  ({passed} other checks passed)")
+    return "\n".join(lines)
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:.6g}"
+
+
+def _p(p: float | None) -> str:
+    if p is None:
+        return "n/a"
+    return f"{p:.4g}" if p >= 1e-4 else f"{p:.3e}"
