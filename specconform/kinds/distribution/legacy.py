@@ -21,13 +21,15 @@ from specconform.results import Evaluation, RawData, TestRow, decide
 from specconform.stats import bonferroni, sum_chi2
 from specconform.stats import pearson_gof as _pearson_gof
 from specconform.stats import pearson_homogeneity as _pearson_homogeneity
-from specconform.stats.cells import align, dense_on, on_union, strata
+from specconform.stats.cells import align, on_union, strata
 from specconform.stats.rate import rate_test as _rate_test
-from specconform.stats.speculative import joint_cells, total_variation
+from specconform.stats.speculative import total_variation
 
 from .context import GroupData, split
+from .mechanism import first_position_strata, joint_strata
 from .reference import Reference
 from .rows import gof_detail, support_row
+from .tokens import gof_strata
 
 
 def _p1(res):
@@ -145,29 +147,9 @@ def _t3_gof(ctx: _Context, spec: dict):
 
 def _stratified_gof(ctx: _Context, spec: dict, depth: int):
     name = spec["groups"][0]
-    g = ctx.group(name)
-    ok = (g.t1 >= 0) & (g.t2 >= 0) & ((g.t3 >= 0) if depth == 3 else True)
-    g = g.take(ok)
-    # One int64 key per conditioning prefix: t1, or (t1, t2) coded as t1 * width + t2.
-    key_of = g.t1 if depth == 2 else g.t1 * ctx.width + g.t2
-    tested = g.t2 if depth == 2 else g.t3
-    keys, _ = strata(key_of, ctx.min_samples)
-    results, per, skipped = [], [], []
-    for key in keys:
-        if depth == 2:
-            where, law = {"t1": int(key)}, ctx.ref.law(ctx.ref.p2, int(key), "p_t2")
-        else:
-            t1, t2 = divmod(int(key), ctx.width)
-            where, law = {"t1": t1, "t2": t2}, ctx.ref.law(ctx.ref.p3, (t1, t2), "p_t3")
-        if law is None:
-            skipped.append(where)
-            continue
-        tokens, probs, counts = align(*law, tested[key_of == key])
-        res = pearson_gof(counts, probs, min_expected=ctx.min_expected)
-        results.append(res)
-        per.append({**where, **gof_detail(res, tokens, counts, probs)})
+    results, per, skipped, eligible = gof_strata(ctx, name, depth, gof=pearson_gof)
     head = {"group": name, "skipped_impossible_strata": skipped}
-    return _stratified_row(ctx, spec, head, results, per, int(ok.sum()))
+    return _stratified_row(ctx, spec, head, results, per, eligible)
 
 
 def _t2_homogeneity(ctx: _Context, spec: dict):
@@ -218,7 +200,7 @@ def _speculative(ctx: _Context, spec: dict):
 def _acceptance(ctx: _Context, spec: dict):
     """Rejection at the first draft position has probability exactly TV(p_t2[t1], q_t2[d][t1])."""
     name, d, whole, g = _speculative(ctx, spec)
-    tested, skipped = _first_position_strata(ctx, d, g)
+    tested, skipped = first_position_strata(ctx, d, g)
     results, per = [], []
     for t1, p, q in tested:
         tv = total_variation(*on_union(*p, *q)[1:])
@@ -243,48 +225,11 @@ def _acceptance(ctx: _Context, spec: dict):
 def _joint(ctx: _Context, spec: dict):
     """Committed t2 split by first-position accept/reject against min(p, q) and (p - q)₊."""
     name, d, _, g = _speculative(ctx, spec)
-    tested, skipped = _first_position_strata(ctx, d, g)
-    results, per = [], []
-    for t1, p, q in tested:
-        sel = g.t1 == t1
-        x, acc = g.t2[sel], g.first_accepted[sel]
-        # Cells: supp p U supp q U observed (an observed token outside both has probability 0).
-        tokens = np.union1d(np.union1d(p[0], q[0]), x)
-        pp, qq = dense_on(tokens, *p), dense_on(tokens, *q)
-        probs = joint_cells(pp, qq)
-        cell = np.searchsorted(tokens, x) + np.where(acc == 1, 0, tokens.size)
-        counts = np.bincount(cell, minlength=2 * tokens.size)
-        res = pearson_gof(counts, probs, min_expected=ctx.min_expected)
-        results.append(res)
-        labels = [f"acc:{t}" for t in tokens.tolist()] + [f"rej:{t}" for t in tokens.tolist()]
-        entry = gof_detail(res, tokens, counts, probs, labels=labels)
-        entry["tv"] = total_variation(pp, qq)
-        per.append({"t1": int(t1), **entry})
+    tested, skipped = first_position_strata(ctx, d, g)
+    results, per = joint_strata(ctx, g, tested, gof=pearson_gof)
     head = {"group": name, "draft_loops": d, "skipped_impossible_strata": skipped,
             "cells": "acc:x ~ min(p, q)(x), rej:x ~ (p - q)+(x), x over supp p U supp q"}
     return _stratified_row(ctx, spec, head, results, per, g.t1.size)
-
-
-def _first_position_strata(ctx: _Context, d: int, g):
-    """The t1 strata a first-position test uses: ([(t1, p, q), ...] for every stratum
-    with at least min_samples samples, [{"t1": t1}, ...] for those the reference omits
-    as impossible)."""
-    keys, _ = strata(g.t1, ctx.min_samples)
-    tested, skipped = [], []
-    for t1 in keys:
-        p, q = _first_position_laws(ctx, d, int(t1))
-        if p is None:
-            skipped.append({"t1": int(t1)})
-        else:
-            tested.append((t1, p, q))
-    return tested, skipped
-
-
-def _first_position_laws(ctx: _Context, d: int, t1: int):
-    """(p_t2[t1], q_t2[d][t1]), or (None, None) for an impossible t1 the reference omits."""
-    p = ctx.ref.law(ctx.ref.p2, t1, "p_t2")
-    q = ctx.ref.law(ctx.ref.q2.get(d, {}), t1, f"q_t2[{d}]")
-    return (None, None) if p is None or q is None else (p, q)
 
 
 _RUNNERS = {"t1_gof": _t1_gof, "t2_gof": _t2_gof, "t2_homogeneity": _t2_homogeneity,
