@@ -163,3 +163,23 @@ def test_tests_csv_states_status_and_adjusted_p_and_json_round_trips():
     from specconform.results import Verdict
 
     assert Verdict.from_json(verdict.to_json()) == verdict
+
+
+@pytest.mark.parametrize("mutant, must_fail", [
+    # Corrections drawn from p land where (p - q)+ = 0: out of support for the joint
+    # cells (p = 0 exactly), caught with certainty at any level.
+    ("residual_from_p", "joint_async"),
+    # Law exact, acceptance lowered from 1 - TV to E_q[p]: a rejection-rate shift ~0.5 on
+    # >400 samples per stratum, exact binomial p < 1e-10 << 0.01 / 8 (Holm's first step).
+    ("q_one_hot", "acceptance_async"),
+])
+def test_shipped_ci_gate_fails_wrong_samplers_under_holm(world, ref, mutant, must_fail):
+    from specconform.protocol.load import load_protocol
+    from tests.toolkit.fixtures.distribution_run import ROOT
+
+    protocol = load_protocol(ROOT / "protocols" / "ci_gate.yaml").data
+    samples = simulate(world, 2000, np.random.default_rng(4), mutant=mutant,
+                       groups=protocol["groups"])
+    ev = evaluate_frames(protocol, samples, ref)
+    assert ev.verdict.verdict == "FAIL" and must_fail in ev.verdict.failed
+    assert dict(ev.verdict.reasons)[must_fail] == "p_Holm < 0.01"
