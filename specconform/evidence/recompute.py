@@ -83,19 +83,21 @@ def check_recomputation(contents: ArchiveContents, recomputed: Evaluation) -> No
             if where is not None:
                 raise EvidenceError(f"{TESTS_JSON}: test {name} field {where}: stated "
                                     f"{_short(stated_value)}, recomputed {_short(row[key])}")
-    _check_csv(contents, stated)
+    _check_csv(contents, stated, ("role", "statistic", "df", "pvalue", "n", "passed")
+               + (() if schema == 1 else ("status", "adjusted_pvalue")))
     _check_verdict(stated_verdict, _normalized(recomputed.verdict.to_json()),
                    SCHEMA1_VERDICT_FIELDS if schema == 1 else SCHEMA2_VERDICT_FIELDS)
 
 
-def _check_csv(contents: ArchiveContents, stated: dict[str, dict]) -> None:
+def _check_csv(contents: ArchiveContents, stated: dict[str, dict],
+               fields: tuple[str, ...]) -> None:
     if TESTS_CSV not in contents.files:
         raise EvidenceError(f"{TESTS_CSV}: missing from the archive")
     rows = read_tests_csv(contents.files[TESTS_CSV])
     if [r["test"] for r in rows] != list(stated):
         raise EvidenceError(f"{TESTS_CSV}: tests differ from {TESTS_JSON}")
     for row in rows:
-        for key in ("role", "statistic", "df", "pvalue", "n", "passed"):
+        for key in fields:
             where = _first_difference(stated[row["test"]].get(key), row[key], key)
             if where is not None:
                 raise EvidenceError(f"{TESTS_CSV}: test {row['test']} field {where} differs "

@@ -3,8 +3,9 @@ uses to check that `results/tests.csv` states the same as `results/tests.json`.
 
 - `results/tests.json`: a JSON list of `TestRow.to_json()` objects (detail as an object).
 - `results/tests.csv`: the same rows; columns test, role, statistic, df, pvalue, n,
-  alpha, passed, detail; numbers in Python's round-trip repr, missing values empty,
-  passed as true/false/empty, detail a JSON string.
+  alpha, passed, status, adjusted_pvalue, detail (status and adjusted_pvalue since
+  results schema 2); numbers in Python's round-trip repr, missing values empty, passed
+  as true/false/empty, detail a JSON string.
 - `verdict.json`: `Verdict.to_json()`.
 """
 from __future__ import annotations
@@ -17,7 +18,8 @@ from specconform.errors import EvidenceError
 from specconform.evidence.jsonio import canonical_json_bytes, compact_json, write_bytes_atomic
 from specconform.results import Evaluation, TestRow
 
-CSV_COLUMNS = ("test", "role", "statistic", "df", "pvalue", "n", "alpha", "passed", "detail")
+CSV_COLUMNS = ("test", "role", "statistic", "df", "pvalue", "n", "alpha", "passed", "status",
+               "adjusted_pvalue", "detail")
 
 
 def write_results(run_dir: Path, evaluation: Evaluation) -> None:
@@ -37,8 +39,8 @@ def tests_csv_bytes(tests: tuple[TestRow, ...] | list[TestRow]) -> bytes:
         data = row.to_json()
         writer.writerow([data["test"], data["role"], _num(data["statistic"]), _num(data["df"]),
                          _num(data["pvalue"]), data["n"], _num(data["alpha"]),
-                         _bool(data["passed"]),
-                         compact_json(data["detail"])])
+                         _bool(data["passed"]), data["status"],
+                         _num(data["adjusted_pvalue"]), compact_json(data["detail"])])
     return out.getvalue().encode()
 
 
@@ -55,6 +57,8 @@ def read_tests_csv(data: bytes) -> list[dict]:
                 "pvalue": _parse_float(raw.get("pvalue")),
                 "n": None if not raw.get("n") else int(float(raw["n"])),
                 "passed": _parse_bool(raw.get("passed")),
+                "status": raw.get("status") or None,
+                "adjusted_pvalue": _parse_float(raw.get("adjusted_pvalue")),
             })
         return rows
     except (KeyError, ValueError, UnicodeDecodeError) as exc:

@@ -120,3 +120,40 @@ def test_exact_int_rejects_non_integers(text):
 def test_json_schema_marks_overridable_fields():
     text = str(json_schema())
     assert "'overridable': '--seeds'" in text and "'overridable': '--offset'" in text
+
+
+def _distribution():
+    return yaml.safe_load((ROOT / "protocols" / "ci_gate.yaml").read_text())
+
+
+def test_shipped_distribution_protocols_state_a_family_wise_verdict():
+    for name in ("ci_gate", "fp32_t2"):
+        data = load_protocol(ROOT / "protocols" / f"{name}.yaml").data
+        assert data["verdict"] == {"combine": "holm", "alpha": 0.01}
+        assert data["engine_errors"] == {"tolerance": 0}
+
+
+def test_verdict_defaults_to_holm_at_alpha_and_changes_the_hash(tmp_path):
+    data = _distribution()
+    del data["verdict"]
+    implicit = load_protocol(_write(tmp_path, data, "a.yaml"))
+    assert implicit.data["verdict"] == {"combine": "holm", "alpha": data["alpha"]}
+    data["verdict"] = {"combine": "bonferroni", "alpha": 0.01}
+    assert load_protocol(_write(tmp_path, data, "b.yaml")).hash != implicit.hash
+
+
+@pytest.mark.parametrize("verdict, field", [
+    ({"combine": "fisher", "alpha": 0.01}, "verdict.combine"),
+    ({"combine": "holm", "alpha": 1.5}, "verdict.alpha"),
+    ({"combine": "holm"}, "verdict.alpha"),
+])
+def test_bad_verdict_rule_is_refused(tmp_path, verdict, field):
+    data = {**_distribution(), "verdict": verdict}
+    with pytest.raises(ProtocolError, match=f"field '{field}'"):
+        load_protocol(_write(tmp_path, data))
+
+
+def test_engine_errors_tolerance_must_be_a_count(tmp_path):
+    data = {**_distribution(), "engine_errors": {"tolerance": -1}}
+    with pytest.raises(ProtocolError, match="engine_errors.tolerance"):
+        load_protocol(_write(tmp_path, data))

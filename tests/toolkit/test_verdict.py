@@ -147,3 +147,39 @@ def test_samples_without_finish_reason_are_no_evidence_for_engine_errors(world, 
     samples = simulate(world, 2000, np.random.default_rng(1)).drop(columns="finish_reason")
     ev = evaluate_frames(_protocol(), samples, ref)
     assert dict(ev.verdict.reasons) == {"engine_errors": "no evidence"}
+
+
+def test_tests_csv_states_status_and_adjusted_p_and_json_round_trips():
+    from specconform.evidence.results_io import read_tests_csv, tests_csv_bytes
+
+    rows, verdict = family_verdict([_row("a", 0.002), _row("b", None), _row("c", 0.5)],
+                                   FamilyRule(("primary",), "holm", 0.01))
+    parsed = {r["test"]: r for r in read_tests_csv(tests_csv_bytes(rows))}
+    assert parsed["a"]["status"] == "FAIL"
+    assert parsed["a"]["adjusted_pvalue"] == pytest.approx(0.004)
+    assert parsed["b"]["status"] == "NO_EVIDENCE" and parsed["b"]["passed"] is False
+    back = [TestRow.from_json(r.to_json()) for r in rows]
+    assert back == list(rows)
+    from specconform.results import Verdict
+
+    assert Verdict.from_json(verdict.to_json()) == verdict
+
+
+@pytest.mark.parametrize("mutant, must_fail", [
+    # Corrections drawn from p land where (p - q)+ = 0: out of support for the joint
+    # cells (p = 0 exactly), caught with certainty at any level.
+    ("residual_from_p", "joint_async"),
+    # Law exact, acceptance lowered from 1 - TV to E_q[p]: a rejection-rate shift ~0.5 on
+    # >400 samples per stratum, exact binomial p < 1e-10 << 0.01 / 8 (Holm's first step).
+    ("q_one_hot", "acceptance_async"),
+])
+def test_shipped_ci_gate_fails_wrong_samplers_under_holm(world, ref, mutant, must_fail):
+    from specconform.protocol.load import load_protocol
+    from tests.toolkit.fixtures.distribution_run import ROOT
+
+    protocol = load_protocol(ROOT / "protocols" / "ci_gate.yaml").data
+    samples = simulate(world, 2000, np.random.default_rng(4), mutant=mutant,
+                       groups=protocol["groups"])
+    ev = evaluate_frames(protocol, samples, ref)
+    assert ev.verdict.verdict == "FAIL" and must_fail in ev.verdict.failed
+    assert dict(ev.verdict.reasons)[must_fail] == "p_Holm < 0.01"

@@ -11,7 +11,7 @@ Bonferroni p; engine errors are not counted.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -21,11 +21,15 @@ from specconform.results import Evaluation, RawData, TestRow, decide
 from specconform.stats import bonferroni, sum_chi2
 from specconform.stats import pearson_gof as _pearson_gof
 from specconform.stats import pearson_homogeneity as _pearson_homogeneity
-from specconform.stats.cells import align, dense_on, on_union, strata
+from specconform.stats.cells import align, on_union, strata
 from specconform.stats.rate import rate_test as _rate_test
-from specconform.stats.speculative import joint_cells, total_variation
+from specconform.stats.speculative import total_variation
 
+from .context import GroupData, split
+from .mechanism import first_position_strata, joint_strata
 from .reference import Reference
+from .rows import gof_detail, support_row
+from .tokens import gof_strata
 
 
 def _p1(res):
@@ -50,7 +54,6 @@ def rate_test(k, n, p0, *, min_expected):
                            pooled=r.pooled)
 
 DECIDING_ROLES = ("prerequisite", "primary")
-_COLUMNS = ("seed", "t1", "t2", "t3", "first_accepted", "drafted", "accepted")
 
 
 def evaluate(protocol: dict, raw: RawData) -> Evaluation:
@@ -61,7 +64,7 @@ def evaluate(protocol: dict, raw: RawData) -> Evaluation:
 def evaluate_frames(protocol: dict, samples, reference) -> Evaluation:
     """Same as :func:`evaluate` from in-memory data."""
     ref = reference if isinstance(reference, Reference) else Reference(reference)
-    ctx = _Context(protocol, ref, _split(samples, ref.vocab_size))
+    ctx = _Context(protocol, ref, split(samples, ref.vocab_size))
     rows, coverage = [], {}
     for spec in protocol["tests"]:
         row, cov = _RUNNERS[spec["type"]](ctx, spec)
@@ -69,7 +72,7 @@ def evaluate_frames(protocol: dict, samples, reference) -> Evaluation:
         if cov is not None:
             coverage[spec["name"]] = cov
     rows.append(_coverage_row(ctx, coverage))
-    rows.append(_support_row(ctx))
+    rows.append(support_row(ctx))  # same schema-1 fields as then
     alpha = ctx.alpha
     roles = tuple(protocol.get("decision_roles") or DECIDING_ROLES)
     rule = f"PASS iff every {' and '.join(roles)} test passes at alpha={alpha}"
@@ -78,22 +81,8 @@ def evaluate_frames(protocol: dict, samples, reference) -> Evaluation:
 
 # --- inputs --------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class _Group:
-    seed: np.ndarray  # [N] int64, and the same for every column below
-    t1: np.ndarray
-    t2: np.ndarray
-    t3: np.ndarray
-    first_accepted: np.ndarray
-    drafted: np.ndarray
-    accepted: np.ndarray
-
-    def take(self, mask: np.ndarray) -> _Group:
-        return _Group(*(getattr(self, c)[mask] for c in _COLUMNS))
-
-
 class _Context:
-    def __init__(self, protocol: dict, ref: Reference, data: dict[str, _Group]):
+    def __init__(self, protocol: dict, ref: Reference, data: dict[str, GroupData]):
         self.alpha = float(protocol["alpha"])
         strata_rule = protocol.get("strata") or {}
         self.min_samples = int(strata_rule.get("min_samples", 200))
@@ -104,11 +93,10 @@ class _Context:
         # Base for int64 (t1, t2[, t3]) codes: tokens lie in [0, vocab_size] after _split.
         self.width = ref.vocab_size + 1
 
-    def group(self, name: str) -> _Group:
+    def group(self, name: str) -> GroupData:
         if name not in self.groups:
             raise ValueError(f"test names unknown group {name!r}")
-        empty = np.zeros(0, dtype=np.int64)
-        return self.data.get(name, _Group(*(empty,) * len(_COLUMNS)))
+        return self.data.get(name, GroupData.empty())
 
     def row(self, spec: dict, statistic, df, pvalue, n: int, detail: dict) -> TestRow:
         role = spec["role"]
@@ -124,21 +112,6 @@ class _Context:
                        passed, detail)
 
 
-def _split(samples, vocab_size: int) -> dict[str, _Group]:
-    """Per-group int64 columns, sorted by seed. Every token outside [0, vocab_size) other
-    than -1 (not generated) becomes ``vocab_size``: out of support everywhere, and small
-    enough for the int64 codes of (t1, t2, t3)."""
-    out = {}
-    for name, frame in samples.groupby("group", sort=True):
-        frame = frame.sort_values("seed", kind="stable")
-        cols = [frame[c].to_numpy(dtype=np.int64) for c in _COLUMNS]
-        for k in (1, 2, 3):  # t1, t2, t3
-            t = cols[k]
-            cols[k] = np.where((t >= vocab_size) | (t < -1), vocab_size, t)
-        out[str(name)] = _Group(*cols)
-    return out
-
-
 # --- tests ---------------------------------------------------------------------------------
 
 def _t1_gof(ctx: _Context, spec: dict):
@@ -150,7 +123,7 @@ def _t1_gof(ctx: _Context, spec: dict):
         tokens, probs, counts = align(*ctx.ref.p1, t1)
         res = pearson_gof(counts, probs, min_expected=ctx.min_expected)
         results.append(res)
-        per_group.append({"group": name, **_gof_detail(res, tokens, counts, probs)})
+        per_group.append({"group": name, **gof_detail(res, tokens, counts, probs)})
     comb = bonferroni([r.pvalue for r in results])
     decider = results[comb.argmin]
     detail = {"groups": list(spec["groups"]), "per_group": per_group,
@@ -174,29 +147,9 @@ def _t3_gof(ctx: _Context, spec: dict):
 
 def _stratified_gof(ctx: _Context, spec: dict, depth: int):
     name = spec["groups"][0]
-    g = ctx.group(name)
-    ok = (g.t1 >= 0) & (g.t2 >= 0) & ((g.t3 >= 0) if depth == 3 else True)
-    g = g.take(ok)
-    # One int64 key per conditioning prefix: t1, or (t1, t2) coded as t1 * width + t2.
-    key_of = g.t1 if depth == 2 else g.t1 * ctx.width + g.t2
-    tested = g.t2 if depth == 2 else g.t3
-    keys, _ = strata(key_of, ctx.min_samples)
-    results, per, skipped = [], [], []
-    for key in keys:
-        if depth == 2:
-            where, law = {"t1": int(key)}, ctx.ref.law(ctx.ref.p2, int(key), "p_t2")
-        else:
-            t1, t2 = divmod(int(key), ctx.width)
-            where, law = {"t1": t1, "t2": t2}, ctx.ref.law(ctx.ref.p3, (t1, t2), "p_t3")
-        if law is None:
-            skipped.append(where)
-            continue
-        tokens, probs, counts = align(*law, tested[key_of == key])
-        res = pearson_gof(counts, probs, min_expected=ctx.min_expected)
-        results.append(res)
-        per.append({**where, **_gof_detail(res, tokens, counts, probs)})
+    results, per, skipped, eligible = gof_strata(ctx, name, depth, gof=pearson_gof)
     head = {"group": name, "skipped_impossible_strata": skipped}
-    return _stratified_row(ctx, spec, head, results, per, int(ok.sum()))
+    return _stratified_row(ctx, spec, head, results, per, eligible)
 
 
 def _t2_homogeneity(ctx: _Context, spec: dict):
@@ -247,7 +200,7 @@ def _speculative(ctx: _Context, spec: dict):
 def _acceptance(ctx: _Context, spec: dict):
     """Rejection at the first draft position has probability exactly TV(p_t2[t1], q_t2[d][t1])."""
     name, d, whole, g = _speculative(ctx, spec)
-    tested, skipped = _first_position_strata(ctx, d, g)
+    tested, skipped = first_position_strata(ctx, d, g)
     results, per = [], []
     for t1, p, q in tested:
         tv = total_variation(*on_union(*p, *q)[1:])
@@ -272,48 +225,11 @@ def _acceptance(ctx: _Context, spec: dict):
 def _joint(ctx: _Context, spec: dict):
     """Committed t2 split by first-position accept/reject against min(p, q) and (p - q)₊."""
     name, d, _, g = _speculative(ctx, spec)
-    tested, skipped = _first_position_strata(ctx, d, g)
-    results, per = [], []
-    for t1, p, q in tested:
-        sel = g.t1 == t1
-        x, acc = g.t2[sel], g.first_accepted[sel]
-        # Cells: supp p U supp q U observed (an observed token outside both has probability 0).
-        tokens = np.union1d(np.union1d(p[0], q[0]), x)
-        pp, qq = dense_on(tokens, *p), dense_on(tokens, *q)
-        probs = joint_cells(pp, qq)
-        cell = np.searchsorted(tokens, x) + np.where(acc == 1, 0, tokens.size)
-        counts = np.bincount(cell, minlength=2 * tokens.size)
-        res = pearson_gof(counts, probs, min_expected=ctx.min_expected)
-        results.append(res)
-        labels = [f"acc:{t}" for t in tokens.tolist()] + [f"rej:{t}" for t in tokens.tolist()]
-        entry = _gof_detail(res, tokens, counts, probs, labels=labels)
-        entry["tv"] = total_variation(pp, qq)
-        per.append({"t1": int(t1), **entry})
+    tested, skipped = first_position_strata(ctx, d, g)
+    results, per = joint_strata(ctx, g, tested, gof=pearson_gof)
     head = {"group": name, "draft_loops": d, "skipped_impossible_strata": skipped,
             "cells": "acc:x ~ min(p, q)(x), rej:x ~ (p - q)+(x), x over supp p U supp q"}
     return _stratified_row(ctx, spec, head, results, per, g.t1.size)
-
-
-def _first_position_strata(ctx: _Context, d: int, g):
-    """The t1 strata a first-position test uses: ([(t1, p, q), ...] for every stratum
-    with at least min_samples samples, [{"t1": t1}, ...] for those the reference omits
-    as impossible)."""
-    keys, _ = strata(g.t1, ctx.min_samples)
-    tested, skipped = [], []
-    for t1 in keys:
-        p, q = _first_position_laws(ctx, d, int(t1))
-        if p is None:
-            skipped.append({"t1": int(t1)})
-        else:
-            tested.append((t1, p, q))
-    return tested, skipped
-
-
-def _first_position_laws(ctx: _Context, d: int, t1: int):
-    """(p_t2[t1], q_t2[d][t1]), or (None, None) for an impossible t1 the reference omits."""
-    p = ctx.ref.law(ctx.ref.p2, t1, "p_t2")
-    q = ctx.ref.law(ctx.ref.q2.get(d, {}), t1, f"q_t2[{d}]")
-    return (None, None) if p is None or q is None else (p, q)
 
 
 _RUNNERS = {"t1_gof": _t1_gof, "t2_gof": _t2_gof, "t2_homogeneity": _t2_homogeneity,
@@ -344,36 +260,3 @@ def _coverage_row(ctx: _Context, coverage: dict) -> TestRow:
                            "stratified test", "tests": coverage}
     return TestRow("coverage", "exploratory", float(share), None, None, n, ctx.alpha, None,
                    detail)
-
-
-def _support_row(ctx: _Context) -> TestRow:
-    """Observations of zero reference probability at t1, t2 or t3, any group: one is fatal.
-
-    A position is checked only when its prefix is possible (an impossible t1 is counted
-    once, at t1); tokens outside [0, vocab_size) are always out of support.
-    """
-    ref, w, per, total, n = ctx.ref, ctx.width, {}, 0, 0
-    codes2, codes3, keys3 = ref.codes(w)
-    for name, g in sorted(ctx.data.items()):
-        ok1 = g.t1 >= 0
-        bad1 = ok1 & ~np.isin(g.t1, ref.p1[0])
-        ok2 = ok1 & ~bad1 & (g.t2 >= 0)
-        pair = g.t1 * w + g.t2
-        bad2 = ok2 & ~np.isin(pair, codes2)
-        ok3 = ok2 & ~bad2 & (g.t3 >= 0) & np.isin(pair, keys3)
-        bad3 = ok3 & ~np.isin(pair * w + g.t3, codes3)
-        per[name] = {"t1": int(bad1.sum()), "t2": int(bad2.sum()), "t3": int(bad3.sum())}
-        total += sum(per[name].values())
-        n += int(ok1.sum() + ok2.sum() + ok3.sum())
-    detail = {"per_group": per, "rule": "any observation with reference probability 0 fails"}
-    return TestRow("out_of_support", "primary", float(total), None, None, n, ctx.alpha,
-                   total == 0, detail)
-
-
-def _gof_detail(res, tokens, counts, probs, labels=None) -> dict:
-    names = labels if labels is not None else [int(t) for t in tokens]
-    return {"n": res.n, "statistic": _num(res.statistic), "df": res.df, "pvalue": _num(res.pvalue),
-            "cells": res.cells, "out_of_support": res.out_of_support,
-            "pooled": [names[i] for i in res.pooled], "tokens": list(names),
-            "observed": [int(c) for c in counts],
-            "expected": [float(res.n * p) for p in probs / probs.sum()]}

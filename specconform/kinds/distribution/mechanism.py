@@ -24,7 +24,7 @@ from .rows import Coverage, gof_detail, stratified_row
 
 def acceptance(ctx: Context, spec: dict):
     name, d, whole, g = _speculative(ctx, spec)
-    tested, skipped = _first_position_strata(ctx, d, g)
+    tested, skipped = first_position_strata(ctx, d, g)
     results, per = [], []
     for t1, p, q in tested:
         tv = total_variation(*on_union(*p, *q)[1:])
@@ -67,7 +67,16 @@ def acceptance(ctx: Context, spec: dict):
 
 def joint(ctx: Context, spec: dict):
     name, d, _, g = _speculative(ctx, spec)
-    tested, skipped = _first_position_strata(ctx, d, g)
+    tested, skipped = first_position_strata(ctx, d, g)
+    results, per = joint_strata(ctx, g, tested)
+    head = {"group": name, "draft_loops": d, "skipped_impossible_strata": skipped,
+            "cells": "acc:x ~ min(p, q)(x), rej:x ~ (p - q)+(x), x over supp p U supp q"}
+    return stratified_row(ctx, spec, head, results, per, g.t1.size)
+
+
+def joint_strata(ctx, g: GroupData, tested, gof=pearson_gof) -> tuple[list, list]:
+    """Per tested stratum (t1, p, q): the joint-cell test and its record. ``gof`` is the
+    per-stratum test (the schema-1 evaluator passes its own reading)."""
     results, per = [], []
     for t1, p, q in tested:
         sel = g.t1 == t1
@@ -78,15 +87,13 @@ def joint(ctx: Context, spec: dict):
         probs = joint_cells(pp, qq)
         cell = np.searchsorted(tokens, x) + np.where(acc == 1, 0, tokens.size)
         counts = np.bincount(cell, minlength=2 * tokens.size)
-        res = pearson_gof(counts, probs, min_expected=ctx.min_expected)
+        res = gof(counts, probs, min_expected=ctx.min_expected)
         results.append(res)
         labels = [f"acc:{t}" for t in tokens.tolist()] + [f"rej:{t}" for t in tokens.tolist()]
         entry = gof_detail(res, tokens, counts, probs, labels=labels)
         entry["tv"] = total_variation(pp, qq)
         per.append({"t1": int(t1), **entry})
-    head = {"group": name, "draft_loops": d, "skipped_impossible_strata": skipped,
-            "cells": "acc:x ~ min(p, q)(x), rej:x ~ (p - q)+(x), x over supp p U supp q"}
-    return stratified_row(ctx, spec, head, results, per, g.t1.size)
+    return results, per
 
 
 def _speculative(ctx: Context, spec: dict) -> tuple[str, int, GroupData, GroupData]:
@@ -99,7 +106,7 @@ def _speculative(ctx: Context, spec: dict) -> tuple[str, int, GroupData, GroupDa
     return name, int(d), g, g.take((g.first_accepted >= 0) & (g.t1 >= 0) & (g.t2 >= 0))
 
 
-def _first_position_strata(ctx: Context, d: int, g: GroupData):
+def first_position_strata(ctx, d: int, g: GroupData):
     """([(t1, p, q), ...] for every stratum with at least min_samples samples,
     [{"t1": t1}, ...] for those the reference omits as impossible)."""
     keys, _ = strata(g.t1, ctx.min_samples)

@@ -60,6 +60,15 @@ def t3_gof(ctx: Context, spec: dict):
 
 def _stratified_gof(ctx: Context, spec: dict, depth: int):
     name = spec["groups"][0]
+    results, per, skipped, eligible = gof_strata(ctx, name, depth)
+    head = {"group": name, "skipped_impossible_strata": skipped}
+    return stratified_row(ctx, spec, head, results, per, eligible)
+
+
+def gof_strata(ctx, name: str, depth: int, gof=pearson_gof):
+    """Goodness of fit of t2 (depth 2) or t3 (depth 3) per stratum of group ``name``:
+    (results, per-stratum records, skipped impossible strata, eligible samples).
+    ``gof`` is the per-stratum test (the schema-1 evaluator passes its own reading)."""
     g = ctx.group(name)
     ok = (g.t1 >= 0) & (g.t2 >= 0) & ((g.t3 >= 0) if depth == 3 else True)
     g = g.take(ok)
@@ -78,11 +87,10 @@ def _stratified_gof(ctx: Context, spec: dict, depth: int):
             skipped.append(where)
             continue
         tokens, probs, counts = align(*law, tested[key_of == key])
-        res = pearson_gof(counts, probs, min_expected=ctx.min_expected)
+        res = gof(counts, probs, min_expected=ctx.min_expected)
         results.append(res)
         per.append({**where, **gof_detail(res, tokens, counts, probs)})
-    head = {"group": name, "skipped_impossible_strata": skipped}
-    return stratified_row(ctx, spec, head, results, per, int(ok.sum()))
+    return results, per, skipped, int(ok.sum())
 
 
 def t2_homogeneity(ctx: Context, spec: dict):
