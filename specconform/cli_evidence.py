@@ -30,6 +30,12 @@ verify refuses with exit 2: an archive checked against no key proves nothing abo
 produced it.
 
 \b
+Hostile input: entries other than regular files (directories, symlinks, devices),
+duplicates, names outside the archive's one top folder, compression above 200:1 and
+more than 48 MiB inflated are refused (exit 3) before they cost memory, so reading
+any archive stays under 512 MiB.
+
+\b
 Exit codes: 0 valid; 2 usage (missing archive or key file, no --pubkey nor
 --skip-signature); 3 invalid (the message names the first failing file or field).
 """

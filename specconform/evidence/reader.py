@@ -26,12 +26,16 @@ from specconform.errors import EvidenceError, UsageError
 from specconform.evidence.sha256sums import check_member_name, sha256_file, sha256_hex
 from specconform.results import Evaluation, RawData, TestRow, Verdict
 
-# Bounds that keep `verify` and `report` under MEMORY_BOUND_BYTES of RSS for any input
-# (measured: tests/toolkit/test_evidence_hostile.py). Members are held in memory, so the
-# total of what is actually inflated is capped; the largest real archives (100k seeds
-# per group) hold a few tens of MiB.
+# Bounds that keep `verify` and `report` under MEMORY_BOUND_BYTES of RSS for any input.
+# Members are held in memory and recomputation parses them (pandas, json: several times
+# their size), so the total actually inflated is capped. Measured peak RSS of `verify`
+# (2 shared CPU cores, CPython 3.11): the 4 GB bomb 140 MiB (refused by ratio); an
+# unsigned archive with a 45 MiB samples.csv, fully recomputed, 441 MiB; with a 44 MiB
+# reference.json, 417 MiB (a 119 MiB samples.csv took 932 MiB: hence 48, not 128).
+# Real archives are far smaller: fp32_t2 at 5,000 seeds x 5 groups inflates to 1.7 MiB,
+# so the cap admits about 140,000 seeds per group.
 MEMORY_BOUND_BYTES = 512 << 20
-MAX_TOTAL_BYTES = 128 << 20    # bytes inflated from all entries together
+MAX_TOTAL_BYTES = 48 << 20     # bytes inflated from all entries together
 MAX_ENTRIES = 10_000
 # Deflate reaches ~1030:1 on zeros; CSV and JSON evidence compresses 3-20:1. Entries
 # smaller than RATIO_FREE_BYTES cannot exhaust anything and are not ratio-checked.

@@ -3,7 +3,7 @@ directory (docs/contracts.md section 3) and seal it into an evidence archive.
 
 Nothing is left behind on failure: every input is validated first (`preflight`), the
 run is written into a hidden staging folder and renamed into place only when complete.
-A distribution run holds its run lock (`preflight.run_lock`) from before its ledger
+A distribution run holds its run lock (`runner.runlock`) from before its ledger
 reservation until its archive is in place.
 """
 from __future__ import annotations
@@ -25,7 +25,8 @@ from specconform.kinds import reevaluate
 from specconform.protocol.load import LoadedProtocol, canonical_json
 from specconform.results import Evaluation, RawData
 from specconform.runner.ledger import new_attempt_id, release
-from specconform.runner.preflight import ledger_path, preflight, run_lock
+from specconform.runner.preflight import ledger_path, preflight
+from specconform.runner.runlock import run_lock
 
 
 @dataclass(frozen=True)

@@ -23,29 +23,23 @@ no `.inprogress`, no ledger entry, no lock file).
 7. the ledger is readable and the new ranges overlap no earlier clean run (checked again
    atomically at reservation).
 
-`run_lock(out_dir, run_id)` then holds an exclusive flock on `OUT/.<run-id>.lock` for
-the whole run: a second run of the same inputs is told the first is live; a lock file
-whose flock nobody holds is the trace of an interrupted run.
+The run lock that tells a live run from an interrupted one is in `runner.runlock`.
 """
 from __future__ import annotations
 
-import errno
-import fcntl
 import importlib
 import importlib.util
 import json
 import os
 import re
 import shutil
-import socket
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from specconform.errors import UsageError
+from specconform.runner.runlock import lock_holder
 
 SEED_LIMIT = 2**63  # engine_under_test.params.SEED_LIMIT: seeds are int64 Philox keys
 MIN_FREE_ENV = "SPECCONFORM_MIN_FREE_MB"
@@ -283,31 +277,7 @@ def check_key(key: Path | None, sign: bool) -> None:
     load_private_key(resolve_signing_key(key, sign=True))
 
 
-# --- 6. run folder and lock -------------------------------------------------------------
-
-def _lock_file(out_dir: Path, run_id: str) -> Path:
-    return Path(out_dir) / f".{run_id}.lock"
-
-
-def lock_holder(out_dir: Path, run_id: str) -> str | None:
-    """'pid P on host H' if a live process holds the run's lock; None otherwise."""
-    path = _lock_file(out_dir, run_id)
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise
-            owner = os.read(fd, 256).decode(errors="replace").strip() or "unknown"
-            return owner
-        return None
-    finally:
-        os.close(fd)
-
+# --- 6. run folder -------------------------------------------------------------
 
 def check_run_folder(out_dir: Path, run_id: str, resume: Path | None) -> None:
     holder = lock_holder(out_dir, run_id)
@@ -319,54 +289,6 @@ def check_run_folder(out_dir: Path, run_id: str, resume: Path | None) -> None:
         raise UsageError(f"{folder}: an interrupted run with the same inputs (no live "
                          f"process holds it); continue it with --resume {folder} (or "
                          "remove that folder)")
-
-
-@contextmanager
-def run_lock(out_dir: Path, run_id: str) -> Iterator[None]:
-    """Hold the run's lock for the body; a created OUT and the lock file are removed
-    after (OUT only if it is left empty)."""
-    out_dir = Path(out_dir)
-    created = not out_dir.exists()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = _lock_file(out_dir, run_id)
-    fd = -1
-    try:
-        fd = _acquire(path, run_id, out_dir)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on host {socket.gethostname()}\n".encode())
-        try:
-            yield
-        finally:
-            path.unlink(missing_ok=True)  # while still locked: a waiter sees a dead inode
-    finally:
-        if fd >= 0:
-            os.close(fd)
-        if created:
-            try:
-                out_dir.rmdir()  # only if nothing else was written
-            except OSError:
-                pass
-
-
-def _acquire(path: Path, run_id: str, out_dir: Path) -> int:
-    """An fd holding the exclusive flock of the file now at `path`. A holder unlinks
-    the file before releasing it, so a lock won on an inode no longer at `path` is
-    retried on the new file."""
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            owner = os.read(fd, 256).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise UsageError(f"run {run_id} is live ({owner}) in {out_dir}; wait for it "
-                             "to finish or choose another --out") from None
-        try:
-            if os.fstat(fd).st_ino == os.stat(path).st_ino:
-                return fd
-        except FileNotFoundError:
-            pass
-        os.close(fd)
 
 
 # --- all of it ------------------------------------------------------------------------

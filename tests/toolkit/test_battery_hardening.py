@@ -18,13 +18,8 @@ from specconform.cli_evidence import keygen_command
 from specconform.errors import UsageError
 from specconform.protocol.load import load_protocol
 from specconform.runner.execute import free_destination, portable_command, zip_beside
-from specconform.runner.preflight import (
-    check_adapter,
-    check_mutant,
-    check_run_folder,
-    lock_holder,
-    run_lock,
-)
+from specconform.runner.preflight import check_adapter, check_mutant, check_run_folder
+from specconform.runner.runlock import lock_holder, run_lock
 from tests.toolkit.cli_helpers import ROOT
 
 
