@@ -38,6 +38,8 @@ MUTANTS = {
     "draft_q_mismatch": "draft drawn from q at depth d, scored with q of the other depth",
     "target_temperature": "target law at the draft position built with temperature 0.8",
     "bonus_off_by_one": "after an accepted draft, t3 drawn from the previous position's law",
+    "shared_uniform": "the correction reuses the accept coin u instead of a fresh uniform",
+    "bf16_q": "q rounded to bfloat16 in the accept rule and the residual",
 }
 
 # The group layout shared by protocols/ci_gate.yaml and protocols/fp32_t2.yaml, used only
@@ -236,6 +238,10 @@ def _sample_group(w: World, u: np.ndarray, d: int | None, mutant: str | None) ->
             if not others:
                 raise ValueError("draft_q_mismatch needs q_t2 at two draft depths")
             q_score = w.q2[others[0]][i]
+        if mutant == "bf16_q":
+            from specconform.stats.mutant_laws import bf16
+
+            q_score = bf16(q.astype(np.float32))
         x = np.argmax(q, axis=1) if mutant == "greedy_draft" else _draw(q, u[:, 1])
         if mutant == "q_one_hot":
             q_score = np.zeros_like(q)
@@ -243,7 +249,8 @@ def _sample_group(w: World, u: np.ndarray, d: int | None, mutant: str | None) ->
         ok = u[:, 2] * q_score[rows, x] < p[rows, x]  # the core's accept rule
         resid = p if mutant == "residual_from_p" else np.maximum(p - q_score, 0.0)
         resid = np.where(resid.sum(1, keepdims=True) > 0, resid, p)  # p == q: never used
-        j = np.where(ok, x, _draw(resid, u[:, 3]))
+        coin = u[:, 2] if mutant == "shared_uniform" else u[:, 3]
+        j = np.where(ok, x, _draw(resid, coin))
         first = ok.astype(np.int64)
         drafted = np.full(n, K)
         # Later positions only feed the reported mean accepted/drafted, not any test.
