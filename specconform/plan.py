@@ -199,6 +199,9 @@ def _plan_one(protocol, w: World, spec, n: int, level: float, power: float,
         note = "strata with a p_t3 law in the reference only"
     df = sum(s.df for s in strata)
     weight = sum(s.weight for s in strata)
+    if kind == "t3_gof" and not w.p3.any():
+        return TestPlan(spec["name"], kind, spec["role"], deciding, level_t, n, 0, (),
+                        math.inf, math.nan, "not planned: the reference has no p_t3 laws")
     if df < 1 or weight <= 0:
         return TestPlan(spec["name"], kind, spec["role"], deciding, level_t, n, df,
                         tuple(strata), math.inf, math.nan,
