@@ -172,8 +172,9 @@ def main(argv=None) -> int:
             runs = run(job, args.replications, args.seed, args.workers, args.mutant)
             if args.runs_out:
                 runs.to_csv(args.runs_out, index=False)
-        parts.append(calibration_tables(job, runs, args.seed) +
-                     f"\n(wall time {time.perf_counter() - t0:.0f} s)\n")
+        tail = (f"(summarised from {args.from_runs})" if args.from_runs else
+                f"(wall time {time.perf_counter() - t0:.0f} s, {args.workers} workers)")
+        parts.append(calibration_tables(job, runs, args.seed) + f"\n{tail}\n")
     if parts:
         text = "\n".join(parts)
         Path(args.out).write_text(text) if args.out else sys.stdout.write(text)
