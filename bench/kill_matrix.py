@@ -84,8 +84,11 @@ def matrix(path: str, runs_dir: str | None, replications: int, workers: int, see
     deciding = [t["name"] for t in deciding_tests(protocol)]
     depths = sorted({g["draft_loops"] for g in protocol["groups"] if g.get("draft_loops")})
     groups = {g["name"]: g for g in protocol["groups"]}
+    floor = math.ceil(int((protocol.get("strata") or {}).get("min_samples", 200))
+                      / float(world.p1.max()))
     lines = [f"### `{path}`: {n:,} seeds per group, alpha = {alpha}; "
-             f"{planning_level(protocol)[1]}\n",
+             f"{planning_level(protocol)[1]}. Below {floor:,} seeds no t1 stratum is "
+             "expected to reach min_samples (the floor of every seeds-to-kill).\n",
              "| bug | verdict FAIL, measured (99 % CP) | best deciding test, predicted power "
              "| seeds to kill (predicted, test) | oracle seeds " +
              " / ".join(f"d={d}" for d in depths) + " | test / oracle (same depth) |",
