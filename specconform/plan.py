@@ -63,6 +63,16 @@ class TestPlan:
     power: float
     note: str
 
+    def to_json(self) -> dict:
+        """Plain JSON for an archive (non-finite numbers as None)."""
+        def num(x):
+            return float(x) if math.isfinite(x) else None
+        return {"test": self.test, "type": self.type, "role": self.role,
+                "deciding": self.deciding, "level": self.level, "seeds": self.seeds,
+                "df": self.df, "detectable_tv": num(self.detectable_tv),
+                "power": num(self.power), "note": self.note,
+                "strata": [{"key": s.key, "n": s.n, "df": s.df} for s in self.strata]}
+
     @property
     def n_per_stratum(self) -> tuple[float, float]:
         ns = [s.n for s in self.strata]

@@ -1,5 +1,6 @@
 """The planner: detectable TV and seeds needed from exact laws, its CLI, and a check of
 its promise against the real evaluator on a biased sampler."""
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,6 +39,9 @@ def test_plan_at_5000_seeds_states_each_deciding_test(fp32):
     # Two-sample needs more than one-sample at the same n (n_eff = n/2).
     assert plans["t2_async_vs_nospec"].detectable_tv > plans["t2_async"].detectable_tv
     assert plans["t1_speculative"].level == pytest.approx(0.0025)  # Bonferroni over 4
+    row = json.loads(json.dumps(plans["t2_async"].to_json()))  # what an archive carries
+    assert row["detectable_tv"] == pytest.approx(plans["t2_async"].detectable_tv)
+    assert len(row["strata"]) == 2
 
 
 def test_detectable_tv_shrinks_like_one_over_root_n(gate):
