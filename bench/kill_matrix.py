@@ -95,8 +95,8 @@ def matrix(path: str, runs_dir: str | None, replications: int, workers: int, see
              "| --- | --- | --- | --- | --- | --- |"]
     detail = ["\n| bug | " + " | ".join(deciding) + " |",
               "| --- |" + " --- |" * len(deciding)]
-    for m in MUTANTS:
-        csv = Path(runs_dir or "/nonexistent") / f"{protocol['name']}_{m}.csv"
+    for m in [None, *MUTANTS]:  # None: the correct sampler on the same seeds (control)
+        csv = Path(runs_dir or "/nonexistent") / f"{protocol['name']}_{m or 'none'}.csv"
         if csv.exists() or replications > 0:
             runs = pd.read_csv(csv) if csv.exists() else run(job, replications, seed, workers, m)
             reps = runs.drop_duplicates("replication")
@@ -104,7 +104,9 @@ def matrix(path: str, runs_dir: str | None, replications: int, workers: int, see
             per = runs.groupby("test")["rejected"].agg(["sum", "size"])
         else:  # --replications 0: predicted only
             measured, per = "not run", pd.DataFrame(columns=["sum", "size"])
-        if m in EXACT:
+        if m is None:
+            pred, cells = {}, ("(size)", "—", "—", "—")
+        elif m in EXACT:
             pred = {r.test: r for r in mutant_power(protocol, world, m, n)}
             best = max((pred[t] for t in deciding if t in pred), key=lambda r: r.power)
             need, by = seeds_to_kill(protocol, world, m)
@@ -120,13 +122,13 @@ def matrix(path: str, runs_dir: str | None, replications: int, workers: int, see
                      "—" if math.isinf(ratio) else f"{ratio:.1f}x")
         else:
             pred, cells = {}, ("not derived (t3 law)", "—", "—", "—")
-        lines.append(f"| {m} | {measured} | " + " | ".join(cells) + " |")
+        lines.append(f"| {m or '(correct sampler)'} | {measured} | " + " | ".join(cells) + " |")
         row = []
         for t in deciding:
             meas = f"{int(per.loc[t, 'sum'])}/{int(per.loc[t, 'size'])}" if t in per.index else "—"
             p = pred.get(t)
             row.append(meas + (f" (pred {p.power:.2f})" if p is not None else ""))
-        detail.append(f"| {m} | " + " | ".join(row) + " |")
+        detail.append(f"| {m or '(correct sampler)'} | " + " | ".join(row) + " |")
     lines += ["\nPer deciding test: rejections measured / replications (predicted power):"]
     return "\n".join(lines + detail) + "\n"
 
