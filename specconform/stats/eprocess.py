@@ -104,7 +104,7 @@ def sequential_test(protocol: dict, world, samples: pd.DataFrame, alpha: float |
     for members in families.values():
         paths = np.vstack([group_log_e(world, samples[samples["group"] == g["name"]],
                                        g.get("draft_loops")) for g in members])
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore", over="ignore"):  # inf paths: impossible token
             top = paths.max(axis=0)
             fam = np.where(np.isinf(top), top, top + np.log(
                 np.mean(np.exp(paths - np.where(np.isinf(top), 0.0, top)), axis=0)))
