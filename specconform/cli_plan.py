@@ -103,7 +103,10 @@ def plan(protocol, seeds, tv, reference, power):
                          + " | ".join(cells) + f" | {need} |")
     else:
         n = seeds or int(data["seeds"]["count"])
-        rows = plan_tests(data, ref, n, power)
+        try:
+            rows = plan_tests(data, ref, n, power)
+        except ValueError as exc:  # e.g. a reference without the laws of every t1
+            raise UsageError(str(exc)) from None
         lines = [f"# {data['name']}: TV detectable per deciding stratum at {n:,} seeds per "
                  f"group, power {power:g}; {how}",
                  "| test | role | deciding | level | df | strata | n per stratum | "
