@@ -89,11 +89,11 @@ def world_from_reference(ref: dict) -> World:
     law = {int(k): float(v) for k, v in ref["p_t1"].items() if float(v) > 0}
     t1_tokens = np.array(sorted(law), dtype=np.int64)
     depths = sorted(int(d) for d in ref.get("q_t2", {}))
-    missing = [t for t in t1_tokens if str(t) not in ref["p_t2"]
+    missing = [int(t) for t in t1_tokens if str(t) not in ref["p_t2"]
                or any(str(t) not in ref["q_t2"][str(d)] for d in depths)]
     if missing:
         raise ValueError(f"reference has no p_t2/q_t2 for first tokens {missing[:5]}: "
-                         "calibration needs the laws of every possible t1")
+                         "simulation and planning need the laws of every possible t1")
     sparse = {}
     for t1 in t1_tokens:
         sparse[t1] = [_sparse(ref["p_t2"][str(t1)])] + \
