@@ -93,8 +93,9 @@ def matrix(path: str, runs_dir: str | None, replications: int, workers: int, see
              "| seeds to kill (predicted, test) | oracle seeds " +
              " / ".join(f"d={d}" for d in depths) + " | test / oracle (same depth) |",
              "| --- | --- | --- | --- | --- | --- |"]
-    detail = ["\n| bug | " + " | ".join(deciding) + " |",
-              "| --- |" + " --- |" * len(deciding)]
+    shown = [*deciding, "out_of_support"]  # the evaluator's always-deciding support row
+    detail = ["\n| bug | " + " | ".join(shown) + " |",
+              "| --- |" + " --- |" * len(shown)]
     for m in [None, *MUTANTS]:  # None: the correct sampler on the same seeds (control)
         csv = Path(runs_dir or "/nonexistent") / f"{protocol['name']}_{m or 'none'}.csv"
         if csv.exists() or replications > 0:
@@ -117,14 +118,15 @@ def matrix(path: str, runs_dir: str | None, replications: int, workers: int, see
             d = groups[spec["groups"][0]].get("draft_loops") if spec else None
             ref_oracle = oracle[depths.index(d)] if d in depths else min(oracle)
             ratio = need / ref_oracle if math.isfinite(need) and ref_oracle > 0 else math.inf
-            cells = (f"{best.power:.3f} ({best.test})", f"{_fmt(need)} ({by})",
+            cells = (f"{best.power:.3f} ({best.test})",
+                     f"{_fmt(need)} ({by or 'no deciding test sees it'})",
                      " / ".join(_fmt(o) for o in oracle),
                      "—" if math.isinf(ratio) else f"{ratio:.1f}x")
         else:
             pred, cells = {}, ("not derived (t3 law)", "—", "—", "—")
         lines.append(f"| {m or '(correct sampler)'} | {measured} | " + " | ".join(cells) + " |")
         row = []
-        for t in deciding:
+        for t in shown:
             meas = f"{int(per.loc[t, 'sum'])}/{int(per.loc[t, 'size'])}" if t in per.index else "—"
             p = pred.get(t)
             row.append(meas + (f" (pred {p.power:.2f})" if p is not None else ""))
