@@ -7,7 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specconform.calibration import load_reference, simulate, world_from_reference
+from specconform.calibration import (
+    evaluate_frames,
+    load_reference,
+    simulate,
+    world_from_reference,
+)
 from specconform.plan import detectable_tv_for_run, plan_tests, planning_level, seeds_needed
 from specconform.protocol.load import load_protocol
 from specconform.stats.power import chi2_power
@@ -84,8 +89,6 @@ def test_planned_bias_is_detected_by_the_real_evaluator(gate):
     # least 37 of 40 reject with probability 0.999; a planner off by a factor 2 in TV
     # (power ~0.2 at half the TV) would fail. Negative control: the exact law rejects at
     # most 3 of 40 (Binomial(40, 0.01) exceeds 3 with probability 0.0007).
-    from specconform.kinds.distribution_eval import evaluate_frames
-
     protocol, ref = gate
     plan = {p.test: p for p in plan_tests(protocol, ref, 2000)}["t1_nospec"]
     spec = {**protocol, "tests": [t for t in protocol["tests"] if t["name"] == "t1_nospec"]}
