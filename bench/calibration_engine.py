@@ -19,8 +19,7 @@ import time
 import pandas as pd
 
 from specconform.adapters.engine import BundledEngine
-from specconform.calibration import summarize, verdict_bound
-from specconform.kinds.distribution import evaluate_frames
+from specconform.calibration import evaluate_frames, summarize, verdict_bound
 from specconform.protocol.load import apply_overrides, load_protocol
 from specconform.runner.distribution import (
     SAMPLE_COLUMNS,

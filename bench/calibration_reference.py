@@ -1,141 +1,183 @@
-"""Calibrate the distribution tests on samples drawn from exact reference laws (no engine).
+"""Calibration of the shipped distribution protocols from exact laws (no engine).
 
-Runs the full evaluator (every test, pooling and stratification rule of issue 5's
-fp32_t2 test list) on many replications of synthetic exact-law samples and prints, as
-Markdown, each test's false-fail rate at alpha with its 99 % Clopper-Pearson interval,
-the verdict's FAIL rate against its union bound, and (with --power-replications) each
-test's rejection rate under every wrong sampler of specconform.calibration.MUTANTS.
+For each protocol file (default: every distribution-kind protocol in protocols/ with a
+known exact-law reference), draws replications of samples from exact laws for the
+protocol's own groups and seed count, runs the real evaluator with the protocol's own
+tests and decision rule, and writes Markdown: each test's and the verdict's false-fail
+rate with a 99 % Clopper-Pearson interval, and NIST-style second-level checks (KS and
+10-bin χ² uniformity of the p-values across replications, proportion passing).
 
-    .venv/bin/python bench/calibration_reference.py --replications 1000 --seeds 5000 \
-        --power-replications 200 --workers 2 > /tmp/calibration_tables.md
+Exact laws: fp32_t2 from the shipped evidence archive's raw/reference.json (the small
+preset's serial replay on CUDA); ci_gate from bench/reference/ci_gate-tiny.json (the tiny
+preset replayed for every prefix by bench/calibration_make_reference.py).
+
+    .venv/bin/python bench/calibration_reference.py --replications 1000 --workers 2 \
+        --out /tmp/calibration.md
+    # the heavy part elsewhere (numpy/scipy/pandas only), summarised here:
+    .venv/bin/python bench/calibration_reference.py protocols/ci_gate.yaml --job-out /tmp/j
+    python3 bench/calibration_reference.py --job /tmp/j/ci_gate.json --runs-out runs.csv
+    .venv/bin/python bench/calibration_reference.py protocols/ci_gate.yaml --from-runs runs.csv
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import pandas as pd
 
-from specconform.calibration import (
-    MUTANTS,
-    PROTOCOL,
-    make_world,
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from specconform.calibration import (  # noqa: E402
+    deciding_tests,
+    load_reference,
     replicate,
+    second_level,
+    stated_verdict_rate,
     summarize,
     verdict_bound,
+    world_from_reference,
 )
 
+REFERENCES = {  # protocol name -> exact laws (relative to the repository root)
+    "ci_gate": "bench/reference/ci_gate-tiny.json",
+    "fp32_t2": "docs/evidence/fp32_t2-96c34d54-41ee4c6a.zip",
+}
+_STATE: dict = {}
 
-def _chunk(args):
-    world_seed, start, count, n_seeds, seed, mutant, protocol = args
-    return replicate(make_world(world_seed), count, n_seeds, seed, mutant=mutant, start=start,
-                     protocol=protocol)
+
+def load(path: str, reference: str | None = None) -> dict:
+    """A job: validated protocol data, its hash and the exact laws."""
+    from specconform.protocol.load import load_protocol
+
+    loaded = load_protocol(path)
+    data = loaded.data
+    ref_path = reference or REFERENCES.get(data["name"])
+    if ref_path is None:
+        raise SystemExit(f"error: no exact-law reference known for {data['name']!r}; "
+                         "pass --reference")
+    ref = load_reference(ROOT / ref_path if not Path(ref_path).is_absolute() else ref_path)
+    return {"path": str(path), "hash": loaded.hash, "protocol": data, "reference": ref,
+            "reference_path": str(ref_path)}
 
 
-def run(replications: int, n_seeds: int, seed: int, world_seed: int, workers: int,
-        mutant: str | None = None, protocol: dict = PROTOCOL) -> pd.DataFrame:
-    size = max(1, -(-replications // (4 * workers)))  # a few chunks per worker
-    jobs = [(world_seed, s, min(size, replications - s), n_seeds, seed, mutant, protocol)
-            for s in range(0, replications, size)]
+def _init(job: dict) -> None:
+    _STATE["job"], _STATE["world"] = job, world_from_reference(job["reference"])
+
+
+def _chunk(args) -> pd.DataFrame:
+    start, count, seed, mutant = args
+    return replicate(_STATE["world"], _STATE["job"]["protocol"], count, seed, mutant=mutant,
+                     start=start)
+
+
+def run(job: dict, replications: int, seed: int, workers: int, mutant: str | None = None
+        ) -> pd.DataFrame:
+    """Replications 0..n-1 (deterministic: r draws from default_rng([seed, r]))."""
+    size = max(1, -(-replications // (4 * max(workers, 1))))
+    jobs = [(s, min(size, replications - s), seed, mutant) for s in range(0, replications, size)]
     if workers <= 1:
+        _init(job)
         return pd.concat(map(_chunk, jobs), ignore_index=True)
-    with ProcessPoolExecutor(workers) as pool:
+    with ProcessPoolExecutor(workers, initializer=_init, initargs=(job,)) as pool:
         return pd.concat(pool.map(_chunk, jobs), ignore_index=True)
 
 
-def _nominal(test: str, alpha: float, bound: float, protocol: dict = PROTOCOL
-             ) -> tuple[str, str]:
-    """(nominal rate, how it is checked) for one row of the calibration table."""
-    spec = next((t for t in protocol["tests"] if t["name"] == test), None)
-    if test == "out_of_support":
-        return "0", "no false fail"
-    if test == "VERDICT":
-        return f"<= {bound:g}", "CI low <= bound"
-    if spec and spec["type"] == "t1_gof" and len(spec["groups"]) > 1:
-        return f"<= {alpha:g} (Bonferroni)", "CI low <= alpha"
-    return f"{alpha:g}", "alpha in CI"
-
-
-def calibration_table(summary: pd.DataFrame, alpha: float, bound: float,
-                      protocol: dict = PROTOCOL) -> str:
-    lines = ["| test | role | false fails | 99 % Clopper-Pearson | nominal | check | ok |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+def calibration_tables(job: dict, runs: pd.DataFrame, seed: int) -> str:
+    protocol = job["protocol"]
+    alpha = float(protocol["alpha"])
+    deciding = {t["name"] for t in deciding_tests(protocol)} | {"out_of_support"}
+    summary = summarize(runs, alpha)
+    nist = {s.test: s for s in second_level(runs, alpha)}
+    reps = int(runs["replication"].nunique())
+    stated, bound = stated_verdict_rate(protocol), verdict_bound(protocol)
+    head = (f"### `{job['path']}` (hash {job['hash'][:12]}): {reps} replications x "
+            f"{protocol['seeds']['count']} seeds per group, alpha = {alpha}, seed {seed}\n\n"
+            f"Exact laws: `{job['reference_path']}`. Rejection = the row's passed is False "
+            "(exploratory rows: p < alpha). Proportion passing: NIST range "
+            "(1 - alpha) +/- 3 sqrt(alpha (1 - alpha) / m). KS / chi2: uniformity of the "
+            "p-values (10 bins).\n")
+    lines = [head, "| test | role | deciding | false fails | 99 % Clopper-Pearson | alpha in CI "
+             "| proportion passing [NIST range] | KS p | chi2 p |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in summary.itertuples():
-        if r.test == "coverage":
+        if r.test in ("coverage", "VERDICT"):
             continue
-        nominal, check = _nominal(r.test, alpha, bound, protocol)
-        if check == "no false fail":
-            ok = r.rejections == 0
-        elif check == "alpha in CI":
-            ok = bool(r.alpha_inside)
+        s = nist.get(r.test)
+        second = (f"{s.proportion:.4f} [{s.range_low:.4f}, {s.range_high:.4f}]"
+                  f"{'' if s.proportion_ok else ' **out**'} | {s.ks_pvalue:.3g} | "
+                  f"{s.chi2_pvalue:.3g}") if s else "— | — | —"
+        spec = next((t for t in protocol["tests"] if t["name"] == r.test), {})
+        if r.test == "out_of_support":
+            inside = "0 expected"
+        elif spec.get("type") == "t1_gof" and len(spec.get("groups", ())) > 1:
+            # Bonferroni over seed-sharing groups: nominal rate <= alpha, not = alpha.
+            inside = f"<= alpha: {'yes' if r.ci_low <= alpha else '**NO**'}"
         else:
-            ok = r.ci_low <= (bound if r.test == "VERDICT" else alpha)
-        name = "**verdict FAIL**" if r.test == "VERDICT" else r.test
-        lines.append(f"| {name} | {r.role} | {r.rejections}/{r.replications} = {r.rate:.4f} "
-                     f"| [{r.ci_low:.4f}, {r.ci_high:.4f}] | {nominal} | {check} "
-                     f"| {'yes' if ok else 'NO'} |")
-    return "\n".join(lines)
-
-
-def power_table(rates: dict[str, pd.DataFrame]) -> str:
-    names = list(rates)
-    tests = [t for t in rates[names[0]]["test"] if t != "coverage"]
-    lines = ["| test | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
-    for t in tests:
-        cells = []
-        for m in names:
-            r = rates[m].set_index("test").loc[t]
-            cells.append(f"{r.rate:.3f}")
-        name = "**verdict FAIL**" if t == "VERDICT" else t
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+            inside = "yes" if r.alpha_inside else "**NO**"
+        lines.append(f"| {r.test} | {r.role} | {'yes' if r.test in deciding else ''} | "
+                     f"{r.rejections}/{r.replications} = {r.rate:.4f} | "
+                     f"[{r.ci_low:.4f}, {r.ci_high:.4f}] | {inside} | {second} |")
+    v = summary.set_index("test").loc["VERDICT"]
+    ok = v.ci_low <= stated <= v.ci_high
+    lines.append(f"| **verdict FAIL** | verdict | | {v.rejections}/{v.replications} = "
+                 f"{v.rate:.4f} | [{v.ci_low:.4f}, {v.ci_high:.4f}] | stated {stated:g}: "
+                 f"{'inside' if ok else '**outside**'} | union bound {bound:g} | | |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("protocols", nargs="*", help="default: ci_gate and fp32_t2")
+    ap.add_argument("--reference", default=None, help="reference.json or archive (.zip)")
     ap.add_argument("--replications", type=int, default=1000)
-    ap.add_argument("--seeds", type=int, default=5000, help="seeds per group")
     ap.add_argument("--seed", type=int, default=20260514, help="simulation seed")
-    ap.add_argument("--world-seed", type=int, default=0, help="synthetic laws seed")
-    ap.add_argument("--power-replications", type=int, default=0)
-    ap.add_argument("--mutants", nargs="*", default=sorted(MUTANTS))
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--mutant", default=None, help="engine-free wrong sampler (power side)")
+    ap.add_argument("--job-out", default=None, help="write job JSON files here and stop")
+    ap.add_argument("--job", default=None, help="run one job JSON (no pydantic needed)")
+    ap.add_argument("--runs-out", default=None, help="save per-replication rows (CSV)")
+    ap.add_argument("--from-runs", default=None, help="summarise saved rows instead")
     ap.add_argument("--out", default=None, help="write the Markdown here (default stdout)")
-    ap.add_argument("--protocol", default=None,
-                    help="a distribution protocol file whose tests and decision rule to "
-                         "calibrate (groups nospec, sync, async, sync_d1, async_d1); "
-                         "default: fp32_t2's test list")
     args = ap.parse_args(argv)
 
-    protocol = PROTOCOL
-    if args.protocol:
-        from specconform.protocol.load import load_protocol
-
-        protocol = load_protocol(args.protocol).data
-    alpha, bound = float(protocol["alpha"]), verdict_bound(protocol)
-    t0 = time.perf_counter()
-    null = summarize(run(args.replications, args.seeds, args.seed, args.world_seed,
-                         args.workers, protocol=protocol), alpha)
-    parts = [f"### False-fail rates: {args.replications} replications x {args.seeds} seeds "
-             f"per group, alpha = {alpha}\n", calibration_table(null, alpha, bound, protocol)]
-    if args.power_replications:
-        rates = {}
-        for m in args.mutants:
-            rates[m] = summarize(run(args.power_replications, args.seeds, args.seed + 1,
-                                     args.world_seed, args.workers, mutant=m,
-                                     protocol=protocol), alpha)
-        parts += [f"\n### Rejection rates under wrong samplers: {args.power_replications} "
-                  f"replications x {args.seeds} seeds per group, alpha = {alpha}\n",
-                  power_table(rates)]
-    parts.append(f"\n(wall time {time.perf_counter() - t0:.0f} s, {args.workers} workers)\n")
-    text = "\n".join(parts)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
+    if args.job:
+        job = json.loads(Path(args.job).read_text())
+        t0 = time.perf_counter()
+        runs = run(job, args.replications, args.seed, args.workers, args.mutant)
+        runs.to_csv(args.runs_out or sys.stdout, index=False)
+        print(f"{job['protocol']['name']}: {args.replications} replications in "
+              f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        return 0
+    paths = args.protocols or ["protocols/ci_gate.yaml", "protocols/fp32_t2.yaml"]
+    parts = []
+    for path in paths:
+        job = load(path, args.reference)
+        if job["protocol"]["kind"] != "distribution":
+            raise SystemExit(f"error: {path} is not a distribution protocol")
+        if args.job_out:
+            Path(args.job_out).mkdir(parents=True, exist_ok=True)
+            out = Path(args.job_out) / f"{job['protocol']['name']}.json"
+            out.write_text(json.dumps(job))
+            print(f"wrote {out}")
+            continue
+        t0 = time.perf_counter()
+        if args.from_runs:
+            runs = pd.read_csv(args.from_runs)
+        else:
+            runs = run(job, args.replications, args.seed, args.workers, args.mutant)
+            if args.runs_out:
+                runs.to_csv(args.runs_out, index=False)
+        tail = (f"(summarised from {args.from_runs})" if args.from_runs else
+                f"(wall time {time.perf_counter() - t0:.0f} s, {args.workers} workers)")
+        parts.append(calibration_tables(job, runs, args.seed) + f"\n{tail}\n")
+    if parts:
+        text = "\n".join(parts)
+        Path(args.out).write_text(text) if args.out else sys.stdout.write(text)
     return 0
 
 

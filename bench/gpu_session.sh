@@ -62,7 +62,7 @@ part_fp32() {
   mv "$OUT"/runs/*.zip "$OUT/" 2>/dev/null; rm -rf "$OUT/runs" "$OUT/ledger.jsonl"
 }
 part_kill() {
-  lim python3 bench/kill_matrix.py protocols/fp32_t2.yaml --seeds 5000 --offset 3e6 \
+  lim python3 bench/kill_matrix_engine.py protocols/fp32_t2.yaml --seeds 5000 --offset 3e6 \
     --device cuda --out "$OUT/kill-fp32_t2.md" 2>&1 | grep -v "^generate\|^reference"
 }
 part_kill2() {
@@ -70,22 +70,22 @@ part_kill2() {
   # each at 5,000 seeds; runs are latency-bound, so two share the GPU well).
   local half=(greedy_draft target_default_params draft_raw_q residual_inplace no_draft_probs bonus_params)
   local rest=(bf16_q shared_rng async_stale_input residual_from_p bonus_off_by_one shared_uniform)
-  lim python3 bench/kill_matrix.py protocols/fp32_t2.yaml --seeds 5000 --offset 3e6 \
+  lim python3 bench/kill_matrix_engine.py protocols/fp32_t2.yaml --seeds 5000 --offset 3e6 \
     --device cuda --mutants "${half[@]}" --out "$OUT/kill-fp32_t2-a.md" > "$OUT/.kill-a.log" 2>&1 &
   local a=$!
-  lim python3 bench/kill_matrix.py protocols/fp32_t2.yaml --seeds 5000 --offset 3e6 \
+  lim python3 bench/kill_matrix_engine.py protocols/fp32_t2.yaml --seeds 5000 --offset 3e6 \
     --device cuda --no-clean --mutants "${rest[@]}" --out "$OUT/kill-fp32_t2-b.md" 2>&1 \
     | grep -v "^generate\|^reference"
   wait $a; grep -v "^generate\|^reference" "$OUT/.kill-a.log"; rm -f "$OUT/.kill-a.log"
 }
 part_bonus() {
   # One more fp32_t2 kill-matrix row (the mutant the split run did not reach).
-  lim python3 bench/kill_matrix.py protocols/fp32_t2.yaml --seeds 5000 --offset 3e6 \
+  lim python3 bench/kill_matrix_engine.py protocols/fp32_t2.yaml --seeds 5000 --offset 3e6 \
     --device cuda --no-clean --mutants ${BONUS_MUTANTS:-bonus_params} \
     --out "$OUT/kill-fp32_t2-c.md" 2>&1 | grep -v "^generate\|^reference"
 }
 part_killci() {
-  lim python3 bench/kill_matrix.py protocols/ci_gate.yaml --device cuda \
+  lim python3 bench/kill_matrix_engine.py protocols/ci_gate.yaml --device cuda \
     --out "$OUT/kill-ci_gate.md" 2>&1 | grep -v "^generate\|^reference"
 }
 engine_preset() {

@@ -1,115 +1,158 @@
-"""Kill matrix: run a distribution protocol once clean and once per planted bug, and
-report which tests each bug fails and how many seeds each test family needs.
+"""Kill matrix from exact laws: each planted bug's power against each deciding test of a
+protocol at its size, and the seeds it takes to kill, against a noncentral-χ² oracle.
 
-Seeds needed are estimated from the observed effect: for an aggregated Pearson test with
-statistic X on df degrees of freedom from n samples, the per-sample noncentrality is
-w = max(X - df, 0) / n, and the seeds needed for power 0.99 at alpha are the smallest N
-with P(ncx2(df, N w) > chi2.ppf(1 - alpha, df)) >= 0.99 (scipy.stats). An estimate, not
-a guarantee: it assumes the strata keep their shares and the effect is real.
+For every engine-free bug (specconform.calibration.MUTANTS) on the protocol's exact laws
+(the same references as bench/calibration_reference.py):
 
-    python bench/kill_matrix.py protocols/ci_gate.yaml --out docs/kill-matrix-ci_gate.md
-    python bench/kill_matrix.py protocols/fp32_t2.yaml --seeds 5000 --offset 2e6 --device cuda
+- **measured**: the fraction of R replications (default 200, from
+  `calibration_reference.py --mutant M --runs-out`, or run here) whose verdict FAILs, and
+  each deciding test's rejection rate, with 99 % Clopper-Pearson intervals;
+- **predicted** from the bug's exact first-position law (specconform.stats.mutant_laws):
+  noncentral χ² at the test's df and noncentrality on its pooled cells, combined with
+  the probability of an out-of-support sample (specconform.plan.mutant_power);
+- **seeds to kill**: the smallest seeds per group at which the best deciding test's
+  predicted power reaches 0.99, against the oracle: a 1-df test on the joint (accept /
+  reject, t2) cells of every t1 stratum, unpooled (specconform.plan.oracle_seeds).
+  Never from one run's statistic, and an infinite statistic is not a power of 1.
+
+    .venv/bin/python bench/kill_matrix.py protocols/ci_gate.yaml --runs /tmp/power-cal \
+        --out docs/kill-matrix-ci_gate.md
 """
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-from scipy import stats
+import pandas as pd
+from statsmodels.stats.proportion import proportion_confint
 
-from specconform.protocol.load import apply_overrides, exact_int, load_protocol
-from specconform.runner.execute import execute
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
-LAW_CHANGING = ["greedy_draft", "target_default_params", "draft_raw_q", "residual_inplace",
-                "no_draft_probs", "bonus_params", "bf16_q", "shared_rng", "async_stale_input",
-                "residual_from_p", "bonus_off_by_one", "shared_uniform"]
-FAMILIES = {"t2 marginal": ("t2_gof", "t2_homogeneity"), "mechanism": ("joint", "acceptance")}
+from calibration_reference import load, run  # noqa: E402
+
+from specconform.calibration import MUTANTS, deciding_tests, world_from_reference  # noqa: E402
+from specconform.plan import mutant_power, oracle_seeds, planning_level  # noqa: E402
+from specconform.stats.mutant_laws import EXACT  # noqa: E402
+
+# The bundled engine's planted bugs and their engine-free equivalent here (None: its law
+# needs the engine's logits or batch layout, not derivable from reference.json).
+ENGINE_EQUIVALENT = {
+    "residual_from_p": "residual_from_p", "bonus_off_by_one": "bonus_off_by_one",
+    "shared_uniform": "shared_uniform", "greedy_draft": "greedy_draft",
+    "no_draft_probs": "q_one_hot", "bf16_q": "bf16_q", "target_default_params": None,
+    "draft_raw_q": None, "residual_inplace": None, "bonus_params": None,
+    "shared_rng": None, "async_stale_input": None,
+}
 
 
-def seeds_needed(statistic, df, n, alpha, power=0.99) -> float | None:
-    if statistic is None or df is None or not df or n <= 0:
-        return None
-    w = max(statistic - df, 0.0) / n
-    if w <= 0:
-        return float("inf")
-    crit = stats.chi2.ppf(1 - alpha, df)
-    lo, hi = 1.0, 1.0
-    while stats.ncx2.sf(crit, df, hi * w) < power:
-        hi *= 2
-        if hi > 1e12:
-            return float("inf")
+def _ci(k: int, n: int) -> str:
+    lo, hi = proportion_confint(k, n, alpha=0.01, method="beta")
+    return f"{k}/{n} [{lo:.3f}, {hi:.3f}]"
+
+
+def seeds_to_kill(protocol, world, mutant, power=0.99, cap=10**8) -> tuple[float, str]:
+    """Smallest seeds per group at which some deciding test's predicted power >= power."""
+    def best(n):
+        rows = [r for r in mutant_power(protocol, world, mutant, n) if r.deciding and r.exact]
+        top = max(rows, key=lambda r: r.power, default=None)
+        return (top.power, top.test) if top else (0.0, "")
+
+    lo, hi = 1, 2
+    while best(hi)[0] < power and hi < cap:
+        lo, hi = hi, hi * 2
+    if best(hi)[0] < power:
+        return math.inf, ""
     while hi - lo > 1:
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if stats.ncx2.sf(crit, df, mid * w) >= power else (mid, hi)
-    return hi
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if best(mid)[0] >= power else (mid, hi)
+    return float(hi), best(hi)[1]
 
 
-def _fmt_n(x) -> str:
-    if x is None:
-        return "—"
-    if isinstance(x, str):
-        return x
-    return "∞" if x == float("inf") else f"{int(x):,}"
+def _fmt(x: float) -> str:
+    return "∞" if math.isinf(x) else f"{int(x):,}"
+
+
+def matrix(path: str, runs_dir: str | None, replications: int, workers: int, seed: int) -> str:
+    job = load(path)
+    protocol, world = job["protocol"], world_from_reference(job["reference"])
+    n = int(protocol["seeds"]["count"])
+    alpha = float(protocol["alpha"])
+    deciding = [t["name"] for t in deciding_tests(protocol)]
+    depths = sorted({g["draft_loops"] for g in protocol["groups"] if g.get("draft_loops")})
+    groups = {g["name"]: g for g in protocol["groups"]}
+    floor = math.ceil(int((protocol.get("strata") or {}).get("min_samples", 200))
+                      / float(world.p1.max()))
+    lines = [f"### `{path}`: {n:,} seeds per group, alpha = {alpha}; "
+             f"{planning_level(protocol)[1]}. Below {floor:,} seeds no t1 stratum is "
+             "expected to reach min_samples (the floor of every seeds-to-kill).\n",
+             "| bug | verdict FAIL, measured (99 % CP) | best deciding test, predicted power "
+             "| seeds to kill (predicted, test) | oracle seeds " +
+             " / ".join(f"d={d}" for d in depths) + " | test / oracle (same depth) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    shown = [*deciding, "out_of_support"]  # the evaluator's always-deciding support row
+    detail = ["\n| bug | " + " | ".join(shown) + " |",
+              "| --- |" + " --- |" * len(shown)]
+    for m in [None, *MUTANTS]:  # None: the correct sampler on the same seeds (control)
+        csv = Path(runs_dir or "/nonexistent") / f"{protocol['name']}_{m or 'none'}.csv"
+        if csv.exists() or replications > 0:
+            runs = pd.read_csv(csv) if csv.exists() else run(job, replications, seed, workers, m)
+            reps = runs.drop_duplicates("replication")
+            measured = _ci(int((reps["verdict"] == "FAIL").sum()), len(reps))
+            per = runs.groupby("test")["rejected"].agg(["sum", "size"])
+        else:  # --replications 0: predicted only
+            measured, per = "not run", pd.DataFrame(columns=["sum", "size"])
+        if m is None:
+            pred, cells = {}, ("(size)", "—", "—", "—")
+        elif m in EXACT:
+            pred = {r.test: r for r in mutant_power(protocol, world, m, n)}
+            best = max((pred[t] for t in deciding if t in pred), key=lambda r: r.power)
+            need, by = seeds_to_kill(protocol, world, m)
+            oracle = [oracle_seeds(world, m, d, alpha) for d in depths]
+            # Against the oracle at the depth of the killing test's group (t2 homogeneity
+            # and gof tests name the speculative group first).
+            spec = next((t for t in protocol["tests"] if t["name"] == by), None)
+            d = groups[spec["groups"][0]].get("draft_loops") if spec else None
+            ref_oracle = oracle[depths.index(d)] if d in depths else min(oracle)
+            ratio = need / ref_oracle if math.isfinite(need) and ref_oracle > 0 else math.inf
+            cells = (f"{best.power:.3f} ({best.test})",
+                     f"{_fmt(need)} ({by or 'no deciding test sees it'})",
+                     " / ".join(_fmt(o) for o in oracle),
+                     "—" if math.isinf(ratio) else f"{ratio:.1f}x")
+        else:
+            pred, cells = {}, ("not derived (t3 law)", "—", "—", "—")
+        lines.append(f"| {m or '(correct sampler)'} | {measured} | " + " | ".join(cells) + " |")
+        row = []
+        for t in shown:
+            meas = f"{int(per.loc[t, 'sum'])}/{int(per.loc[t, 'size'])}" if t in per.index else "—"
+            p = pred.get(t)
+            row.append(meas + (f" (pred {p.power:.2f})" if p is not None else ""))
+        detail.append(f"| {m or '(correct sampler)'} | " + " | ".join(row) + " |")
+    lines += ["\nPer deciding test: rejections measured / replications (predicted power):"]
+    return "\n".join(lines + detail) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("protocol")
-    ap.add_argument("--seeds", default=None)
-    ap.add_argument("--offset", default=None)
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--mutants", nargs="*", default=LAW_CHANGING)
-    ap.add_argument("--no-clean", action="store_true",
-                    help="skip the clean run (when the mutants are split across processes)")
+    ap.add_argument("protocols", nargs="*", default=["protocols/ci_gate.yaml"])
+    ap.add_argument("--runs", default=None, help="folder of <protocol>_<mutant>.csv rows "
+                    "(calibration_reference.py --mutant M --runs-out); missing ones run here")
+    ap.add_argument("--replications", type=int, default=200,
+                    help="per bug when no saved rows exist; 0: predicted columns only")
+    ap.add_argument("--seed", type=int, default=20260515)
+    ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    loaded = load_protocol(args.protocol)
-    loaded = apply_overrides(loaded, {
-        "--seeds": exact_int(args.seeds, "--seeds") if args.seeds else None,
-        "--offset": exact_int(args.offset, "--offset") if args.offset else None,
-        "--device": args.device})
-    group_n = loaded.model.seeds.count
-    from specconform.progress import progress
-
-    kinds = {t.name: t.type for t in loaded.model.tests}
-    lines = [f"### Kill matrix: `{args.protocol}` ({group_n} seeds per group, "
-             f"alpha = {loaded.model.alpha})\n",
-             "| mutant | verdict | deciding tests failed | mechanism tests failed | "
-             "t2 marginal: min seeds needed | mechanism: min seeds needed | wall s |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    with tempfile.TemporaryDirectory() as tmp:
-        for mutant in ([] if args.no_clean else [None]) + list(args.mutants):
-            t0 = time.perf_counter()
-            out = execute(loaded, out_dir=Path(tmp) / (mutant or "clean"),
-                          argv=["kill_matrix"], mutant=mutant, key=None, sign=False,
-                          progress=progress, run_context={"out_dir": Path(tmp) / "x"})
-            ev = out.evaluation
-            alpha = loaded.model.alpha
-            failed = ", ".join(ev.verdict.failed) or "—"
-            mech = ", ".join(t.test for t in ev.tests if kinds.get(t.test) in
-                             FAMILIES["mechanism"] and t.passed is False) or "—"
-            need = {}
-            for family, types in FAMILIES.items():
-                # Samples needed, scaled to seeds per group by the share of the group's
-                # seeds the test used (strata below min_samples are not tested).
-                # Only failed tests measure an effect; a family with none failed is
-                # reported as not detected (an estimate from noise would mislead).
-                values = [(seeds_needed(t.statistic, t.df, t.n, alpha), t.n) for t in ev.tests
-                          if kinds.get(t.test) in types and t.passed is False]
-                values = [v * group_n / n for v, n in values if v is not None and n]
-                need[family] = min(values) if values else f"not detected at {group_n:,}"
-            lines.append(f"| {mutant or '(clean)'} | {ev.verdict.verdict} | {failed} | {mech} "
-                         f"| {_fmt_n(need['t2 marginal'])} | {_fmt_n(need['mechanism'])} "
-                         f"| {time.perf_counter() - t0:.0f} |")
-            print(lines[-1], flush=True)
-    text = "\n".join(lines) + "\n"
-    if args.out:
-        Path(args.out).write_text(text)
-    else:
-        sys.stdout.write(text)
+    text = "\n".join(matrix(p, args.runs, args.replications, args.workers, args.seed)
+                     for p in args.protocols)
+    mapping = ["\n| bundled-engine bug | engine-free equivalent here |", "| --- | --- |"]
+    mapping += [f"| {k} | {v or 'none: needs the engine (not in this matrix)'} |"
+                for k, v in ENGINE_EQUIVALENT.items()]
+    text += "\n".join(mapping) + "\n"
+    Path(args.out).write_text(text) if args.out else sys.stdout.write(text)
     return 0
 
 

@@ -1,31 +1,34 @@
-"""Calibration of the distribution tests without an engine (issue 5, proof (1)).
+"""Engine-free calibration: samples drawn from exact laws, judged by the real evaluator.
 
-Samples are drawn directly from exact, synthetic reference laws shaped like the
-engine's (top-k-20 supports, a few dominant first tokens, draft laws q at TV ≈ 0.1
-for depth 2 and ≈ 0.35 for depth 1), with the first draft position simulated
-exactly as the sampling core does it: draft x ~ q, accept iff u·q(x) < p(x), else the
-correction from (p - q)₊. The full evaluator (:func:`evaluate_frames`: every test,
-pooling and stratification rule) runs on each replication, so the measured false-fail
-rate covers everything between the samples and the verdict.
+A :class:`World` holds exact laws as dense tables: either a run's ``reference.json``
+(:func:`world_from_reference`: the shipped evidence archive's, or one replayed for every
+prefix by ``bench/calibration_make_reference.py``) or deterministic synthetic laws
+(:func:`make_world`, a test fixture). :func:`simulate` draws ``samples.csv`` for the
+*protocol's own groups*, with the first draft position exactly as the sampling core does
+it: draft x ~ q, accept iff u·q(x) < p(x), else the correction from (p − q)₊.
+:func:`replicate` runs the protocol's evaluator on each replication and records every
+test row and the verdict *as the Evaluation states it*, so whatever decision rule the
+protocol file declares is what gets measured (no copy of any protocol lives here).
 
-Dependence is reproduced, not assumed away: groups are keyed by seed and every seed
-owns one row of uniforms, so sync and async (same seeds, same depth) produce identical
-samples and all four speculative groups share t1. The combination rules must stay
-valid under exactly this dependence.
+Dependence is reproduced, not assumed away: every seed owns one row of uniforms, so
+groups sharing a seed (sync/async at one depth) produce identical samples and all
+speculative groups share t1 — the worst case the combination rules must survive.
 
-Mutants (speculative groups only) give the power side: each is a wrong sampler.
-Numpy/scipy/pandas only; no torch, no engine.
+Mutants (``MUTANTS``) are wrong samplers for the power side. Numpy/scipy/pandas only.
 """
 from __future__ import annotations
 
+import io
+import json
+import zipfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
-from specconform.kinds.distribution import Reference, evaluate_frames
-
-K = 3  # drafts per round in fp32_t2; only used for the drafted/accepted telemetry
+K = 3  # drafts per round; only used for the drafted/accepted telemetry
 
 # Wrong samplers. Each changes the first draft position (or the token after it).
 MUTANTS = {
@@ -35,50 +38,39 @@ MUTANTS = {
     "draft_q_mismatch": "draft drawn from q at depth d, scored with q of the other depth",
     "target_temperature": "target law at the draft position built with temperature 0.8",
     "bonus_off_by_one": "after an accepted draft, t3 drawn from the previous position's law",
+    "shared_uniform": "the correction reuses the accept coin u instead of a fresh uniform",
+    "bf16_q": "q rounded to bfloat16 in the accept rule and the residual",
 }
 
-# Issue 5's fp32_t2 groups and tests, with its alpha and strata rule.
-GROUPS = [
-    {"name": "nospec", "mode": "nospec", "draft_loops": None, "seed_offset": 1_000_000},
-    {"name": "sync", "mode": "sync", "draft_loops": 2, "seed_offset": 0},
-    {"name": "async", "mode": "async", "draft_loops": 2, "seed_offset": 0},
-    {"name": "sync_d1", "mode": "sync", "draft_loops": 1, "seed_offset": 0},
-    {"name": "async_d1", "mode": "async", "draft_loops": 1, "seed_offset": 0},
-]
-_SPEC = ["sync", "async", "sync_d1", "async_d1"]
-TESTS = (
-    [{"name": "t1_nospec", "type": "t1_gof", "role": "prerequisite", "groups": ["nospec"]},
-     {"name": "t1_speculative", "type": "t1_gof", "role": "prerequisite", "groups": _SPEC},
-     {"name": "t2_async", "type": "t2_gof", "role": "primary", "groups": ["async"]},
-     {"name": "t2_async_vs_nospec", "type": "t2_homogeneity", "role": "primary",
-      "groups": ["async", "nospec"]}]
-    + [{"name": f"t2_{g}", "type": "t2_gof", "role": "secondary", "groups": [g]}
-       for g in ("sync", "sync_d1", "async_d1")]
-    + [{"name": f"t2_{g}_vs_nospec", "type": "t2_homogeneity", "role": "secondary",
-        "groups": [g, "nospec"]} for g in ("sync", "sync_d1", "async_d1")]
-    + [{"name": "t2_async_vs_sync", "type": "t2_homogeneity", "role": "secondary",
-        "groups": ["async", "sync"]},
-       {"name": "t2_async_d1_vs_sync_d1", "type": "t2_homogeneity", "role": "secondary",
-        "groups": ["async_d1", "sync_d1"]},
-       {"name": "t3_async", "type": "t3_gof", "role": "exploratory", "groups": ["async"]}]
-    + [{"name": f"acceptance_{g}", "type": "acceptance", "role": "mechanism", "groups": [g]}
-       for g in _SPEC]
-    + [{"name": f"joint_{g}", "type": "joint", "role": "secondary", "groups": [g]}
-       for g in _SPEC])
-PROTOCOL = {"kind": "distribution", "name": "fp32_t2_calibration", "alpha": 0.01,
-            "strata": {"min_samples": 200, "min_expected": 5.0},
-            "groups": GROUPS, "tests": TESTS}
+# The group layout shared by protocols/ci_gate.yaml and protocols/fp32_t2.yaml, used only
+# as simulate()'s default (tests/toolkit/test_calibration.py checks it against both
+# files); calibration always passes the protocol's own groups.
+STANDARD_GROUPS = (
+    {"name": "nospec", "mode": "nospec", "seed_offset": 1_000_000},
+    {"name": "sync", "mode": "sync", "draft_loops": 2},
+    {"name": "async", "mode": "async", "draft_loops": 2},
+    {"name": "sync_d1", "mode": "sync", "draft_loops": 1},
+    {"name": "async_d1", "mode": "async", "draft_loops": 1},
+)
 
 
-# --- synthetic laws ------------------------------------------------------------------------
+def evaluate_frames(protocol: dict, samples: pd.DataFrame, reference):
+    """The distribution evaluator, imported in this one place."""
+    from specconform.kinds.distribution import evaluate_frames as evaluate
+
+    return evaluate(protocol, samples, reference)
+
+
+# --- exact laws ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class World:
     """Exact laws as dense tables for fast sampling, plus the reference.json dict.
 
     Row i of the t2 tables belongs to the i-th first token ``t1_tokens[i]``; its M
-    columns are ``u_tokens[i]``, the union of the supports of p_t2 and both q's
-    (padded with -1 tokens of weight 0).
+    columns are ``u_tokens[i]``, the union of the supports of p_t2 and every q_t2
+    (padded with -1 tokens of weight 0). A (t1, t2) without a p_t3 (a run's reference
+    replays only observed pairs) has an all-zero p3 row: its t3 is "not generated" (-1).
     """
 
     reference: dict
@@ -88,7 +80,61 @@ class World:
     p2: np.ndarray          # [A, M] float64
     q2: dict                # depth -> [A, M] float64
     p3_tokens: np.ndarray   # [A, M, S] int64: t3 support given (t1 row, t2 column)
-    p3: np.ndarray          # [A, M, S] float64 (zero rows where p2 is 0)
+    p3: np.ndarray          # [A, M, S] float64
+
+
+def world_from_reference(ref: dict) -> World:
+    """Dense tables from a reference.json dict (needs p_t2 and q_t2 for every t1)."""
+    law = {int(k): float(v) for k, v in ref["p_t1"].items() if float(v) > 0}
+    t1_tokens = np.array(sorted(law), dtype=np.int64)
+    depths = sorted(int(d) for d in ref.get("q_t2", {}))
+    missing = [int(t) for t in t1_tokens if str(t) not in ref["p_t2"]
+               or any(str(t) not in ref["q_t2"][str(d)] for d in depths)]
+    if missing:
+        raise ValueError(f"reference has no p_t2/q_t2 for first tokens {missing[:5]}: "
+                         "simulation and planning need the laws of every possible t1")
+    sparse = {}
+    for t1 in t1_tokens:
+        sparse[t1] = [_sparse(ref["p_t2"][str(t1)])] + \
+            [_sparse(ref["q_t2"][str(d)][str(t1)]) for d in depths]
+    unions = {t1: np.unique(np.concatenate([s[0] for s in laws]))
+              for t1, laws in sparse.items()}
+    a, m = t1_tokens.size, max(u.size for u in unions.values())
+    p3_laws = {tuple(int(x) for x in k.split(",")): _sparse(v)
+               for k, v in ref.get("p_t3", {}).items()}
+    s = max((t.size for t, _ in p3_laws.values()), default=1)
+    u_tokens = np.full((a, m), -1, dtype=np.int64)
+    tables = np.zeros((1 + len(depths), a, m))
+    p3_tokens, p3 = np.zeros((a, m, s), dtype=np.int64), np.zeros((a, m, s))
+    for i, t1 in enumerate(t1_tokens):
+        toks = unions[t1]
+        u_tokens[i, :toks.size] = toks
+        for j, (t, p) in enumerate(sparse[t1]):
+            tables[j, i, np.searchsorted(toks, t)] = p
+        for c, t2 in enumerate(toks):
+            if (int(t1), int(t2)) in p3_laws:
+                t, p = p3_laws[int(t1), int(t2)]
+                p3_tokens[i, c, :t.size], p3[i, c, :t.size] = t, p
+    p1 = np.array([law[int(t)] for t in t1_tokens])
+    return World(ref, t1_tokens, p1, u_tokens, tables[0],
+                 {d: tables[1 + j] for j, d in enumerate(depths)}, p3_tokens, p3)
+
+
+def load_reference(path: str | Path) -> dict:
+    """reference.json from a file, or the ``raw/reference.json`` of an evidence archive."""
+    path = Path(path)
+    if path.suffix == ".zip":
+        with zipfile.ZipFile(path) as z:
+            names = [n for n in z.namelist() if n.endswith("raw/reference.json")]
+            if not names:
+                raise ValueError(f"{path}: archive has no raw/reference.json")
+            return json.load(io.BytesIO(z.read(names[0])))
+    return json.loads(path.read_text())
+
+
+def _sparse(law: dict) -> tuple[np.ndarray, np.ndarray]:
+    items = sorted((int(k), float(v)) for k, v in law.items() if float(v) > 0)
+    return (np.array([k for k, _ in items], dtype=np.int64), np.array([v for _, v in items]))
 
 
 def _topk_law(logits: np.ndarray, k: int) -> np.ndarray:
@@ -101,10 +147,9 @@ def _topk_law(logits: np.ndarray, k: int) -> np.ndarray:
 
 def make_world(seed: int = 0, vocab: int = 512, top_k: int = 20, spread: float = 2.4,
                tv_targets: dict | None = None) -> World:
-    """Deterministic synthetic laws; q at depth d is p's logits plus noise scaled so that
-    the TV averaged over first tokens (weighted by p_t1) is ``tv_targets[d]`` (default
-    {2: 0.1, 1: 0.35}); ``spread`` sets how peaked the laws are (2.4: five first tokens
-    above 4 % mass, as in the engine's top-k-20 runs, and two (t1, t2) pairs above 4 %)."""
+    """Deterministic synthetic laws (a test fixture): top-k supports; q at depth d is p's
+    logits plus noise scaled so that the p_t1-weighted mean TV is ``tv_targets[d]``
+    (default {2: 0.1, 1: 0.35}); ``spread`` 2.4 gives five first tokens above 4 % mass."""
     tv_targets = tv_targets or {2: 0.1, 1: 0.35}
     rng = np.random.default_rng(seed)
     p1_dense = _topk_law(rng.normal(0, spread, vocab), top_k)
@@ -117,40 +162,26 @@ def make_world(seed: int = 0, vocab: int = 512, top_k: int = 20, spread: float =
         lo, hi = 0.0, 10.0
         for _ in range(50):  # bisection on the noise scale: mean TV is increasing in it
             mid = (lo + hi) / 2
-            q = np.array([_topk_law(z + mid * e, top_k) for z, e in zip(logits2, noise[d],
-                                                                         strict=True)])
+            q = np.array([_topk_law(z + mid * e, top_k)
+                          for z, e in zip(logits2, noise[d], strict=True)])
             tv = 0.5 * np.abs(p2_dense - q).sum(1) @ p1_dense[t1_tokens]
             lo, hi = (mid, hi) if tv < target else (lo, mid)
         q2_dense[d] = q
     support = (p2_dense > 0) | np.any([q > 0 for q in q2_dense.values()], axis=0)
-    m = int(support.sum(1).max())
-    a = t1_tokens.size
-    u_tokens = np.full((a, m), -1, dtype=np.int64)
-    p2 = np.zeros((a, m))
-    q2 = {d: np.zeros((a, m)) for d in q2_dense}
-    p3_tokens = np.zeros((a, m, top_k), dtype=np.int64)
-    p3 = np.zeros((a, m, top_k))
-    ref = {"vocab_size": vocab, "p_t1": _sparse(p1_dense), "p_t2": {}, "p_t3": {},
+    ref = {"vocab_size": vocab, "p_t1": _as_dict(p1_dense), "p_t2": {}, "p_t3": {},
            "q_t2": {str(d): {} for d in q2_dense}}
     for i, t1 in enumerate(t1_tokens):
-        toks = np.flatnonzero(support[i])
-        u_tokens[i, :toks.size] = toks
-        p2[i, :toks.size] = p2_dense[i, toks]
-        ref["p_t2"][str(t1)] = _sparse(p2_dense[i])
+        ref["p_t2"][str(t1)] = _as_dict(p2_dense[i])
         for d, q in q2_dense.items():
-            q2[d][i, :toks.size] = q[i, toks]
-            ref["q_t2"][str(d)][str(t1)] = _sparse(q[i])
-        for j, t2 in enumerate(toks):
-            if p2_dense[i, t2] == 0:
-                continue
-            law = _topk_law(rng.normal(0, spread, vocab), top_k)
-            nz = np.flatnonzero(law)
-            p3_tokens[i, j, :nz.size], p3[i, j, :nz.size] = nz, law[nz]
-            ref["p_t3"][f"{t1},{t2}"] = _sparse(law)
-    return World(ref, t1_tokens, p1_dense[t1_tokens], u_tokens, p2, q2, p3_tokens, p3)
+            ref["q_t2"][str(d)][str(t1)] = _as_dict(q[i])
+        for t2 in np.flatnonzero(support[i]):
+            if p2_dense[i, t2] > 0:
+                ref["p_t3"][f"{t1},{t2}"] = _as_dict(_topk_law(rng.normal(0, spread, vocab),
+                                                               top_k))
+    return world_from_reference(ref)
 
 
-def _sparse(law: np.ndarray) -> dict:
+def _as_dict(law: np.ndarray) -> dict:
     return {str(int(t)): float(law[t]) for t in np.flatnonzero(law)}
 
 
@@ -170,11 +201,12 @@ def _draw(weights: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 
 def simulate(world: World, n_seeds: int, rng: np.random.Generator, *, offset: int = 0,
-             mutant: str | None = None, groups=GROUPS) -> pd.DataFrame:
+             mutant: str | None = None, groups=STANDARD_GROUPS) -> pd.DataFrame:
     """samples.csv for ``groups`` over seeds ``offset + seed_offset + i`` (i < n_seeds)."""
     if mutant is not None and mutant not in MUTANTS:
         raise ValueError(f"unknown mutant {mutant!r}; known: {sorted(MUTANTS)}")
-    seeds = {g["name"]: offset + g["seed_offset"] + np.arange(n_seeds) for g in groups}
+    seeds = {g["name"]: offset + (g.get("seed_offset") or 0) + np.arange(n_seeds)
+             for g in groups}
     all_seeds = np.unique(np.concatenate(list(seeds.values())))
     # One row of uniforms per seed: groups sharing a seed share its randomness exactly.
     uniforms = rng.random((all_seeds.size, 6))
@@ -202,7 +234,14 @@ def _sample_group(w: World, u: np.ndarray, d: int | None, mutant: str | None) ->
             p /= p.sum(1, keepdims=True)
         q_score = q
         if mutant == "draft_q_mismatch":
-            q_score = w.q2[min(w.q2) if d != min(w.q2) else max(w.q2)][i]
+            others = [e for e in w.q2 if e != d]
+            if not others:
+                raise ValueError("draft_q_mismatch needs q_t2 at two draft depths")
+            q_score = w.q2[others[0]][i]
+        if mutant == "bf16_q":
+            from specconform.stats.mutant_laws import bf16
+
+            q_score = bf16(q.astype(np.float32))
         x = np.argmax(q, axis=1) if mutant == "greedy_draft" else _draw(q, u[:, 1])
         if mutant == "q_one_hot":
             q_score = np.zeros_like(q)
@@ -210,13 +249,14 @@ def _sample_group(w: World, u: np.ndarray, d: int | None, mutant: str | None) ->
         ok = u[:, 2] * q_score[rows, x] < p[rows, x]  # the core's accept rule
         resid = p if mutant == "residual_from_p" else np.maximum(p - q_score, 0.0)
         resid = np.where(resid.sum(1, keepdims=True) > 0, resid, p)  # p == q: never used
-        j = np.where(ok, x, _draw(resid, u[:, 3]))
+        coin = u[:, 2] if mutant == "shared_uniform" else u[:, 3]
+        j = np.where(ok, x, _draw(resid, coin))
         first = ok.astype(np.int64)
         drafted = np.full(n, K)
         # Later positions only feed the reported mean accepted/drafted, not any test.
         accepted = first * (1 + (u[:, 5] < 0.8) + (u[:, 5] < 0.64))
     t3_law = w.p3[i, j]
-    has = t3_law.sum(1) > 0  # a t2 outside p's support (wrong sampler) has no t3 law
+    has = t3_law.sum(1) > 0  # no p_t3 for this pair (or t2 outside p's support): no t3
     t3 = np.full(n, -1)
     t3[has] = w.p3_tokens[i[has], j[has], _draw(t3_law[has], u[has, 4])]
     if mutant == "bonus_off_by_one" and d is not None:
@@ -228,30 +268,34 @@ def _sample_group(w: World, u: np.ndarray, d: int | None, mutant: str | None) ->
 
 # --- replications --------------------------------------------------------------------------
 
-def replicate(world: World, replications: int, n_seeds: int, seed: int, *,
-              mutant: str | None = None, protocol: dict = PROTOCOL, start: int = 0
-              ) -> pd.DataFrame:
-    """One row per replication and test: test, role, pvalue, passed, rejected, verdict.
+RUN_COLUMNS = ["replication", "test", "role", "pvalue", "passed", "rejected", "verdict"]
 
+
+def replicate(world: World, protocol: dict, replications: int, seed: int, *,
+              mutant: str | None = None, start: int = 0, n_seeds: int | None = None
+              ) -> pd.DataFrame:
+    """One row per replication and test (``RUN_COLUMNS``), the verdict as evaluated.
+
+    ``protocol`` is the validated protocol data (its groups, tests, strata, α and
+    decision rule all come from it); ``n_seeds`` defaults to its ``seeds.count``.
     Replication r uses numpy's generator seeded with (seed, r) and the seed range
     ``r * 10 * n_seeds`` (disjoint across replications, like fresh runs).
     """
-    ref = Reference(world.reference)
+    n_seeds = int(n_seeds or protocol["seeds"]["count"])
     alpha = float(protocol["alpha"])
     out = []
     for r in range(start, start + replications):
         rng = np.random.default_rng([seed, r])
         samples = simulate(world, n_seeds, rng, offset=r * 10 * n_seeds, mutant=mutant,
                            groups=protocol["groups"])
-        ev = evaluate_frames(protocol, samples, ref)
+        ev = evaluate_frames(protocol, samples, world.reference)
         for row in ev.tests:
-            # Rejection at alpha, also for exploratory rows (which never decide).
+            # Rejection: a failed row; exploratory rows (never deciding) at p < alpha.
             rejected = row.passed is False or (row.passed is None and row.pvalue is not None
                                                and row.pvalue < alpha)
             out.append((r, row.test, row.role, row.pvalue, row.passed, rejected,
                         ev.verdict.verdict))
-    return pd.DataFrame(out, columns=["replication", "test", "role", "pvalue", "passed",
-                                      "rejected", "verdict"])
+    return pd.DataFrame(out, columns=RUN_COLUMNS)
 
 
 def summarize(runs: pd.DataFrame, alpha: float, level: float = 0.99) -> pd.DataFrame:
@@ -272,9 +316,57 @@ def summarize(runs: pd.DataFrame, alpha: float, level: float = 0.99) -> pd.DataF
     return per.reset_index()
 
 
-def verdict_bound(protocol: dict = PROTOCOL) -> float:
-    """Union bound on the verdict's false-fail rate: alpha per deciding α-level test
-    (prerequisite and primary rows; the out-of-support row cannot fail on exact laws)."""
+@dataclass(frozen=True)
+class SecondLevel:
+    """NIST SP 800-22-style checks of one test's p-values across replications: KS and
+    10-bin χ² uniformity p-values, the proportion passing (p ≥ α) and NIST's acceptable
+    range for it, (1 − α) ± 3 sqrt(α (1 − α) / m)."""
+
+    test: str
+    m: int
+    ks_pvalue: float
+    chi2_pvalue: float
+    proportion: float
+    range_low: float
+    range_high: float
+
+    @property
+    def proportion_ok(self) -> bool:
+        return self.range_low <= self.proportion <= self.range_high
+
+
+def second_level(runs: pd.DataFrame, alpha: float) -> list[SecondLevel]:
+    out = []
+    for test, frame in runs.groupby("test", sort=False):
+        p = pd.to_numeric(frame["pvalue"], errors="coerce").to_numpy(dtype=float)
+        p = p[np.isfinite(p)]
+        if p.size < 10:
+            continue
+        ks = float(sps.kstest(p, "uniform").pvalue)
+        bins = np.bincount(np.minimum((p * 10).astype(int), 9), minlength=10)
+        chi = float(sps.chisquare(bins).pvalue)
+        half = 3 * np.sqrt(alpha * (1 - alpha) / p.size)
+        out.append(SecondLevel(str(test), int(p.size), ks, chi, float(np.mean(p >= alpha)),
+                               1 - alpha - half, min(1.0, 1 - alpha + half)))
+    return out
+
+
+def deciding_tests(protocol: dict) -> list[dict]:
+    """The protocol's α-level deciding tests (its decision_roles, else prerequisite and
+    primary); the out-of-support row decides too but cannot false-fail on exact laws."""
     roles = protocol.get("decision_roles") or ("prerequisite", "primary")
-    deciding = [t for t in protocol["tests"] if t["role"] in roles]
-    return min(1.0, len(deciding) * float(protocol["alpha"]))
+    return [t for t in protocol["tests"] if t["role"] in roles]
+
+
+def verdict_bound(protocol: dict) -> float:
+    """Union bound on the verdict's false-fail rate when each deciding test runs at the
+    protocol's α: m · α (m deciding tests)."""
+    return min(1.0, len(deciding_tests(protocol)) * float(protocol["alpha"]))
+
+
+def stated_verdict_rate(protocol: dict) -> float:
+    """The false-fail rate the protocol file states for its verdict: the family-wise α of
+    a ``verdict:`` block when it has one, else its ``alpha``."""
+    block = protocol.get("verdict") or {}
+    return float(block.get("alpha", protocol["alpha"])) if isinstance(block, dict) \
+        else float(protocol["alpha"])

@@ -296,6 +296,9 @@ def _register_evidence_commands() -> None:
 
 
 _register_evidence_commands()
+from specconform.cli_plan import plan as _plan  # noqa: E402
+
+cli.add_command(_plan, "plan")
 
 
 def main() -> None:

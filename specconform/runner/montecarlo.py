@@ -9,7 +9,7 @@ kernel's outputs are reduced to counts per position j:
 - ``reject``  rows that stopped at j by rejection: cell (reject, correction token);
 - ``bonus``   rows that accepted all L drafts: cell (bonus at position L, token).
 
-Those counts are the raw data; `montecarlo_eval` tests them against the analytic laws
+Those counts are the raw data; `specconform.kinds.montecarlo` tests them against the analytic laws
 min(p_j, q_j), (p_j - q_j)_+ and p_L.
 """
 from __future__ import annotations

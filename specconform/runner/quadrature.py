@@ -2,7 +2,7 @@
 
 For each case (p, q) and each draft x in q's support the kernel runs on every point of
 a midpoint grid over two of its three uniforms; weighting the grid counts by q(x) gives
-the kernel's exact output law up to the grid's bound (see `quadrature_eval`). Three
+the kernel's exact output law up to the grid's bound (see `specconform.kinds.quadrature`). Three
 integrals per case:
 
 - first committed token, grid over (coin u0, correction draw u1): law must equal p;

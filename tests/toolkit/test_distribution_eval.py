@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specconform.calibration import PROTOCOL, make_world, simulate
+from specconform.calibration import make_world, simulate
 from specconform.kinds.distribution import Reference, evaluate, evaluate_frames
 from specconform.results import RawData
+from tests.toolkit.synthetic import PROTOCOL
 
 ALPHA = PROTOCOL["alpha"]  # 0.01 throughout
 

@@ -1,0 +1,63 @@
+"""Write the exact laws of a distribution protocol's engine as a reference.json, once.
+
+Unlike a run's reference (which replays only the prefixes it observed), this replays
+*every* possible prefix: p(t1 | prompt), p(t2 | prompt, t1) and q_d(t2 | prompt, t1) for
+each t1 in supp p_t1 and draft depth d of the protocol, and p(t3 | prompt, t1, t2) for
+each t2 in supp p_t2[t1]. Calibration (bench/calibration_reference.py) samples from it,
+so a simulated sample never reaches a prefix without a law. Same serial replay as
+`specconform run` (BundledEngine.target_law / draft_law, Sampler.probabilities).
+
+    .venv/bin/python bench/calibration_make_reference.py protocols/ci_gate.yaml \
+        --out bench/reference/ci_gate-tiny.json
+
+The tiny preset (ci_gate) takes about a minute on CPU (1 + 20 x 3 + 400 prefixes).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from specconform.adapters.engine import BundledEngine
+from specconform.protocol.load import apply_overrides, load_protocol
+from specconform.runner.distribution import _sparse  # the run's own sparse-law encoding
+
+
+def full_reference(engine, model) -> dict:
+    prompt = engine.prompt
+    depths = sorted({g.draft_loops for g in model.groups if g.draft_loops is not None})
+    ref = {"vocab_size": engine.vocab_size, "prompt": prompt, "p_t2": {}, "p_t3": {},
+           "q_t2": {str(d): {} for d in depths}, "p_t1": _sparse(engine.target_law(prompt))}
+    for t1 in sorted(int(t) for t in ref["p_t1"]):
+        p2 = _sparse(engine.target_law(prompt + [t1]))
+        ref["p_t2"][str(t1)] = p2
+        for d in depths:
+            ref["q_t2"][str(d)][str(t1)] = _sparse(engine.draft_law(prompt + [t1], d))
+        if model.engine.max_tokens >= 3:
+            for t2 in sorted(int(t) for t in p2):
+                ref["p_t3"][f"{t1},{t2}"] = _sparse(engine.target_law(prompt + [t1, t2]))
+    return ref
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("protocol")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    loaded = apply_overrides(load_protocol(args.protocol), {"--device": args.device})
+    t0 = time.perf_counter()
+    engine = BundledEngine(loaded.model.engine, mutant=None, log=lambda line: None)
+    ref = full_reference(engine, loaded.model)
+    ref["source"] = {"protocol": loaded.model.name, "protocol_hash": loaded.hash,
+                     "preset": loaded.model.engine.preset, "replay": "every possible prefix"}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(ref, sort_keys=True, separators=(",", ":")) + "\n")
+    print(f"wrote {args.out}: {len(ref['p_t2'])} t1, {len(ref['p_t3'])} (t1, t2) "
+          f"({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,349 @@
+"""Sample-size planning for distribution protocols: the TV each test detects at N seeds
+per group, or the seeds it needs to detect a TV x, at power 0.99 (default).
+
+Effect: a bias of TV x in *every* deciding stratum, in the least favourable direction
+on the test's final cells (after the protocol's fixed pooling rule at the expected
+stratum size). For χ² tests the power at noncentrality λ = 4 n x² (n = samples, or
+n_a n_b / (n_a + n_b) for two samples, summed over strata) is a lower bound for every
+alternative at that TV (:mod:`specconform.stats.power`); for acceptance (a rate per
+stratum, TV of a Bernoulli law = the rate shift δ) λ = Σ n_s δ² / (r_s (1 − r_s)) exactly,
+r_s = TV(p, q) the stratum's exact rejection rate.
+
+Strata: a stratum enters when its *expected* size N · P(stratum) reaches the protocol's
+min_samples (the realised set varies from run to run around it). Level: the per-test
+level the verdict rule implies: α for the current rule (each deciding test at α: the
+verdict's false-fail rate is only union-bounded by m α); α / m for Holm or Bonferroni
+over m deciding tests (exact for Bonferroni, conservative for Holm); a multi-group t1
+test is Bonferroni over its groups inside that. The χ² law of the statistic is
+asymptotic; docs/kill-matrix.md checks it against replications.
+
+Numpy/scipy only; exact laws from a reference.json (no torch) or, in the CLI, a replay
+through the bundled engine.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from specconform.calibration import World, deciding_tests, world_from_reference
+from specconform.stats.pooling import pool_cells
+from specconform.stats.power import DEFAULT_POWER, chi2_power, required_noncentrality
+from specconform.stats.speculative import joint_cells, total_variation
+
+PLANNED_TYPES = ("t1_gof", "t2_gof", "t2_homogeneity", "acceptance", "joint", "t3_gof")
+
+
+@dataclass(frozen=True)
+class StratumPlan:
+    key: str          # "t1=123" (or "t1=1,t2=2"; "all" for a t1 test)
+    n: float          # expected samples (per group; each side for two samples)
+    df: int           # final cells - 1 after pooling at the expected size
+    weight: float     # this stratum's noncentrality per unit x² (4 n_eff, or n/(r(1-r)))
+
+
+@dataclass(frozen=True)
+class TestPlan:
+    """One test's plan at ``seeds`` per group. ``detectable_tv``: the smallest TV per
+    deciding stratum detected with ``power`` at ``level``; inf without evidence (no
+    stratum expected to reach min_samples, or df 0)."""
+
+    __test__ = False  # not a pytest class
+
+    test: str
+    type: str
+    role: str
+    deciding: bool
+    level: float
+    seeds: int
+    df: int
+    strata: tuple[StratumPlan, ...]
+    detectable_tv: float
+    power: float
+    note: str
+
+    def to_json(self) -> dict:
+        """Plain JSON for an archive (non-finite numbers as None)."""
+        def num(x):
+            return float(x) if math.isfinite(x) else None
+        return {"test": self.test, "type": self.type, "role": self.role,
+                "deciding": self.deciding, "level": self.level, "seeds": self.seeds,
+                "df": self.df, "detectable_tv": num(self.detectable_tv),
+                "power": num(self.power), "note": self.note,
+                "strata": [{"key": s.key, "n": s.n, "df": s.df} for s in self.strata]}
+
+    @property
+    def n_per_stratum(self) -> tuple[float, float]:
+        ns = [s.n for s in self.strata]
+        return (min(ns), max(ns)) if ns else (0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class SeedsNeeded:
+    test: str
+    role: str
+    deciding: bool
+    tv: float
+    seeds: float      # inf: not reachable (e.g. a t1 law whose strata never form)
+    plan: TestPlan | None
+
+
+def planning_level(protocol: dict) -> tuple[float, str]:
+    """Per-test level implied by the protocol's verdict rule, and how it was derived."""
+    alpha = float(protocol["alpha"])
+    m = len(deciding_tests(protocol))
+    block = protocol.get("verdict") if isinstance(protocol.get("verdict"), dict) else {}
+    rule = str(block.get("rule") or block.get("method") or block.get("combine") or "").lower()
+    if rule in ("holm", "bonferroni"):
+        fam = float(block.get("alpha", alpha))
+        return fam / m, (f"{rule.capitalize()} over {m} deciding tests at family-wise "
+                         f"alpha {fam:g}: planned at alpha/m = {fam / m:.4g}"
+                         + (" (conservative for Holm)" if rule == "holm" else ""))
+    return alpha, (f"each deciding test at alpha = {alpha:g} (verdict false-fail rate only "
+                   f"union-bounded by {m} x {alpha:g})")
+
+
+def plan_tests(protocol: dict, reference: dict | World, seeds: int,
+               power: float = DEFAULT_POWER) -> list[TestPlan]:
+    """Detectable TV of every planned test (deciding, secondary, mechanism; exploratory
+    t3 too when the reference has its laws) at ``seeds`` per group."""
+    world = reference if isinstance(reference, World) else world_from_reference(reference)
+    level, _ = planning_level(protocol)
+    deciding = {t["name"] for t in deciding_tests(protocol)}
+    out = []
+    for spec in protocol["tests"]:
+        if spec["type"] not in PLANNED_TYPES:
+            continue
+        out.append(_plan_one(protocol, world, spec, int(seeds), level, power,
+                             spec["name"] in deciding))
+    return out
+
+
+def detectable_tv_for_run(protocol: dict, reference: dict, seeds: int) -> list[TestPlan]:
+    """What an archive states: the detectable TV of each *deciding* test at its seeds."""
+    return [p for p in plan_tests(protocol, reference, seeds) if p.deciding]
+
+
+def seeds_needed(protocol: dict, reference: dict | World, tv: float,
+                 power: float = DEFAULT_POWER, max_seeds: int = 10**9) -> list[SeedsNeeded]:
+    """Smallest seeds per group at which each test detects a TV ``tv`` with ``power``
+    (bisection on N; strata and pooling are recomputed at every N)."""
+    if not 0 < tv <= 1:
+        raise ValueError(f"--tv must lie in (0, 1], got {tv}")
+    world = reference if isinstance(reference, World) else world_from_reference(reference)
+    level, _ = planning_level(protocol)
+    deciding = {t["name"] for t in deciding_tests(protocol)}
+    out = []
+    for spec in protocol["tests"]:
+        if spec["type"] not in PLANNED_TYPES:
+            continue
+        is_d = spec["name"] in deciding
+
+        def ok(n, spec=spec, is_d=is_d):
+            p = _plan_one(protocol, world, spec, n, level, power, is_d)
+            return p.detectable_tv <= tv, p
+
+        lo, hi = 1, 2
+        while not ok(hi)[0] and hi < max_seeds:
+            lo, hi = hi, hi * 2
+        if not ok(hi)[0]:
+            out.append(SeedsNeeded(spec["name"], spec["role"], is_d, tv, math.inf, None))
+            continue
+        while hi - lo > 1:  # first N that detects (monotone up to stratum-entry jumps)
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if ok(mid)[0] else (mid, hi)
+        out.append(SeedsNeeded(spec["name"], spec["role"], is_d, tv, hi, ok(hi)[1]))
+    return out
+
+
+# --- one test --------------------------------------------------------------------------------
+
+def _plan_one(protocol, w: World, spec, n: int, level: float, power: float,
+              deciding: bool) -> TestPlan:
+    rule = protocol.get("strata") or {}
+    min_samples = int(rule.get("min_samples", 200))
+    min_expected = float(rule.get("min_expected", 5.0))
+    groups = {g["name"]: g for g in protocol["groups"]}
+    kind, level_t, note = spec["type"], level, ""
+    strata: list[StratumPlan] = []
+    if kind == "t1_gof":
+        m = len(spec["groups"])
+        level_t = level / m
+        note = f"Bonferroni over {m} groups: each at {level_t:.3g}" if m > 1 else ""
+        strata.append(_gof_stratum("all", n, w.p1, min_expected))
+    elif kind in ("t2_gof", "acceptance", "joint"):
+        d = groups[spec["groups"][0]].get("draft_loops")
+        for i in _rows(w, n, min_samples):
+            n_s, key = n * w.p1[i], f"t1={w.t1_tokens[i]}"
+            if kind == "t2_gof":
+                strata.append(_gof_stratum(key, n_s, w.p2[i], min_expected))
+            elif kind == "joint":
+                strata.append(_gof_stratum(key, n_s, joint_cells(w.p2[i], w.q2[d][i]),
+                                           min_expected))
+            else:
+                r = total_variation(w.p2[i], w.q2[d][i])
+                pooling = pool_cells(n_s * np.array([1 - r, r]), min_expected)
+                df = max(pooling.cells - 1, 0)
+                strata.append(StratumPlan(key, n_s, df, n_s / (r * (1 - r)) if df else 0.0))
+        if kind == "acceptance":
+            note = "rate shift delta per stratum (TV of the accept/reject law)"
+    elif kind == "t2_homogeneity":
+        a, b = (groups[g] for g in spec["groups"])
+        shared = (a.get("seed_offset") or 0) == (b.get("seed_offset") or 0)
+        half = 0.5 if shared else 1.0  # shared seeds: even/odd split halves each side
+        note = "seed sets overlap: even/odd halves" if shared else ""
+        for i in _rows(w, n * half, min_samples):
+            n_s = n * half * w.p1[i]
+            pooling = pool_cells(n_s * w.p2[i], min_expected)  # min(n_a, n_b) x pooled law
+            df = max(pooling.cells - 1, 0)
+            strata.append(StratumPlan(f"t1={w.t1_tokens[i]}", n_s, df,
+                                      4 * n_s / 2 if df else 0.0))
+    elif kind == "t3_gof":
+        for i in range(w.t1_tokens.size):
+            for c in range(w.u_tokens.shape[1]):
+                n_s = n * w.p1[i] * w.p2[i, c]
+                if n_s >= min_samples and w.p3[i, c].sum() > 0:
+                    strata.append(_gof_stratum(f"t1={w.t1_tokens[i]},t2={w.u_tokens[i, c]}",
+                                               n_s, w.p3[i, c], min_expected))
+        note = "strata with a p_t3 law in the reference only"
+    df = sum(s.df for s in strata)
+    weight = sum(s.weight for s in strata)
+    if kind == "t3_gof" and not w.p3.any():
+        return TestPlan(spec["name"], kind, spec["role"], deciding, level_t, n, 0, (),
+                        math.inf, math.nan, "not planned: the reference has no p_t3 laws")
+    if df < 1 or weight <= 0:
+        return TestPlan(spec["name"], kind, spec["role"], deciding, level_t, n, df,
+                        tuple(strata), math.inf, math.nan,
+                        "no evidence: no stratum expected to reach min_samples"
+                        if not strata else "no evidence: every stratum pools to one cell")
+    req = required_noncentrality(df, level_t, power)
+    tv = math.sqrt(req / weight)
+    achieved = chi2_power(df, weight * tv**2, level_t).power
+    return TestPlan(spec["name"], kind, spec["role"], deciding, level_t, n, df,
+                    tuple(strata), tv, achieved, note)
+
+
+def _rows(w: World, n: float, min_samples: int) -> list[int]:
+    """t1 rows whose expected stratum size n · p1 reaches min_samples."""
+    return [i for i in range(w.t1_tokens.size) if n * w.p1[i] >= min_samples]
+
+
+def _gof_stratum(key: str, n_s: float, law: np.ndarray, min_expected: float) -> StratumPlan:
+    law = np.asarray(law, dtype=np.float64)
+    pooling = pool_cells(n_s * law / law.sum(), min_expected)
+    df = max(pooling.cells - 1, 0)
+    return StratumPlan(key, float(n_s), df, 4.0 * n_s if df else 0.0)
+
+
+# --- power against a planted bug (exact first-position laws) ---------------------------------
+
+@dataclass(frozen=True)
+class MutantPower:
+    """Predicted power of one test against a bug at ``seeds`` per group: noncentral χ² at
+    ``noncentrality`` on ``df``, combined with the probability ``out_of_support`` that
+    some sample lands where the null law is 0 (fatal), as 1 − (1 − oos)(1 − power_χ²)."""
+
+    test: str
+    deciding: bool
+    seeds: int
+    df: int
+    noncentrality: float
+    out_of_support: float
+    power: float
+    exact: bool   # False: the test's input is untouched by the bug (power = its size)
+
+
+def mutant_power(protocol: dict, reference: dict | World, mutant: str | None, seeds: int,
+                 ) -> list[MutantPower]:
+    """Power of every planned t1/t2/acceptance/joint test against ``mutant`` (an exact
+    law of :mod:`specconform.stats.mutant_laws`; speculative groups only)."""
+    from specconform.stats.power import homogeneity_noncentrality
+
+    w = reference if isinstance(reference, World) else world_from_reference(reference)
+    level, _ = planning_level(protocol)
+    rule = protocol.get("strata") or {}
+    min_samples = int(rule.get("min_samples", 200))
+    min_expected = float(rule.get("min_expected", 5.0))
+    groups = {g["name"]: g for g in protocol["groups"]}
+    deciding = {t["name"] for t in deciding_tests(protocol)}
+    out = []
+    for spec in protocol["tests"]:
+        kind = spec["type"]
+        if kind not in PLANNED_TYPES or kind == "t3_gof":
+            continue
+        names = spec["groups"]
+        if kind == "t1_gof":  # the bugs act after t1: the test sees the exact law
+            out.append(MutantPower(spec["name"], spec["name"] in deciding, seeds, 0, 0.0, 0.0,
+                                   level, False))
+            continue
+        shared = kind == "t2_homogeneity" and len({groups[g].get("seed_offset") or 0
+                                                   for g in names}) == 1
+        n_g = seeds * (0.5 if shared else 1.0)
+        df, lam, log_clean = 0, 0.0, 0.0
+        for i in _rows(w, n_g, min_samples):
+            n_s = n_g * w.p1[i]
+            laws = [_group_law(w, i, groups[g].get("draft_loops"), mutant) for g in names]
+            p, q, law = laws[0]
+            if kind == "t2_gof":
+                null, alt = p, law.committed
+            elif kind == "joint":
+                null, alt = joint_cells(p, q), law.joint
+            elif kind == "acceptance":
+                r0 = total_variation(p, q)
+                null, alt = np.array([1 - r0, r0]), np.array([1 - law.reject_rate,
+                                                              law.reject_rate])
+            else:  # homogeneity of two groups' committed t2 laws
+                a, b = law.committed, laws[1][2].committed
+                pooling = pool_cells(n_s * (a + b) / 2, min_expected)
+                df += max(pooling.cells - 1, 0)
+                if pooling.cells > 1:
+                    lam += homogeneity_noncentrality(pooling.apply(a), pooling.apply(b),
+                                                     n_s, n_s)
+                continue
+            pooling = pool_cells(n_s * null / null.sum(), min_expected)
+            df += max(pooling.cells - 1, 0)
+            oos = float(alt[null <= 0].sum())
+            log_clean += n_s * np.log1p(-min(oos, 1 - 1e-300))
+            if pooling.cells > 1:
+                pn, pa = pooling.apply(null), pooling.apply(alt)
+                lam += n_s * float(np.sum((pa - pn) ** 2 / pn))
+        oos_p = float(-np.expm1(log_clean))
+        chi = chi2_power(df, lam, level).power if df >= 1 else 0.0
+        out.append(MutantPower(spec["name"], spec["name"] in deciding, seeds, df, lam, oos_p,
+                               1 - (1 - oos_p) * (1 - chi), mutant is not None))
+    return out
+
+
+def _group_law(w: World, i: int, d, mutant):
+    """(p [M], q [M], FirstPositionLaw) of t1 row i for a group at depth d (None: nospec,
+    which commits p exactly whatever the mutant)."""
+    from specconform.stats.mutant_laws import FirstPositionLaw, first_position_law
+
+    m = int((w.u_tokens[i] >= 0).sum())
+    p = w.p2[i, :m]
+    if d is None:
+        return p, p, FirstPositionLaw(p / p.sum(), np.zeros(m))
+    q = w.q2[d][i, :m]
+    other = [e for e in w.q2 if e != d]
+    q_other = w.q2[other[0]][i, :m] if other else None
+    return p, q, first_position_law(p, q, mutant, q_other=q_other)
+
+
+def oracle_seeds(reference: dict | World, mutant: str, d: int, alpha: float,
+                 power: float = DEFAULT_POWER) -> float:
+    """Seeds for a 1-df noncentral-χ² oracle that sees the joint (accept/reject, t2) cells
+    of every t1 stratum at depth d, unpooled: λ = N Σ_t1 p1 χ²(bug ‖ exact); with mass
+    where the exact joint law is 0, the sooner of that and the first impossible sample."""
+    w = reference if isinstance(reference, World) else world_from_reference(reference)
+    per_seed, oos = 0.0, 0.0
+    for i in range(w.t1_tokens.size):
+        p, q, law = _group_law(w, i, d, mutant)
+        null, alt = joint_cells(p, q), law.joint
+        oos += w.p1[i] * float(alt[null <= 0].sum())
+        keep = null > 0
+        per_seed += w.p1[i] * float(np.sum((alt[keep] - null[keep]) ** 2 / null[keep]))
+    n_chi = math.ceil(required_noncentrality(1, alpha, power) / per_seed) if per_seed > 0 \
+        else math.inf
+    n_oos = math.ceil(math.log(1 - power) / math.log1p(-oos)) if oos > 0 else math.inf
+    return float(min(n_chi, n_oos))
