@@ -102,6 +102,9 @@ def run_options(f):
                      help="Shard a distribution run's seed batches over N processes on this "
                           "host (launches torchrun; see docs/scaling.md). Exit 4: a process "
                           "died, continue with --resume."),
+        click.option("--base-ref", default=None,
+                     help="Equality protocols: compare this tree's greedy outputs with those "
+                          "of git commit REF (e.g. HEAD~1, main)."),
         click.option("--verbose", "-v", is_flag=True,
                      help="Also print `timing:` lines (wall times of engine builds, groups "
                           "and the reference replay) on stderr."),
@@ -139,7 +142,7 @@ def _default_user_key() -> Path:
 
 
 def _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_sign,
-             ledger, resume, verbose):
+             ledger, resume, verbose, base_ref=None):
     from specconform.progress import progress, set_verbose
     from specconform.protocol.load import apply_overrides, load_protocol
     from specconform.runner.execute import execute
@@ -147,7 +150,8 @@ def _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, 
     set_verbose(verbose)
     loaded = load_protocol(protocol)
     loaded = apply_overrides(loaded, {"--seeds": seeds, "--offset": offset,
-                                      "--batch-size": batch_size, "--device": device})
+                                      "--batch-size": batch_size, "--device": device,
+                                      "--base-ref": base_ref})
     if loaded.kind != "distribution" and (ledger or resume):
         raise UsageError(f"{protocol}: --ledger and --resume apply to distribution "
                          f"protocols, not {loaded.kind}")
@@ -173,7 +177,7 @@ def _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, 
 @cli.command()
 @run_options
 def run(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_sign, ledger,
-        resume, nproc, verbose):
+        resume, nproc, verbose, base_ref):
     """Run a pre-registered PROTOCOL and write a signed evidence archive.
 
     Prints a table of every check, then `result: PASS|FAIL` and `archive: PATH`.
@@ -184,7 +188,7 @@ def run(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_si
 
     _launch_shards(nproc)
     outcome = _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key,
-                       no_sign, ledger, resume, verbose)
+                       no_sign, ledger, resume, verbose, base_ref)
     _exit_follower(outcome)
     print_table(outcome.evaluation)
     verdict = outcome.evaluation.verdict.verdict
@@ -225,7 +229,7 @@ def _exit(code: int) -> None:
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write JUnit XML of every test here.")
 def gate(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_sign, ledger,
-         resume, nproc, verbose, junit):
+         resume, nproc, verbose, base_ref, junit):
     """A run meant for CI: like `run`, plus JUnit XML (--junit) and the Markdown summary
     appended to $GITHUB_STEP_SUMMARY when set. Exit 0/1/2/3/130 as documented."""
     from specconform.report import junit_xml, step_summary_markdown
@@ -233,7 +237,7 @@ def gate(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_s
 
     _launch_shards(nproc)
     outcome = _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key,
-                       no_sign, ledger, resume, verbose)
+                       no_sign, ledger, resume, verbose, base_ref)
     _exit_follower(outcome)
     print_table(outcome.evaluation)
     verdict = outcome.evaluation.verdict.verdict

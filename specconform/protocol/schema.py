@@ -240,8 +240,90 @@ class DistributionProtocol(Strict):
         return self
 
 
-Protocol = Annotated[QuadratureProtocol | MonteCarloProtocol | DistributionProtocol,
-                     Field(discriminator="kind")]
+# --- equality protocols ---------------------------------------------------------------------
+
+class EqualityEngine(Strict):
+    """The model both sides run (the same preset or checkpoint in each tree)."""
+
+    preset: Literal["tiny", "small", "ouro-1.4b"]
+    model_seed: NonNegInt = 0
+    checkpoint: str | None = None
+    device: Literal["cpu", "cuda"] = Field("cpu", json_schema_extra=overridable("--device"))
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=16)] = 3
+
+
+class PromptPlan(Strict):
+    """`count` prompts of `length` token ids, uniform over the vocabulary from numpy's
+    PCG64 seeded with `seed` (the same on both sides)."""
+
+    count: Annotated[int, Field(ge=1, le=1000)]
+    length: Annotated[int, Field(ge=1, le=4096)]
+    seed: NonNegInt = 0
+
+
+class EqualityConfig(Strict):
+    """One greedy configuration: decoding mode, concurrency (max_num_seqs) and dtype."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
+    mode: Literal["nospec", "sync", "async"]
+    draft_loops: Annotated[int, Field(ge=1)] | None = None
+    concurrency: Annotated[int, Field(ge=1, le=4096)] = 1
+    dtype: Literal["float32", "bfloat16"] = "float32"
+
+    @model_validator(mode="after")
+    def _draft_loops(self):
+        if (self.mode == "nospec") != (self.draft_loops is None):
+            raise ValueError(f"configuration {self.name!r}: draft_loops is required for "
+                             "sync/async and not allowed for nospec")
+        return self
+
+
+class Comparison(Strict):
+    """Within one tree: `candidate`'s greedy tokens must equal `base`'s, prompt by prompt."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
+    base: str
+    candidate: str
+    role: Literal["primary", "secondary"] = "primary"
+
+
+class EqualityProtocol(Strict):
+    """Greedy token identity: between configurations of one tree (`comparisons`), and,
+    with `base_ref` (`--base-ref`), every configuration of the candidate (this tree)
+    against the same configuration of the base commit. Deterministic: no alpha."""
+
+    kind: Literal["equality"]
+    name: Annotated[str, Field(pattern=r"^[a-z0-9_\-]+$")]
+    description: str = ""
+    engine: EqualityEngine
+    prompts: PromptPlan | Annotated[list[Annotated[list[NonNegInt], Field(min_length=1)]],
+                                    Field(min_length=1)]
+    max_tokens: Annotated[int, Field(ge=1, le=4096)] = 128
+    configurations: Annotated[list[EqualityConfig], Field(min_length=1)]
+    comparisons: list[Comparison] = []
+    base_ref: str | None = Field(None, json_schema_extra=overridable("--base-ref"))
+    # A divergence whose top-2 log-probability gap (at T = 1, on either side) is below
+    # this is labelled a near-tie; `near_ties: allow` then lets it pass (bf16 runs).
+    near_tie_gap: Annotated[float, Field(ge=0.0)] = 1e-3
+    near_ties: Literal["fail", "allow"] = "fail"
+
+    @model_validator(mode="after")
+    def _references(self):
+        _unique(self.configurations, "configuration")
+        _unique(self.comparisons, "comparison")
+        names = {c.name for c in self.configurations}
+        for comp in self.comparisons:
+            for side in (comp.base, comp.candidate):
+                if side not in names:
+                    raise ValueError(f"comparison {comp.name!r} names unknown configuration "
+                                     f"{side!r}")
+        if self.base_ref is not None and not self.base_ref.strip():
+            raise ValueError("base_ref must be a git ref (e.g. HEAD~1 or main)")
+        return self
+
+
+Protocol = Annotated[QuadratureProtocol | MonteCarloProtocol | DistributionProtocol
+                     | EqualityProtocol, Field(discriminator="kind")]
 
 
 def _with_verdict(model):

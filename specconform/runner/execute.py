@@ -123,6 +123,13 @@ def collect_raw(loaded: LoadedProtocol, *, mutant: str | None, progress, log,
 
         return runner.collect(loaded, mutant=mutant, progress=progress, log=log,
                               context=run_context)
+    if kind == "equality":
+        if mutant is not None:
+            raise UsageError(f"--mutant {mutant}: an equality protocol compares source trees "
+                             "(--base-ref) or configurations; it plants no bug")
+        from specconform.runner import equality as runner
+
+        return runner.collect(loaded, progress=progress, log=log, context=run_context)
     raise UsageError(f"{loaded.path}: protocol kind {kind!r} has no runner")
 
 
