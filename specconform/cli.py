@@ -56,6 +56,7 @@ def cli():
       1    failed
       2    bad input or usage (one line on stderr, nothing written)
       3    evidence invalid
+      4    --nproc: a process died before the verdict (continue with --resume)
       130  interrupted (Ctrl-C); a distribution run keeps OUT/<run-id>.inprogress
            for --resume
     """

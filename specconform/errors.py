@@ -7,6 +7,7 @@ line on stderr and exits with its `exit_code`:
     1  protocol failed
     2  bad input or usage (malformed protocol, bad option, overlapping seeds, ...)
     3  evidence invalid (digest, signature or recomputed verdict mismatch)
+    4  a sharded run (--nproc) ended without a verdict: a process died
   130  interrupted (Ctrl-C, SIGINT); a distribution run keeps its checkpoint folder
 """
 
@@ -14,6 +15,7 @@ EXIT_PASS = 0
 EXIT_FAIL = 1
 EXIT_USAGE = 2
 EXIT_EVIDENCE = 3
+EXIT_INCOMPLETE = 4
 EXIT_INTERRUPTED = 130
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from specconform.errors import EXIT_USAGE, UsageError
+from specconform.errors import EXIT_INCOMPLETE, EXIT_USAGE, UsageError
 
 # torchrun sets these for every worker (and nothing else does).
 _RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
@@ -37,9 +37,6 @@ _RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 # launcher exits like a one-process run (0 PASS, 1 FAIL, 2 bad input) instead of with
 # torchrun's generic failure code.
 RESULT_FILE_ENV = "SPECCONFORM_RESULT_FILE"
-# A multi-process run that ended without a verdict (a rank died): documented in
-# docs/scaling.md and `specconform run --help`; the checkpoint folder stays for --resume.
-EXIT_INCOMPLETE = 4
 # A stuck rank ends the run instead of hanging it: generous, since one batch of a large
 # protocol can take minutes.
 _COLLECTIVE_TIMEOUT = timedelta(minutes=int(os.environ.get("SPECCONFORM_SHARD_TIMEOUT_MIN",

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from statsmodels.stats.multitest import multipletests
 
-from specconform.calibration import PROTOCOL, make_world, simulate
+from specconform.calibration import make_world, simulate
 from specconform.kinds.distribution import Reference, evaluate_frames
 from specconform.kinds.verdict import FamilyRule, family_verdict
 from specconform.results import TestRow
 from specconform.stats.aggregate import adjust
+from tests.toolkit.synthetic import PROTOCOL
 
 
 def _row(name, p, role="primary", status=None):
