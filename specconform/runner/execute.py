@@ -280,28 +280,30 @@ def _device(loaded: LoadedProtocol) -> str:
 
 
 def print_table(evaluation: Evaluation, file=None) -> None:
-    """The table reviewers know: a row per check, its p-value, PASS/FAIL."""
+    """The table reviewers know: a row per check with its p-values named by what they are
+    (p, p_Bonf over seed-sharing groups, p_Holm after the family-wise adjustment) and
+    its status (PASS, FAIL, "no evidence", or "info" for rows that never decide), then
+    the verdict's stated false-fail rate."""
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(file=file or sys.stdout, highlight=False, width=120)
+    from specconform.report.model import outcome, pvalue_text, verdict_statement
+
+    console = Console(file=file or sys.stdout, highlight=False, width=140)
     table = Table(show_lines=False)
-    for col in ("check", "role", "statistic", "df", "p-value", "n", "result"):
-        table.add_column(col, justify="left" if col in ("check", "role") else "right")
+    for col in ("check", "role", "statistic", "df", "p-values", "n", "result"):
+        table.add_column(col, justify="left" if col in ("check", "role", "p-values")
+                         else "right")
     for t in evaluation.tests:
-        result = "—" if t.passed is None else ("PASS" if t.passed else "FAIL")
-        table.add_row(t.test, t.role, _fmt(t.statistic), _fmt(t.df), _fmt_p(t.pvalue),
-                      str(t.n), result)
+        pvalues = "—" if t.pvalue is None and t.adjusted_pvalue is None else pvalue_text(t)
+        result = outcome(t) + (f" ({t.reason})" if t.passed is False and t.reason else "")
+        table.add_row(t.test, t.role + (" *" if t.deciding else ""), _fmt(t.statistic),
+                      _fmt(t.df), pvalues, str(t.n), result)
     console.print(table)
+    console.print(f"* deciding; {verdict_statement(evaluation.verdict)}")
 
 
 def _fmt(x) -> str:
     if x is None:
         return "—"
     return f"{x:.4g}"
-
-
-def _fmt_p(p) -> str:
-    if p is None:
-        return "—"
-    return f"{p:.3g}" if p >= 1e-4 else f"{p:.2e}"
