@@ -92,7 +92,7 @@ class ModelConfig:
         if self.architecture == "llama":
             ends = self.stage_layers
             if (not ends or ends[-1] != self.num_hidden_layers or ends[0] < 1
-                    or any(b <= a for a, b in zip(ends, ends[1:]))):
+                    or any(b <= a for a, b in zip(ends, ends[1:], strict=False))):
                 raise ValueError(f"stage_layers must rise strictly from >= 1 to "
                                  f"num_hidden_layers={self.num_hidden_layers}, got {ends}")
 

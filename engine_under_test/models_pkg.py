@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata as md
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 
@@ -63,7 +63,7 @@ def available(name: str = SMOLLM2_135M.name) -> bool:
     return True
 
 
-@lru_cache(maxsize=None)
+@cache
 def locate(name: str = SMOLLM2_135M.name) -> Path:
     """The verified path of a packaged model file.
 

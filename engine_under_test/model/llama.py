@@ -28,7 +28,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from .kv_cache import KVCache
-from .layers import MLP, AttnContext, Attention, Embedding, Linear, RMSNorm, rope_tables
+from .layers import MLP, Attention, AttnContext, Embedding, Linear, RMSNorm, rope_tables
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -69,7 +69,7 @@ class LlamaLM(nn.Module):
         # the draft head is "plain". Filled by exit_head.fit_exit_heads.
         self.exit_maps = nn.ModuleDict()
         ends = cfg.stage_layers
-        self._bounds = list(zip((0, *ends[:-1]), ends))   # [(first, end)] per stage
+        self._bounds = list(zip((0, *ends[:-1]), ends, strict=True))   # [(first, end)] per stage
 
     # ------------------------------------------------------------------ pieces
     @property

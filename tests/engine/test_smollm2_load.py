@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine_under_test import ModelConfig, SamplingParams
-from engine_under_test import models_pkg
+from engine_under_test import ModelConfig, SamplingParams, models_pkg
 from engine_under_test.model.gguf import dequantized_tensors, load_llama_gguf, unpermute_rows
 from engine_under_test.models_pkg import ModelPackageError, PackagedModel
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine_under_test import LLM, ModelConfig, SamplingParams, SpeculativeConfig
-from engine_under_test import models_pkg
+from engine_under_test import LLM, ModelConfig, SamplingParams, SpeculativeConfig, models_pkg
 from engine_under_test.model.exit_head import ExitMap, ridge_map
 from engine_under_test.model.gguf import load_llama_gguf
 
