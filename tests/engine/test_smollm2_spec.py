@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from engine_under_test import LLM, ModelConfig, SamplingParams, SpeculativeConfig, models_pkg
-from engine_under_test.model.exit_head import ExitMap, ridge_map
+from engine_under_test.model import exit_head
+from engine_under_test.model.exit_head import ExitMap
 from engine_under_test.model.gguf import load_llama_gguf
 
 PROMPT = [5965, 20334, 7302, 314]   # "My favourite colour is"
@@ -33,18 +34,23 @@ def llama():
     return load_llama_gguf(ModelConfig.packaged("smollm2-135m", stage_layers=(15, 30)))
 
 
-def test_ridge_map_recovers_a_known_affine_map():
+def test_ridge_map_recovers_a_known_map(monkeypatch):
+    """An orthogonal map keeps rms 1, so unit(y) = A unit(x) exactly: the fit (which
+    targets unit(y), whatever y's scale) recovers A and a zero bias; the default ridge
+    shrinks it by about RIDGE only."""
     g = torch.Generator().manual_seed(0)
     x = torch.randn(400, 6, generator=g, dtype=torch.float64) * 3.0
-    w = torch.randn(6, 6, generator=g, dtype=torch.float64)
-    b = torch.randn(6, generator=g, dtype=torch.float64)
+    a, _ = torch.linalg.qr(torch.randn(6, 6, generator=g, dtype=torch.float64))
     unit = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
-    y = unit @ w.T + b
-    y_unit = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6)
-    w_fit, b_fit = ridge_map(x, y_unit * 5.0)   # the target's scale does not matter
-    pred = ExitMap(w_fit, b_fit)(x.float()).double()
-    pred = pred * torch.rsqrt(pred.pow(2).mean(-1, keepdim=True) + 1e-6)
-    assert float((pred - y_unit).abs().max()) < 0.05
+    y = 5.0 * unit @ a.T
+    monkeypatch.setattr(exit_head, "RIDGE", 0.0)
+    w, b = exit_head.ridge_map(x, y)
+    assert float((w - a).abs().max()) < 1e-6 and float(b.abs().max()) < 1e-6
+    out = ExitMap(w, b)(x.float()).double()
+    assert float((out - unit @ a.T).abs().max()) < 1e-4
+    monkeypatch.undo()
+    w, b = exit_head.ridge_map(x, y)
+    assert float((w - a).abs().max()) < 10 * exit_head.RIDGE
 
 
 def test_stage_bounds_are_validated():
