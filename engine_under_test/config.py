@@ -135,7 +135,9 @@ class ModelConfig:
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> ModelConfig:
-        """Read an Ouro-layout ``config.json``; weights are loaded from ``path`` later."""
+        """Read a ``config.json`` of Ouro's layout, or of Hugging Face's Llama layout
+        (``model_type: llama``: architecture "llama", one stage per layer until replaced
+        with ``.replace(stage_layers=...)``); weights are loaded from ``path`` later."""
         path = Path(path)
         raw = json.loads((path / "config.json").read_text())
         heads = int(raw["num_attention_heads"])
@@ -143,7 +145,11 @@ class ModelConfig:
         eos = raw.get("eos_token_id", 0)
         if isinstance(eos, list):  # HF allows a list; the engine stops on the first
             eos = eos[0] if eos else 0
+        llama = raw.get("model_type") == "llama"   # HF LlamaForCausalLM layout (SmolLM2)
+        layers = int(raw["num_hidden_layers"])
         return cls(
+            architecture="llama" if llama else "looped",
+            stage_layers=tuple(range(1, layers + 1)) if llama else (),
             name=raw.get("_name_or_path") or path.name,
             vocab_size=int(raw["vocab_size"]),
             hidden_size=hidden,

@@ -18,11 +18,15 @@ def build_model(cfg: ModelConfig, device: torch.device | str = "cpu",
     """The model of ``cfg``: a Llama-family GGUF (architecture "llama"), else the looped
     model with weights from ``cfg.checkpoint`` when set, else from the seed."""
     if cfg.architecture == "llama":
-        from .gguf import load_llama_gguf
-        if cfg.gguf is None:
-            raise ValueError("a llama ModelConfig needs gguf= (ModelConfig.packaged or "
-                             "ModelConfig.from_gguf)")
-        model = load_llama_gguf(cfg, device=device, dtype=dtype)
+        if cfg.gguf is not None:
+            from .gguf import load_llama_gguf
+            model = load_llama_gguf(cfg, device=device, dtype=dtype)
+        elif cfg.checkpoint is not None:   # HF Llama layout: config.json + safetensors
+            from .loader import load_checkpoint
+            model = load_checkpoint(cfg, device=device, dtype=dtype)
+        else:
+            raise ValueError("a llama ModelConfig needs gguf= or checkpoint= "
+                             "(ModelConfig.packaged / from_gguf / from_pretrained)")
         if cfg.draft_head == "fitted":
             from .exit_head import fit_exit_heads
             fit_exit_heads(model)

@@ -69,7 +69,8 @@ def self_written_corpus(model, n: int = CORPUS_SEQS, length: int = CORPUS_LEN,
     share one loop). Deterministic: one seeded CPU generator, fixed order."""
     dev = model.embed_tokens.weight.device
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    starts = [START_IDS[i % len(START_IDS)] for i in range(n)]
+    V = model.cfg.vocab_size   # the openings are SmolLM2 ids; another vocabulary gets
+    starts = [tuple(t % V for t in START_IDS[i % len(START_IDS)]) for i in range(n)]  # ids mod V
     tokens = torch.tensor([s[0] for s in starts], dtype=torch.int64)[:, None]   # [n, 1]
     cache = model.new_cache(n, length)
     rows = torch.arange(n, device=dev)
