@@ -98,9 +98,8 @@ def test_every_tensor_bit_for_bit_as_transformers(cfg, hf_model):
 @needs_hf
 def test_fp32_target_law_matches_transformers(cfg, hf_model):
     """The engine's serial target law vs softmax of transformers' logits, T = 1, no
-    truncation, every position of three prompts. Measured max |dp| ~ 1e-6 (fp32
-    summation order only); the bound 1e-4 fails on any layout error (a wrong un-permute
-    gives |dp| ~ 0.5)."""
+    truncation, every position of three prompts. Measured max |dp| = 0 on CPU (the same
+    fp32 operations); the bound 1e-4 leaves room for other summation orders only."""
     from engine_under_test import LLM
     llm = LLM(cfg, model=load_llama_gguf(cfg))
     worst = 0.0
