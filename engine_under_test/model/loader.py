@@ -1,5 +1,10 @@
 """Load and save checkpoints in Ouro's Hugging Face layout (config.json + safetensors).
 
+Hugging Face Llama checkpoints (``model_type: llama``) load through the same path into
+a ``LlamaLM``: their names are the list below without the sandwich norms
+(``input_layernorm`` / ``post_attention_layernorm`` only), the final norm outside any
+loop, and no early-exit gate.
+
 Parameter names, as in ``ByteDance/Ouro-1.4B``::
 
     model.embed_tokens.weight                          [V, D]
@@ -54,8 +59,12 @@ def load_checkpoint(cfg: ModelConfig, device: torch.device | str = "cpu",
                     dtype: torch.dtype = torch.float32) -> LoopedLM:
     """Build the model of ``cfg`` with the weights stored in ``cfg.checkpoint``."""
     path = Path(cfg.checkpoint)
+    if cfg.architecture == "llama":   # HF LlamaForCausalLM names are LlamaLM's + "model."
+        from .llama import LlamaLM as cls
+    else:
+        cls = LoopedLM
     with torch.device("meta"):
-        model = LoopedLM(cfg, dtype=dtype)
+        model = cls(cfg, dtype=dtype)
     model = model.to_empty(device=device)
     wanted = {hf_name(n): p for n, p in model.named_parameters()}
     seen: set[str] = set()
@@ -66,6 +75,8 @@ def load_checkpoint(cfg: ModelConfig, device: torch.device | str = "cpu",
                 if key.endswith("rotary_emb.inv_freq"):
                     continue
                 param = wanted.get(key)
+                if param is None and key == "lm_head.weight" and cfg.tie_word_embeddings:
+                    continue   # a tied head saved anyway: the embeddings are the head
                 if param is None:
                     unexpected.append(key)
                     continue

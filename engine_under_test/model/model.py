@@ -44,6 +44,8 @@ class LoopedLM(nn.Module):
     def num_loops(self) -> int:
         return self.cfg.total_ut_steps
 
+    num_stages = num_loops   # a stage of a looped model is one loop
+
     def new_cache(self, num_slots: int, max_len: int) -> KVCache:
         p = self.embed_tokens.weight
         return KVCache(self.num_loops, len(self.layers), num_slots,
@@ -81,6 +83,11 @@ class LoopedLM(nn.Module):
     def logits(self, h: torch.Tensor) -> torch.Tensor:  # [..., D] -> [..., V] float32
         w = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
         return torch.nn.functional.linear(h, w).float()
+
+    def exit_logits(self, h: torch.Tensor, depth: int) -> torch.Tensor:
+        """Draft logits after ``depth`` loops: the coda itself (the final norm is already
+        inside every loop). Same signature as ``LlamaLM.exit_logits``."""
+        return self.logits(h)
 
     # ------------------------------------------------------------------ reference
     @torch.no_grad()

@@ -115,7 +115,7 @@ def speculative_round(model: LoopedLM, cache: KVCache, state: SlotState, rng: Rn
         ctx = model.context((pos + j)[:, None], rows, cache.max_len, prefix=True)
         h = model.run_loops(model.embed(x[:, None]), 0, d, cache, ctx)   # [B, 1, D]
         shallow.append(h)
-        logits_q = model.logits(h[:, 0])                                 # [B, V] f32
+        logits_q = model.exit_logits(h[:, 0], d)                         # [B, V] f32
         if fault is not None:
             logits_q = fault(("q", j), logits_q)
         q_j = batched_probabilities(logits_q, temp, top_k, top_p, **hints)

@@ -62,8 +62,17 @@ class BundledEngine:
         self.mutant = mutant
         self.dtype = getattr(torch, spec.dtype)
         # A checkpoint directory (Ouro's HF layout) or a preset with seeded weights.
-        self.model_config = (spec.checkpoint if spec.checkpoint else
-                             eut.ModelConfig.preset(spec.preset, seed=spec.model_seed))
+        if spec.model is not None:   # a packaged real model: a missing package is bad input
+            from engine_under_test.models_pkg import ModelPackageError
+            try:
+                self.model_config = eut.ModelConfig.packaged(
+                    spec.model, stage_layers=tuple(spec.stage_layers or ()) or None,
+                    draft_head=spec.draft_head)
+            except (ModelPackageError, ValueError) as e:
+                raise UsageError(str(e)) from None
+        else:
+            self.model_config = (spec.checkpoint if spec.checkpoint else
+                                 eut.ModelConfig.preset(spec.preset, seed=spec.model_seed))
         self.prompt = list(eut.DEFAULT_PROMPT if spec.prompt == "default" else spec.prompt)
         self._engines: dict[tuple, object] = {}
         self._model = None  # weights built once, shared by every group's engine

@@ -150,7 +150,7 @@ class MonteCarloProtocol(Strict):
 # --- distribution protocols ---------------------------------------------------------------
 
 class EngineSpec(Strict):
-    preset: Literal["tiny", "small", "ouro-1.4b"]
+    preset: Literal["tiny", "small", "ouro-1.4b"] | None = None  # seeded looped model
     model_seed: NonNegInt = 0
     checkpoint: str | None = None  # local directory in Ouro's layout; None: seeded weights
     dtype: Literal["float32", "bfloat16"] = "float32"
@@ -163,6 +163,21 @@ class EngineSpec(Strict):
     max_tokens: Annotated[int, Field(ge=2, le=3)] = 3
     batch_size: Annotated[int, Field(ge=1)] = Field(
         1024, json_schema_extra=overridable("--batch-size"))
+    # A real model shipped by a package (engine_under_test.models_pkg), instead of a
+    # preset: its layers cut into stages (cumulative layer ends; draft_loops counts
+    # stages) and the draft's exit head ("plain" early exit or "fitted" exit maps).
+    model: Literal["smollm2-135m"] | None = None
+    stage_layers: list[Annotated[int, Field(ge=1)]] | None = None
+    draft_head: Literal["plain", "fitted"] = "plain"
+
+    @model_validator(mode="after")
+    def _one_model(self):
+        if (self.preset is None) == (self.model is None):
+            raise ValueError("engine needs exactly one of preset or model")
+        if self.model is None and (self.stage_layers is not None
+                                   or self.draft_head != "plain"):
+            raise ValueError("stage_layers and draft_head apply to a packaged model only")
+        return self
 
 
 class Group(Strict):

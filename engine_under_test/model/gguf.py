@@ -1,0 +1,143 @@
+"""Llama-family GGUF files: shape from the metadata, weights dequantised to float32.
+
+Parsing and dequantisation are the ``gguf`` package's (``GGUFReader``, ``dequantize``),
+the same functions transformers' GGUF loader calls, so every dequantised tensor is
+bit-identical to transformers' (``tests/engine/test_smollm2_load.py`` checks each one).
+
+One layout fact matters. llama.cpp's converter stores ``attn_q`` and ``attn_k`` with the
+rows of each head permuted for its interleaved RoPE: within a head of ``hd`` rows, HF's
+order (first half, second half: rotate-half RoPE) becomes pairs (row i, row i + hd/2)
+side by side. Undoing it is a reshape of each head to [hd/2, 2] rows and a transpose to
+[2, hd/2]. The heads counted are the query heads for ``attn_q`` and the key-value heads
+for ``attn_k`` (GQA). ``attn_v`` and everything else is stored as HF has it.
+
+GGUF name                      engine parameter (HF name without ``model.``)
+token_embd.weight              embed_tokens.weight      (tied LM head when no output.weight)
+blk.{i}.attn_norm.weight       layers.{i}.input_layernorm.weight
+blk.{i}.attn_{q,k,v}.weight    layers.{i}.self_attn.{q,k,v}_proj.weight
+blk.{i}.attn_output.weight     layers.{i}.self_attn.o_proj.weight
+blk.{i}.ffn_norm.weight        layers.{i}.post_attention_layernorm.weight
+blk.{i}.ffn_{gate,up,down}     layers.{i}.mlp.{gate,up,down}_proj.weight
+output_norm.weight             norm.weight
+output.weight                  lm_head.weight
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..config import ModelConfig
+
+_LAYER_NAMES = {
+    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+}
+_TOP_NAMES = {"token_embd": "embed_tokens", "output_norm": "norm", "output": "lm_head"}
+
+
+def _reader(path: Path):
+    try:
+        from gguf import GGUFReader
+    except ImportError:  # pragma: no cover - gguf is a dependency of the engine extra
+        raise RuntimeError("reading GGUF files needs the gguf package: pip install gguf") from None
+    return GGUFReader(str(path))
+
+
+def _field(reader, key: str, default=None):
+    f = reader.fields.get(key)
+    return default if f is None else f.contents()
+
+
+def read_llama_config(path: Path, stage_layers: tuple[int, ...] | None = None,
+                      draft_head: str = "plain", name: str | None = None) -> ModelConfig:
+    """The ModelConfig of a Llama-family GGUF file (architecture "llama")."""
+    r = _reader(path)
+    arch = _field(r, "general.architecture")
+    if arch != "llama":
+        raise ValueError(f"{path}: GGUF architecture {arch!r}; only 'llama' is supported")
+    g = lambda k, d=None: _field(r, f"llama.{k}", d)   # noqa: E731
+    layers, hidden, heads = int(g("block_count")), int(g("embedding_length")), int(
+        g("attention.head_count"))
+    tokens = _field(r, "tokenizer.ggml.tokens")
+    vocab = int(g("vocab_size", len(tokens) if tokens is not None else 0))
+    names = {t.name for t in r.tensors}
+    return ModelConfig(
+        name=name or str(_field(r, "general.name", path.stem)), architecture="llama",
+        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=int(g("attention.head_count_kv", heads)),
+        head_dim=int(g("rope.dimension_count", hidden // heads)),
+        intermediate_size=int(g("feed_forward_length")), total_ut_steps=1,
+        rope_theta=float(g("rope.freq_base", 10000.0)),
+        rms_norm_eps=float(g("attention.layer_norm_rms_epsilon", 1e-5)),
+        max_position_embeddings=int(g("context_length", 2048)),
+        tie_word_embeddings="output.weight" not in names,
+        eos_token_id=int(_field(r, "tokenizer.ggml.eos_token_id", 0)),
+        gguf=str(path), draft_head=draft_head,
+        stage_layers=tuple(stage_layers) if stage_layers else tuple(range(1, layers + 1)))
+
+
+def unpermute_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Undo llama.cpp's per-head RoPE row permutation: [n_heads*hd, D] -> same shape."""
+    rows, cols = w.shape
+    hd = rows // n_heads
+    return w.reshape(n_heads, hd // 2, 2, cols).transpose(1, 2).reshape(rows, cols)
+
+
+def engine_name(gguf_name: str) -> str | None:
+    """A GGUF tensor name -> the engine's parameter name (None: not a model weight)."""
+    base, _, suffix = gguf_name.rpartition(".")
+    if suffix != "weight":
+        return None
+    if base.startswith("blk."):
+        _, idx, kind = base.split(".", 2)
+        mapped = _LAYER_NAMES.get(kind)
+        return None if mapped is None else f"layers.{int(idx)}.{mapped}.weight"
+    mapped = _TOP_NAMES.get(base)
+    return None if mapped is None else f"{mapped}.weight"
+
+
+def dequantized_tensors(path: Path, cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """Every model weight of the file as float32, in HF layout, by engine name."""
+    from gguf import dequantize
+    out: dict[str, torch.Tensor] = {}
+    for t in _reader(path).tensors:
+        name = engine_name(t.name)
+        if name is None:
+            continue
+        # A writable float32 copy (the reader's arrays are read-only memory maps).
+        w = torch.from_numpy(np.array(dequantize(t.data, t.tensor_type), dtype=np.float32))
+        if name.endswith("self_attn.q_proj.weight"):
+            w = unpermute_rows(w, cfg.num_attention_heads)
+        elif name.endswith("self_attn.k_proj.weight"):
+            w = unpermute_rows(w, cfg.num_key_value_heads)
+        out[name] = w
+    return out
+
+
+@torch.no_grad()
+def load_llama_gguf(cfg: ModelConfig, device: torch.device | str = "cpu",
+                    dtype: torch.dtype = torch.float32):
+    """Build the LlamaLM of ``cfg`` with the weights of ``cfg.gguf``."""
+    from .llama import LlamaLM
+    with torch.device("meta"):
+        model = LlamaLM(cfg, dtype=dtype)
+    model = model.to_empty(device=device)
+    wanted = dict(model.named_parameters())
+    tensors = dequantized_tensors(Path(cfg.gguf), cfg)
+    missing = sorted(set(wanted) - set(tensors))
+    unexpected = sorted(set(tensors) - set(wanted))
+    if missing or unexpected:
+        raise ValueError(f"{cfg.gguf} does not match its config: missing {missing[:6]}, "
+                         f"unexpected {unexpected[:6]}")
+    for name, param in wanted.items():
+        t = tensors[name]
+        if tuple(t.shape) != tuple(param.shape):
+            raise ValueError(f"{name}: GGUF shape {tuple(t.shape)} != model shape "
+                             f"{tuple(param.shape)}")
+        param.copy_(t.to(device=param.device, dtype=param.dtype))
+    return model.eval().requires_grad_(False)
