@@ -8,12 +8,23 @@ round. Public API (docs/contracts.md, section 2)::
 from .config import DEFAULT_PROMPT, PRESET_NAMES, InitConfig, ModelConfig, SpeculativeConfig
 from .llm import LLM
 from .params import SamplingParams
-from .runners.outputs import RequestOutput, RoundStat
+from .runners.outputs import (
+    FailedRound,
+    GenerateOutputs,
+    GenerateReport,
+    RequestError,
+    RequestOutput,
+    RoundStat,
+)
 
 __all__ = [
     "DEFAULT_PROMPT",
+    "FailedRound",
+    "GenerateOutputs",
+    "GenerateReport",
     "LLM",
     "PRESET_NAMES",
+    "RequestError",
     "InitConfig",
     "ModelConfig",
     "RequestOutput",

@@ -11,7 +11,10 @@ or async with ``async_scheduling=True``; ``mode="pipeline"`` -> greedy only. Ran
 sampling (temperature > 0) is rejected with a ValueError by ``pipeline`` and by async
 scheduling without speculation (unsupported combinations).
 
-``generate`` batches its requests continuously (at most ``max_num_seqs`` at once);
+``generate`` batches its requests continuously (at most ``max_num_seqs`` at once) and
+returns the outputs with a ``report`` (``GenerateReport``): the rounds run and every
+failed round (contract 3) with the requests it finished with "error", their round and
+what was invalid, so an engine error is never only a finish reason in a long list;
 ``add_request`` / ``abort_request`` / ``step`` expose the same engine loop, with request
 ids reusable once a request has finished or been aborted.
 
@@ -35,7 +38,7 @@ from .runners.block_async import AsyncBlockRunner
 from .runners.block_sync import SyncBlockRunner
 from .runners.mutant_hooks import MutantHooks
 from .runners.nospec import NospecRunner
-from .runners.outputs import RequestOutput
+from .runners.outputs import GenerateOutputs, GenerateReport, RequestOutput
 from .runners.state import Request
 from .sampling import Sampler
 
@@ -68,7 +71,7 @@ class LLM:
         self.speculative_config = speculative_config
         self.async_scheduling = bool(async_scheduling)
         self.mutant = mutant
-        self.hooks = MutantHooks(mutant)
+        self.hooks = MutantHooks(mutant, device=self.device)
         R = self.model.num_stages   # loops of a looped model, stages of a Llama one
         if speculative_config is not None and not 1 <= speculative_config.draft_loops < R:
             raise ValueError(f"draft_loops must be in [1, S={R}), got "
@@ -161,8 +164,13 @@ class LLM:
 
     def generate(self, prompts: Sequence[Sequence[int]],
                  params: SamplingParams | Sequence[SamplingParams] | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> list[RequestOutput]:
-        """Run every prompt to completion (continuous batching); outputs in input order."""
+                 progress: Callable[[int, int], None] | None = None) -> GenerateOutputs:
+        """Run every prompt to completion (continuous batching); outputs in input order.
+
+        The result is a list of RequestOutput with ``.report``, a GenerateReport of this
+        call: ``report.failed`` lists each failed prefill batch or decode round (which
+        requests, their round, what was invalid); ``report.num_failed_rounds`` counts
+        them. The engine keeps serving after a failed round."""
         if params is None:
             params = SamplingParams()
         if isinstance(params, SamplingParams):
@@ -173,6 +181,7 @@ class LLM:
             self._check_supported(p)
         ids = [self.add_request(None, list(pr), p) for pr, p in zip(prompts, params,
                                                                    strict=True)]
+        rounds0, failed0 = self.runner.rounds_run, len(self.runner.failures)
         wanted = set(ids)
         results: dict[object, RequestOutput] = {}
         total = len(ids)
@@ -182,7 +191,9 @@ class LLM:
                     results[out.request_id] = out
             if progress is not None:
                 progress(len(results), total)
-        return [results[i] for i in ids]
+        report = GenerateReport(self.runner.rounds_run - rounds0,
+                                tuple(self.runner.failures[failed0:]))
+        return GenerateOutputs([results[i] for i in ids], report)
 
     # ------------------------------------------------------------------ references
     def close(self) -> None:

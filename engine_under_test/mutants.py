@@ -9,7 +9,9 @@ only names and describes them, so protocols and the CLI can list and validate na
 layer "kernel": a bug inside the accept kernel, killable by the kernel protocols
 (quadrature, montecarlo) with p, q and the uniforms given.
 layer "engine": a bug in how the engine builds p, q, drafts, uniforms or inputs around
-a correct kernel, killable only end to end (distribution, acceptance, equality).
+a correct kernel, killable only end to end (distribution, acceptance, equality). One
+engine mutant is a fault rather than a bias: `nan_target_once` makes one round fail
+(contract 3), so a run under it must report engine errors instead of a smaller sample.
 """
 from __future__ import annotations
 
@@ -26,6 +28,9 @@ class Mutant:
     layer: str        # "kernel" or "engine"
     description: str  # one line: what the mutant changes
     bug_class: str    # the real bug class it reproduces
+    # True for a fault (rounds fail, requests end in "error") rather than a biased law:
+    # killed by a protocol's engine-error rule, not by a distribution test.
+    fault: bool = False
 
     def __post_init__(self) -> None:
         if self.layer not in LAYERS:
@@ -73,6 +78,11 @@ _ALL = (
     Mutant("async_stale_input", "engine",
            "the next round's device input is the last draft, not the last committed token",
            "async scheduling feeds a stale token to the next round"),
+    Mutant("nan_target_once", "engine",
+           "the target logits of one random row (position 0) are NaN in the engine's "
+           "first decode round: that round fails and its live requests end in 'error'",
+           "a numerical fault that silently drops the requests of one batch from the sample",
+           fault=True),
 )
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in _ALL}

@@ -36,24 +36,3 @@ class KVCache:
     def layer(self, loop: int, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The (k, v) namespace of one depth and layer: views [S, G, Lmax, hd]."""
         return self.k[loop, layer], self.v[loop, layer]
-
-    def grow(self, max_len: int) -> None:
-        """Reallocate to at least ``max_len`` positions, keeping what is stored."""
-        if max_len <= self.max_len:
-            return
-        old_k, old_v, n = self.k, self.v, self.max_len
-        shape = list(old_k.shape)
-        shape[4] = max_len
-        self.k = torch.zeros(shape, device=old_k.device, dtype=old_k.dtype)
-        self.v = torch.zeros(shape, device=old_v.device, dtype=old_v.dtype)
-        self.k[..., :n, :] = old_k
-        self.v[..., :n, :] = old_v
-
-    def nbytes(self) -> int:
-        return self.k.numel() * self.k.element_size() * 2
-
-    def snapshot(self, slot: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Copies of one slot's first ``length`` positions at every depth (tests):
-        each [R, L, G, length, hd]."""
-        return (self.k[:, :, slot, :, :length].clone(),
-                self.v[:, :, slot, :, :length].clone())

@@ -5,13 +5,15 @@ lazily: slots to the next power of two in use, positions to what admitted reques
 need), the request-owned RNG registry and the host records. Subclasses implement
 ``step()``: one scheduling iteration (admit + prefill, one decode round, collect).
 
-Contract 3 (numerical errors) lives in ``apply_round``: the host applies exactly what
-the device did. If the device flagged the round as failed (an invalid law at a live
-row's stop point), every live request of the round is finished with "error" before
-any token of the round is looked at (so before EOS truncation) and nothing of the round
-is committed; the device did not advance those slots either. Rows that were not live
-(empty slots, requests that had finished, an aborted request still in flight) are
-never looked at, whatever their error flags say.
+Contract 3 (numerical errors) lives in ``apply_round`` and ``apply_prefill``: the host
+applies exactly what the device did. If the device flagged the round (or prefill batch)
+as failed (an invalid law at a live row's stop point), every live request of the round
+is finished with "error" before any token of the round is looked at (so before EOS
+truncation) and nothing of the round is committed; the device did not advance those
+slots either. Rows that were not live (empty slots, requests that had finished, an
+aborted request still in flight) are never looked at, whatever their error flags say.
+Each failure is recorded in ``failures`` (a ``FailedRound``: which requests, which of
+their rounds, what was invalid), which ``LLM.generate`` reports to its caller.
 """
 from __future__ import annotations
 
@@ -22,11 +24,11 @@ import numpy as np
 import torch
 
 from ..model import KVCache, LoopedLM
-from ..sampling import RngRegistry
+from ..sampling import INVALID_NAMES, RngRegistry
 from .cuda_graphs import GraphedRound
 from .mutant_hooks import MutantHooks
-from .outputs import RoundStat
-from .prefill import prefill
+from .outputs import FailedRound, RequestError, RoundStat
+from .prefill import PrefillOutputs, prefill
 from .spec_round import RoundOutputs, speculative_round
 from .state import HostTransfer, Request, SlotState, bucket_size
 
@@ -54,8 +56,9 @@ class RunnerBase:
         self.transfer = HostTransfer(self.device)
         self.fault = None          # tests: fault(kind, logits) -> logits
         self.trace: list | None = None   # tests: collected rounds when a list
-        self.failed_rounds = 0
-        self.rounds_run = 0
+        self.failures: list[FailedRound] = []   # every failed prefill batch or round
+        self.rounds_run = 0      # decode rounds collected
+        self.prefills_run = 0    # prefill batches collected
         self.graphs: GraphedRound | None = None
         self._graph_key = None
         self.round_hints: dict = {}   # sampling_hints of the round being run (CPU only)
@@ -72,7 +75,8 @@ class RunnerBase:
     def _mutable_state(self) -> list[torch.Tensor]:
         """Tensors a round may mutate; the capture's warm-up restores them."""
         s = self.state
-        return [s.next_token, s.next_pos, s.budget, s.live, self.rng.round]
+        return [s.next_token, s.next_pos, s.budget, s.live, self.rng.round,
+                *self.hooks.device_state()]
 
     def release(self) -> None:
         """Drop the KV cache and every captured graph (with its memory pool). The graphs
@@ -164,9 +168,14 @@ class RunnerBase:
         self.rng.bind_many([r.slot for r in seeded], [r.seed for r in seeded])
         return admitted
 
-    def run_prefill(self, admitted: list[Request]) -> torch.Tensor:
+    @property
+    def failed_rounds(self) -> int:
+        """Failed prefill batches and decode rounds so far (``failures`` has them)."""
+        return len(self.failures)
+
+    def run_prefill(self, admitted: list[Request]) -> PrefillOutputs:
         return prefill(self.model, self.cache, self.state, self.rng, admitted, self.hooks,
-                       self.sampling_hints(admitted))
+                       self.sampling_hints(admitted), self.fault)
 
     def finish(self, req: Request, reason: str, *, defer: bool = False) -> None:
         """Finish a request and free its slot (device state cleared, generator released).
@@ -235,8 +244,28 @@ class RunnerBase:
         return [r if r is not None and r.budget_bound > 0 else None for r in self.slots[:B]]
 
     # ------------------------------------------------------------------ host commits
-    def apply_prefill(self, admitted: list[Request], t1: np.ndarray) -> None:
-        for req, tok in zip(admitted, t1.tolist(), strict=True):
+    def _fail(self, stage: str, index: int, rows: list[Request | None], live,
+              invalid: np.ndarray, round_of) -> None:
+        """Fatal cleanup: finish every live row with "error" and record the failure.
+        round_of(req) is the request's round number of the failed round."""
+        errors = []
+        for b, req in enumerate(rows):
+            if req is not None and not req.finished and live[b]:
+                code = int(invalid[b])
+                errors.append(RequestError(req.request_id, round_of(req),
+                                           INVALID_NAMES.get(code) if code else None))
+                self.finish(req, "error", defer=True)
+        self.failures.append(FailedRound(stage, index, tuple(errors)))
+        self.flush_finished()
+
+    def apply_prefill(self, admitted: list[Request], host: dict[str, np.ndarray]) -> None:
+        """Commit t1 of one collected prefill batch (or fail the batch, contract 3)."""
+        self.prefills_run += 1
+        if bool(host["t1_failed"][0]):
+            self._fail("prefill", self.prefills_run - 1, admitted,
+                       [True] * len(admitted), host["t1_invalid"], lambda req: 0)
+            return
+        for req, tok in zip(admitted, host["t1"].tolist(), strict=True):
             if req.finished:
                 continue
             if req.commit([tok], None):
@@ -252,11 +281,8 @@ class RunnerBase:
         live = host["live"]
         if bool(host["failed"][0]):
             # Fatal cleanup, before any token or EOS of this round is looked at.
-            self.failed_rounds += 1
-            for b, req in enumerate(rows):
-                if req is not None and not req.finished and live[b]:
-                    self.finish(req, "error", defer=True)
-            self.flush_finished()
+            self._fail("decode", self.rounds_run - 1, rows, live, host["invalid"],
+                       lambda req: len(req.output.rounds) + 1)
             return
         tokens, n_commit = host["tokens"], host["num_committed"]
         drafted, accepted = host["draft_lens"], host["num_accepted"]
@@ -275,8 +301,8 @@ class RunnerBase:
         Returns (B, rows); B == 0 means nothing to decode this step."""
         admitted = self.admit()
         if admitted:
-            t1 = self.run_prefill(admitted)
-            self.apply_prefill(admitted, self.transfer.wait(self.transfer.submit({"t1": t1}))["t1"])
+            out = self.run_prefill(admitted)
+            self.apply_prefill(admitted, self.transfer.wait(self.transfer.submit(out.host_view())))
         B = self.bucket()
         if B == 0:
             return 0, []

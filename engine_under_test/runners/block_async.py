@@ -86,7 +86,7 @@ class AsyncBlockRunner(BlockSpeculationRunner):
     # ------------------------------------------------------------------ scheduling
     def step(self) -> None:
         admitted = self.admit()
-        t1 = self.run_prefill(admitted) if admitted else None
+        pre = self.run_prefill(admitted) if admitted else None
         for r in admitted:
             r.inflight += 1
         B = self.bucket()
@@ -97,11 +97,12 @@ class AsyncBlockRunner(BlockSpeculationRunner):
                 if r is not None:
                     r.inflight += 1
             view = out.host_view()
-            if t1 is not None:
-                view["t1"] = t1
+            if pre is not None:
+                view.update(pre.host_view())
             self.inflight.append(InFlight(self.transfer.submit(view), rows, admitted))
-        elif admitted:  # nothing to decode (all max_tokens == 1): carry t1 alone
-            self.inflight.append(InFlight(self.transfer.submit({"t1": t1}), [], admitted))
+        elif admitted:  # nothing to decode (all max_tokens == 1 or t1 failed): t1 alone
+            self.inflight.append(InFlight(self.transfer.submit(pre.host_view()), [],
+                                          admitted))
         # Keep one round in flight while there is work; otherwise drain.
         while len(self.inflight) > (1 if B else 0):
             self.collect()
@@ -113,7 +114,7 @@ class AsyncBlockRunner(BlockSpeculationRunner):
         for r in flight.admitted + [r for r in flight.rows if r is not None]:
             r.inflight -= 1
         if flight.admitted:
-            self.apply_prefill(flight.admitted, host["t1"])
+            self.apply_prefill(flight.admitted, host)
         if flight.rows:
             self.apply_round(flight.rows, host)
 

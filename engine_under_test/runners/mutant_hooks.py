@@ -6,14 +6,21 @@ name is passed to ``speculative_accept(..., mutant=name)``. Engine mutants act o
 random rows of a round only, so greedy rows keep greedy acceptance even when mutated
 (the bugs concern random sampling).
 
-With ``mutant=None`` every hook is the identity and costs nothing.
+Every hook wraps a call site of the clean code: it receives what the clean code made
+(a draft token, q, p, the target logits, the uniforms, the next input) and returns it,
+changed only for its own mutant. With ``mutant=None`` every hook is the identity and
+costs nothing.
+
+``nan_target_once`` is a fault, not a bias: it keeps one device flag (``fired``, part of
+the state a CUDA Graph capture restores) so that it fires in the engine's first decode
+round only, on the device, without a host read.
 """
 from __future__ import annotations
 
 import torch
 
 from ..mutants import MUTANTS
-from ..sampling import KERNEL_MUTANTS, batched_probabilities, categorical
+from ..sampling import KERNEL_MUTANTS, batched_probabilities
 
 
 def default_law(logits: torch.Tensor) -> torch.Tensor:
@@ -26,14 +33,17 @@ def default_law(logits: torch.Tensor) -> torch.Tensor:
 
 
 class MutantHooks:
-    def __init__(self, name: str | None):
+    def __init__(self, name: str | None, device: torch.device | str = "cpu"):
         if name is not None and name not in MUTANTS:
             raise ValueError(f"unknown mutant {name!r}; valid: {', '.join(sorted(MUTANTS))}")
         self.name = name
         self.kernel = name if name in KERNEL_MUTANTS else None
+        # nan_target_once: has the fault fired? [1] bool on the engine's device.
+        self.fired = torch.zeros(1, dtype=torch.bool, device=device)
 
-    def is_(self, name: str) -> bool:
-        return self.name == name
+    def device_state(self) -> list[torch.Tensor]:
+        """Device tensors the hooks mutate (a graph capture's warm-up restores them)."""
+        return [self.fired] if self.name == "nan_target_once" else []
 
     @property
     def needs_draft_logits(self) -> bool:
@@ -54,13 +64,30 @@ class MutantHooks:
         return torch.where(random[:, None], shared, u)
 
     # ---------------------------------------------------------------- drafts
-    def draft(self, q: torch.Tensor,          # [B, V] float32 draft law at one position
-              u: torch.Tensor,                # [B] float64 draft uniforms
+    def draft(self, x: torch.Tensor,          # [B] int64 the clean draft, drawn from q
+              q: torch.Tensor,                # [B, V] float32 draft law at one position
               random: torch.Tensor) -> torch.Tensor:  # -> [B] int64
-        x = categorical(q, u)
         if self.name == "greedy_draft":  # argmax drafts, yet q stays the softmax
-            x = torch.where(random, torch.argmax(q, dim=-1), x)
+            return torch.where(random, torch.argmax(q, dim=-1), x)
         return x
+
+    # ---------------------------------------------------------------- target logits
+    def target_logits(self, logits: torch.Tensor,   # [B, K+1, V] float32 verification
+                      random: torch.Tensor) -> torch.Tensor:  # [B] bool -> same shape
+        """nan_target_once: the first random row's target logits at position 0 become
+        NaN (the whole [V] row: a single NaN logit would be filtered out by top-k, whose
+        threshold it fails), in the first decode round that has a random row; later
+        rounds untouched. Position 0 is read by every round (the stop point is >= 0),
+        so the row's law at its stop point is invalid and the round fails."""
+        if self.name != "nan_target_once":
+            return logits
+        first = torch.argmax(random.to(torch.int64))      # device index, no host read
+        hit = (torch.arange(logits.shape[0], device=logits.device) == first) & random
+        hit = hit & ~self.fired                            # [B] bool, at most one row
+        self.fired |= hit.any().view(1)
+        poisoned = logits.clone()
+        poisoned[:, 0] = float("nan")
+        return torch.where(hit[:, None, None], poisoned, logits)
 
     def q_for_accept(self, q: torch.Tensor,          # [B, K, V] float32 law drafts came from
                      drafts: torch.Tensor,           # [B, K] int64

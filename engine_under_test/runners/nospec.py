@@ -1,10 +1,12 @@
 """Plain decoding: one token per step at full depth R, sampled from p.
 
-Random rows sample with ``categorical(p, u)`` where u is the first uniform of the
-request's block for that step (``RngRegistry.draw``, one block per step, the same
-request-owned Philox stream as every mode), so fixed-seed replay holds. Greedy rows
-take the argmax and draw nothing. An invalid law (non-finite or no mass) on a live row
-fails the step exactly like a speculative round (contract 3). On CUDA the step is
+Each step is an effective-K=0 round: ``sample_target(p, u)``, the sampling core's one
+target draw (the same call as prefill and the same rule as a speculative round's bonus),
+with u the first uniform of the request's block for that step (``RngRegistry.draw``,
+one block per step, the same request-owned Philox stream as every mode), so fixed-seed
+replay holds. Greedy rows take the argmax and draw nothing. The draw's error flag (an
+invalid law: non-finite or no mass) on a live row fails the step exactly like a
+speculative round (contract 3, applied by ``RunnerBase.apply_round``). On CUDA the step is
 captured once per batch bucket and replayed (``RunnerBase.run_round``), like the
 speculative rounds, so throughput comparisons between modes are like for like.
 """
@@ -15,28 +17,28 @@ from typing import NamedTuple
 import torch
 
 from ..model import KVCache, LoopedLM
-from ..sampling import RngRegistry, batched_probabilities, categorical
+from ..sampling import RngRegistry, batched_probabilities, sample_target
 from .base import RunnerBase
 from .mutant_hooks import MutantHooks
 from .state import SlotState
 
 
 class StepOutputs(NamedTuple):
-    tokens: torch.Tensor      # [B, 1] int64 the sampled token
-    error: torch.Tensor       # [B] bool invalid law
-    live: torch.Tensor        # [B] bool
-    failed: torch.Tensor      # [1] bool
-    pos: torch.Tensor         # [B] int64 input position
-    input_token: torch.Tensor  # [B] int64
+    tokens: torch.Tensor         # [B, 1] int64 the sampled token (-1 on error)
+    num_committed: torch.Tensor  # [B] int64 1 (0 on error)
+    error: torch.Tensor          # [B] bool invalid law
+    invalid: torch.Tensor        # [B] int8 why (sampling.INVALID_NAMES)
+    live: torch.Tensor           # [B] bool
+    failed: torch.Tensor         # [1] bool
+    pos: torch.Tensor            # [B] int64 input position
+    input_token: torch.Tensor    # [B] int64
 
     def host_view(self) -> dict[str, torch.Tensor]:
-        B = self.tokens.shape[0]
-        ones = torch.ones(B, dtype=torch.int64, device=self.tokens.device)
-        zeros = torch.zeros_like(ones)
-        return {"tokens": self.tokens, "num_committed": torch.where(self.error, 0, ones),
+        zeros = torch.zeros_like(self.num_committed)
+        return {"tokens": self.tokens, "num_committed": self.num_committed,
                 "num_accepted": zeros, "draft_lens": zeros, "error": self.error,
-                "live": self.live, "failed": self.failed, "pos": self.pos,
-                "input_token": self.input_token}
+                "invalid": self.invalid, "live": self.live, "failed": self.failed,
+                "pos": self.pos, "input_token": self.input_token}
 
 
 @torch.no_grad()
@@ -52,14 +54,15 @@ def nospec_step(model: LoopedLM, cache: KVCache, state: SlotState, rng: RngRegis
     ctx = model.context(pos[:, None], rows, cache.max_len, prefix=True)
     h = model.run_loops(model.embed(tok[:, None]), 0, model.num_loops, cache, ctx)
     logits = model.logits(h[:, 0])                                       # [B, V] f32
+    logits = hooks.target_logits(logits[:, None], random)[:, 0]
     if fault is not None:
         logits = fault(("p", None), logits)
     p = batched_probabilities(logits, state.temperature[:B], state.top_k[:B],
                               state.top_p[:B], **(hints or {}))
-    error = ~(torch.isfinite(p).all(dim=-1) & (p.sum(dim=-1) > 0))
-    token = categorical(torch.where(error[:, None], 1.0, p), u)
-    failed = (error & live).any().view(1)
-    return StepOutputs(token[:, None], error, live, failed, pos.clone(), tok.clone())
+    res = sample_target(p, u)
+    failed = (res.error & live).any().view(1)
+    return StepOutputs(res.tokens, res.num_committed, res.error, res.invalid, live, failed,
+                       pos.clone(), tok.clone())
 
 
 class NospecRunner(RunnerBase):

@@ -62,3 +62,70 @@ class RequestOutput:
     def acceptance_rate(self) -> float | None:
         drafted = self.num_drafted
         return self.num_accepted / drafted if drafted else None
+
+
+@dataclass(frozen=True)
+class RequestError:
+    """One request that a failed round finished with "error".
+
+    round: the request's own round number: 0 is prefill (t1), n >= 1 the n-th decode
+        round after t1 (the round that failed; nothing of it was committed).
+    invalid: what was invalid in this request's law at its stop point: "non_finite",
+        "zero_mass", "zero_residual" (or "unclassified" from an accept implementation
+        that gives no reason); None when its own law was valid and it failed with its
+        round (contract 3: an invalid law at any live row fails every live row).
+    """
+
+    request_id: object
+    round: int
+    invalid: str | None
+
+
+@dataclass(frozen=True)
+class FailedRound:
+    """One prefill batch or decode round that failed (contract 3)."""
+
+    stage: str                           # "prefill" | "decode"
+    index: int                           # 0-based count of this runner's rounds of that stage
+    requests: tuple[RequestError, ...]   # every live request it finished with "error"
+
+    @property
+    def causes(self) -> tuple[RequestError, ...]:
+        """The requests whose own law was invalid (at least one per failed round)."""
+        return tuple(r for r in self.requests if r.invalid is not None)
+
+
+@dataclass(frozen=True)
+class GenerateReport:
+    """What one ``LLM.generate`` call ran, engine errors included.
+
+    rounds: decode rounds collected during the call (nospec steps included; prefill
+        batches not); failed: every prefill batch or decode round that failed, in the
+        order the host collected them. A request that ended in "error" appears in
+        exactly one of them.
+    """
+
+    rounds: int
+    failed: tuple[FailedRound, ...]
+
+    @property
+    def num_failed_rounds(self) -> int:
+        return len(self.failed)
+
+    @property
+    def errors(self) -> tuple[RequestError, ...]:
+        return tuple(e for f in self.failed for e in f.requests)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+class GenerateOutputs(list):
+    """``LLM.generate``'s result: the list of RequestOutput (input order) with the
+    call's ``report`` (a GenerateReport) attached, so callers that only iterate the
+    outputs keep working and the errors are one attribute away."""
+
+    def __init__(self, outputs: list[RequestOutput], report: GenerateReport):
+        super().__init__(outputs)
+        self.report = report

@@ -40,7 +40,14 @@ from typing import NamedTuple
 import torch
 
 from ..model import KVCache, LoopedLM
-from ..sampling import RngRegistry, batched_probabilities, philox_uniforms, speculative_accept
+from ..sampling import (
+    UNCLASSIFIED,
+    RngRegistry,
+    batched_probabilities,
+    categorical,
+    philox_uniforms,
+    speculative_accept,
+)
 from .mutant_hooks import MutantHooks
 from .state import SlotState
 
@@ -55,6 +62,7 @@ class RoundOutputs(NamedTuple):
     num_accepted: torch.Tensor   # [B] int64
     num_committed: torch.Tensor  # [B] int64 (0 on error)
     error: torch.Tensor          # [B] bool, invalid law at the stop point
+    invalid: torch.Tensor        # [B] int8 why (sampling.INVALID_NAMES)
     draft_lens: torch.Tensor     # [B] int64 L of each row
     drafts: torch.Tensor         # [B, K] int64
     live: torch.Tensor           # [B] bool rows live when the round ran
@@ -66,7 +74,7 @@ class RoundOutputs(NamedTuple):
         """What the host needs to collect (drafts stay on the device)."""
         return {"tokens": self.tokens, "num_accepted": self.num_accepted,
                 "num_committed": self.num_committed, "error": self.error,
-                "draft_lens": self.draft_lens, "live": self.live, "failed": self.failed,
+                "invalid": self.invalid, "draft_lens": self.draft_lens, "live": self.live, "failed": self.failed,
                 "pos": self.pos, "input_token": self.input_token}
 
 
@@ -119,7 +127,7 @@ def speculative_round(model: LoopedLM, cache: KVCache, state: SlotState, rng: Rn
         if fault is not None:
             logits_q = fault(("q", j), logits_q)
         q_j = batched_probabilities(logits_q, temp, top_k, top_p, **hints)
-        x = hooks.draft(q_j, u_draft[:, j], random)
+        x = hooks.draft(categorical(q_j, u_draft[:, j]), q_j, random)
         qs.append(q_j)
         drafts.append(x)
         if hooks.needs_draft_logits:
@@ -135,7 +143,7 @@ def speculative_round(model: LoopedLM, cache: KVCache, state: SlotState, rng: Rn
     offsets = torch.arange(W + 1, device=dev)
     ctx = model.context(pos[:, None] + offsets[None, :], rows, cache.max_len, prefix=True)
     h = model.run_loops(h, d, R, cache, ctx)
-    logits_p = model.logits(h)                                          # [B, W+1, V]
+    logits_p = hooks.target_logits(model.logits(h), random)            # [B, W+1, V]
     if fault is not None:
         logits_p = fault(("p", None), logits_p)
     per_position = lambda t: t[:, None].expand(B, W + 1).reshape(-1)   # noqa: E731
@@ -152,5 +160,8 @@ def speculative_round(model: LoopedLM, cache: KVCache, state: SlotState, rng: Rn
     # Host format is static: [B, K+1] tokens and [B, K] drafts, -1 padded past W.
     tokens = torch.nn.functional.pad(res.tokens, (0, K - W), value=-1)
     drafts_t = torch.nn.functional.pad(drafts_t, (0, K - W), value=-1)
-    return RoundOutputs(tokens, res.num_accepted, res.num_committed, res.error,
+    invalid = res.invalid
+    if invalid is None:  # an accept implementation that does not classify its errors
+        invalid = torch.where(res.error, UNCLASSIFIED, 0).to(torch.int8)
+    return RoundOutputs(tokens, res.num_accepted, res.num_committed, res.error, invalid,
                         draft_lens, drafts_t, live, failed, pos.clone(), tok.clone())

@@ -19,23 +19,34 @@ Vocabulary (docs/contracts.md):
 
 Modules: `probabilities` (the law from logits: serial reference and batched path),
 `categorical` (inverse-CDF draw from given uniforms), `accept` (the rejection-sampling
-step), `rng` (request-owned Philox uniforms), `triton_kernels` (CUDA-only fused
+step, and `sample_target`, the same step with no drafts: every draw from the target
+law goes through it), `rng` (request-owned Philox uniforms), `triton_kernels` (CUDA-only fused
 kernels, imported lazily).
 """
 from engine_under_test.sampling._dispatch import set_triton_enabled
-from engine_under_test.sampling.accept import KERNEL_MUTANTS, AcceptResult, speculative_accept
+from engine_under_test.sampling.accept import (
+    INVALID_NAMES,
+    KERNEL_MUTANTS,
+    UNCLASSIFIED,
+    AcceptResult,
+    sample_target,
+    speculative_accept,
+)
 from engine_under_test.sampling.categorical import categorical
 from engine_under_test.sampling.probabilities import Sampler, batched_probabilities
 from engine_under_test.sampling.rng import RngRegistry, philox_uniforms
 
 __all__ = [
+    "INVALID_NAMES",
     "KERNEL_MUTANTS",
+    "UNCLASSIFIED",
     "AcceptResult",
     "RngRegistry",
     "Sampler",
     "batched_probabilities",
     "categorical",
     "philox_uniforms",
+    "sample_target",
     "set_triton_enabled",
     "speculative_accept",
 ]

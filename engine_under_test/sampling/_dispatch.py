@@ -43,10 +43,6 @@ def set_triton_enabled(enabled: bool) -> None:
     _state["enabled"] = bool(enabled)
 
 
-def triton_enabled() -> bool:
-    return bool(_state["enabled"])
-
-
 def triton_kernels_for(t: torch.Tensor) -> ModuleType | None:
     """The triton_kernels module when `t` is on CUDA and the kernels may run, else None."""
     if not (t.is_cuda and _state["enabled"]):

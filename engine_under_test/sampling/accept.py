@@ -11,9 +11,14 @@ p is always the target law (full depth R) and q the draft law (depth d). For eac
 * s == L (every draft accepted; L == 0 is "effective K = 0"): the bonus token is drawn
   from p_L with u[2K]. The bonus position is the stop point, draft_len, not K.
 * the law used at the stop point is invalid when it has a non-finite entry or no
-  positive mass (a zero residual included): the row's error flag is set and it commits
-  nothing. Positions after the stop point are never looked at for the result, so NaNs
-  there change nothing.
+  positive mass (a zero residual included): the row's error flag is set, `invalid`
+  says which of the three it was, and the row commits nothing. Positions after the
+  stop point are never looked at for the result, so NaNs there change nothing.
+
+`sample_target(p, u)` is the same step with no drafts (K = 0, "effective K = 0"): one
+draw from the target law p with the same error rule. Prefill (t1) and plain decoding
+draw from the target through it, so every target draw of the engine -- bonus,
+correction, t1, nospec -- is made, and judged valid or not, by this one function.
 
 Uniform layout per row: u[0:K] accept coins, u[K + j] the correction draw for a stop
 at j, u[2K] the bonus draw. A greedy row passes zeros with one-hot p and q: draft j is
@@ -43,6 +48,12 @@ from engine_under_test.sampling.categorical import _draw, _last_positive
 
 KERNEL_MUTANTS = ("residual_from_p", "bonus_off_by_one", "shared_uniform")
 
+# AcceptResult.invalid codes: what made the law at a row's stop point invalid.
+# UNCLASSIFIED: an error flag from an accept implementation that gives no reason.
+VALID, NON_FINITE, ZERO_MASS, ZERO_RESIDUAL, UNCLASSIFIED = 0, 1, 2, 3, -1
+INVALID_NAMES = {NON_FINITE: "non_finite", ZERO_MASS: "zero_mass",
+                 ZERO_RESIDUAL: "zero_residual", UNCLASSIFIED: "unclassified"}
+
 
 class AcceptResult(NamedTuple):
     """What one round commits for each row."""
@@ -51,6 +62,10 @@ class AcceptResult(NamedTuple):
     num_accepted: torch.Tensor   # [B] int64 accepted drafts (0 on error)
     num_committed: torch.Tensor  # [B] int64 == num_accepted + 1 (0 on error)
     error: torch.Tensor          # [B] bool, invalid law at the stop point
+    # [B] int8 why (VALID, NON_FINITE, ZERO_MASS, ZERO_RESIDUAL; error == invalid != 0).
+    # None only from an accept implementation that does not classify (callers then
+    # report UNCLASSIFIED: the flag, not the reason).
+    invalid: torch.Tensor | None = None
 
 
 def _check(p, q, drafts, draft_lens, uniforms, mutant) -> None:
@@ -152,6 +167,9 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
     law.clamp_min_(0.0)
     mass = torch.where(finite, law.sum(dim=-1), 0.0)
     error = ~(finite & (mass > 0))  # non-finite, or no positive mass (zero residual)
+    no_mass = torch.where(rejected, ZERO_RESIDUAL, ZERO_MASS)
+    invalid = torch.where(finite, torch.where(mass > 0, VALID, no_mass),
+                          NON_FINITE).to(torch.int8)
 
     # --- the correction or bonus draw -------------------------------------------------
     draw_index = torch.where(rejected, K + stop, 2 * K)
@@ -172,4 +190,26 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
     tokens = torch.where(error[:, None], -1, tokens)
     num_accepted = torch.where(error, 0, stop)
     num_committed = torch.where(error, 0, stop + 1)
-    return AcceptResult(tokens, num_accepted, num_committed, error)
+    return AcceptResult(tokens, num_accepted, num_committed, error, invalid)
+
+
+def sample_target(p: torch.Tensor, u: torch.Tensor) -> AcceptResult:
+    """One draw from the target law per row: `speculative_accept` with no drafts.
+
+    p,        # [B, V] float32 target law (rows of weights)
+    u,        # [B] float64 in [0, 1): the draw's uniform (u[2K] of a K = 0 block)
+    returns   AcceptResult with K = 0: tokens [B, 1] (-1 on error), num_accepted [B]
+              zeros, num_committed [B] 1 (0 on error), error [B] bool (non-finite or
+              zero mass), invalid [B] int8
+
+    Equals `categorical(p, u)` on every valid row (the same inverse-CDF draw on the
+    float64 law). No host reads.
+    """
+    require_tensor("p", p)
+    require_tensor("u", u)
+    require_ndim("p", p, 2, "[B, V]")
+    require_ndim("u", u, 1, "[B]")
+    B, V = p.shape
+    no_drafts = torch.empty((B, 0), dtype=torch.int64, device=p.device)
+    return speculative_accept(p[:, None], p.new_empty((B, 0, V)), no_drafts,
+                              torch.zeros(B, dtype=torch.int64, device=p.device), u[:, None])

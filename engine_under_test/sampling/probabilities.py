@@ -178,22 +178,6 @@ def top_k_threshold(x: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
     return torch.where(on, kth, NEG_INF)
 
 
-def top_p_threshold(x_k: torch.Tensor, top_p: torch.Tensor):
-    """The last kept token of each row's top-p prefix, as a (prob, index) pair.
-
-    x_k,      # [B, V] float32 scaled logits after top-k (-inf where filtered)
-    top_p,    # [B] float32 (>= 1: off)
-    returns   (probs_k,     # [B, V] float32 softmax of x_k, the law top-p sorts
-               last_prob,   # [B] float32 prob of the last kept token in stable order
-               last_index)  # [B] int64 its index
-    Token i is kept iff probs_k[i] > last_prob or (== last_prob and i <= last_index):
-    exactly the prefix of the stable descending sort (ties: lower index first).
-    """
-    probs_k = torch.softmax(x_k, dim=-1)
-    last_prob, last_index = _top_p_cut_sorted(probs_k, top_p)
-    return probs_k, last_prob, last_index
-
-
 def _top_p_cut_sorted(probs_k: torch.Tensor, top_p: torch.Tensor):
     """(last_prob, last_index) of the top-p prefix by a stable sort of the whole row."""
     V = probs_k.shape[-1]

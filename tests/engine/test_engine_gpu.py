@@ -212,3 +212,17 @@ def test_blocking_runners_replay_graphs_like_eager(model, spec):
     eager = LLM(model=model, speculative_config=spec, device="cuda", use_cuda_graphs=False)
     assert eager.runner.graphs is None
     assert [o.token_ids for o in outs] == [o.token_ids for o in eager.generate(prompts, params)]
+
+
+def test_nan_target_once_fires_once_under_graphs(model):
+    """The fault's device flag is restored after the capture's warm-up, so the replayed
+    first round fails (not the warm-up) and later replays are clean: 4 requests of the
+    first round end in "error", the 4 admitted afterwards equal a clean engine's."""
+    params = [rand(s) for s in range(8)]
+    clean = async_llm(model, max_num_seqs=4).generate([PROMPT] * 8, params)
+    llm = async_llm(model, max_num_seqs=4, mutant="nan_target_once")
+    outs = llm.generate([PROMPT] * 8, params)
+    assert llm.runner.graphs.replays > 0
+    assert [o.finish_reason for o in outs] == ["error"] * 4 + ["length"] * 4
+    assert outs.report.num_failed_rounds == 1
+    assert [o.token_ids for o in outs[4:]] == [o.token_ids for o in clean[4:]]

@@ -10,7 +10,8 @@ from engine_under_test.sampling import KERNEL_MUTANTS
 
 KERNEL = {"residual_from_p", "bonus_off_by_one", "shared_uniform"}
 ENGINE = {"greedy_draft", "target_default_params", "draft_raw_q", "residual_inplace",
-          "no_draft_probs", "bonus_params", "bf16_q", "shared_rng", "async_stale_input"}
+          "no_draft_probs", "bonus_params", "bf16_q", "shared_rng", "async_stale_input",
+          "nan_target_once"}
 
 
 def test_registry_holds_exactly_the_planned_mutants():

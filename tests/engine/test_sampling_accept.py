@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine_under_test.sampling import KERNEL_MUTANTS, speculative_accept
+from engine_under_test.sampling import INVALID_NAMES, KERNEL_MUTANTS, speculative_accept
 from tests.engine.helpers import forbid_host_reads
 
 NAN = float("nan")
@@ -30,6 +30,16 @@ def run(p, q, drafts, draft_lens, uniforms, mutant=None):
     )
     return (out.tokens.tolist(), out.num_accepted.tolist(), out.num_committed.tolist(),
             out.error.tolist())
+
+
+def invalid_names(p, q, drafts, draft_lens, uniforms):
+    """What was invalid at each row's stop point (None: valid)."""
+    out = speculative_accept(
+        torch.tensor(p, dtype=torch.float32), torch.tensor(q, dtype=torch.float32),
+        torch.tensor(drafts, dtype=torch.int64), torch.tensor(draft_lens, dtype=torch.int64),
+        torch.tensor(uniforms, dtype=torch.float64))
+    assert torch.equal(out.error, out.invalid != 0)
+    return [INVALID_NAMES.get(c) for c in out.invalid.tolist()]
 
 
 # Position laws used across cases.
@@ -132,20 +142,23 @@ def test_nan_after_the_stop_point_is_ignored():
 
 
 @pytest.mark.parametrize(
-    "p_stop, q_stop, why",
+    "p_stop, q_stop, why, kind",
     [
-        ([NAN, 0.5, 0.5, 0.0], [1.0, 0.0, 0.0, 0.0], "NaN in p at the stop point"),
-        ([0.0, 0.5, 0.5, 0.0], [1.0, NAN, 0.0, 0.0], "NaN in q at the stop point"),
-        ([0.0, 0.5, 0.5, 0.0], [1.0, 0.0, float("inf"), 0.0], "inf in q hidden by the clamp"),
-        ([0.0, 0.5, 0.5, 0.0], [0.0, 0.5, 0.5, 0.0], "zero residual (p == q, p(x) = 0)"),
+        ([NAN, 0.5, 0.5, 0.0], [1.0, 0.0, 0.0, 0.0], "NaN in p at the stop point", "non_finite"),
+        ([0.0, 0.5, 0.5, 0.0], [1.0, NAN, 0.0, 0.0], "NaN in q at the stop point", "non_finite"),
+        ([0.0, 0.5, 0.5, 0.0], [1.0, 0.0, float("inf"), 0.0], "inf in q hidden by the clamp",
+         "non_finite"),
+        ([0.0, 0.5, 0.5, 0.0], [0.0, 0.5, 0.5, 0.0], "zero residual (p == q, p(x) = 0)",
+         "zero_residual"),
     ],
 )
-def test_invalid_law_at_a_rejecting_stop_point_sets_error(p_stop, q_stop, why):
+def test_invalid_law_at_a_rejecting_stop_point_sets_error(p_stop, q_stop, why, kind):
     p = [[P_SURE, p_stop, P_SURE, P_BONUS], [P_SURE] * 3 + [P_BONUS]]
     q = [[P_SURE, q_stop, P_SURE], [P_SURE] * 3]
     us = [u_row([0.5] * 3, [0.5] * 3, 0.5)] * 2
     tokens, accepted, committed, error = run(p, q, [[0, 0, 0]] * 2, [3, 3], us)
     assert error == [True, False], why
+    assert invalid_names(p, q, [[0, 0, 0]] * 2, [3, 3], us) == [kind, None], why
     assert tokens[0] == [-1] * 4 and accepted[0] == 0 and committed[0] == 0
     assert tokens[1] == [0, 0, 0, 3]  # the other row is unaffected
 
@@ -155,6 +168,8 @@ def test_invalid_bonus_law_sets_error():
     q = [[P_SURE] * 3] * 2
     got = run(p, q, [[0, 0, 0]] * 2, [1, 1], [u_row([0.5] * 3, [0.5] * 3, 0.5)] * 2)
     assert got == ([[-1] * 4] * 2, [0, 0], [0, 0], [True, True])
+    assert invalid_names(p, q, [[0, 0, 0]] * 2, [1, 1],
+                         [u_row([0.5] * 3, [0.5] * 3, 0.5)] * 2) == ["zero_mass", "non_finite"]
 
 
 @pytest.mark.parametrize("bad_id", [V, 17, -1])
