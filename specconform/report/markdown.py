@@ -19,6 +19,7 @@ from specconform.report.model import (
     check_cell,
     coverage_notes,
     detail_cell,
+    detectable_tv_line,
     disjointness_statement,
     format_range,
     groups,
@@ -55,16 +56,19 @@ def markdown_report(
 
 
 def deciding_tests(views: Sequence[ArchiveView]) -> list[str]:
-    """Tests that decide a verdict in some archive (role not secondary, mechanism or
-    exploratory, and not an "info" row)."""
-    return [
-        t
-        for t in ordered_test_names(views)
-        if any(
-            (r := v.row(t)) is not None and r.role not in NOT_DECIDING and r.passed is not None
-            for v in views
-        )
-    ]
+    """Tests that decide a verdict in some archive: the rows its verdict read (schema-2
+    archives mark them ``deciding``, following the protocol's ``decision_roles``); in a
+    schema-1 archive, rows whose role is not secondary, mechanism or exploratory."""
+
+    def decides(view: ArchiveView, test: str) -> bool:
+        row = view.row(test)
+        if row is None:
+            return False
+        if any(r.deciding for r in view.evaluation.tests):  # schema 2
+            return row.deciding
+        return row.role not in NOT_DECIDING and row.passed is not None
+
+    return [t for t in ordered_test_names(views) if any(decides(v, t) for v in views)]
 
 
 def _deciding_rows(views: Sequence[ArchiveView], tests: list[str]) -> tuple[list[str], int]:
@@ -148,6 +152,9 @@ def render_markdown(
     else:
         out.append("No test decides a verdict.")
     out += ["", _not_deciding_line(views, facts, deciding)]
+    tv_line = detectable_tv_line(views, [f.letter for f in facts])
+    if tv_line:
+        out += ["", tv_line]
     seeds = seed_lines(views, facts)
     if seeds:
         out += ["", "Seeds: " + seeds[0], *[f"Seeds: {line}" for line in seeds[1:]]]

@@ -32,6 +32,9 @@ from specconform.results import FAIL, NO_EVIDENCE, PASS, Evaluation, TestRow, Ve
 SeedRange = tuple[int, int]  # [start, stop)
 
 
+PLAN_FILE = "results/plan.json"
+
+
 @dataclass(frozen=True)
 class ArchiveView:
     label: str  # "primary", "replication", "replication 2", ...
@@ -42,6 +45,9 @@ class ArchiveView:
     evaluation: Evaluation
     signed: bool
     seed_ranges: dict[str, SeedRange]
+    # results/plan.json: the detectable TV of each deciding test at the run's seeds
+    # (power 0.99); empty for kinds without a plan and for archives that predate it.
+    plan: tuple[dict, ...] = ()
 
     def row(self, test: str) -> TestRow | None:
         return next((r for r in self.evaluation.tests if r.test == test), None)
@@ -69,8 +75,33 @@ def load_views(archives: Sequence[Path]) -> list[ArchiveView]:
             label=_label(index), path=Path(path), run_id=str(run.get("run_id", contents.top)),
             sha256=contents.sha256, run=run, evaluation=contents.evaluation(),
             signed=ATTESTATION_NAME in contents.files,
-            seed_ranges=_seed_ranges(run.get("seed_ranges"), contents.path)))
+            seed_ranges=_seed_ranges(run.get("seed_ranges"), contents.path),
+            plan=_plan(contents)))
     return views
+
+
+def _plan(contents) -> tuple[dict, ...]:
+    if PLAN_FILE not in contents.files:
+        return ()
+    data = contents.json(PLAN_FILE)
+    tests = data.get("tests") if isinstance(data, dict) else None
+    return tuple(t for t in tests or () if isinstance(t, dict))
+
+
+def detectable_tv_line(views: Sequence[ArchiveView], letters: Sequence[str]) -> str:
+    """One line: each archive's detectable TV per deciding test (power 0.99)."""
+    parts = []
+    for view, letter in zip(views, letters, strict=True):
+        if view.plan:
+            tvs = ", ".join(f"{t.get('test')} {_tv(t.get('detectable_tv'))}"
+                            for t in view.plan)
+            parts.append(f"{letter}: {tvs}")
+    return ("Detectable TV at power 0.99 (per deciding stratum, at the run's seeds) — "
+            + "; ".join(parts)) if parts else ""
+
+
+def _tv(x) -> str:
+    return "n/a (no evidence)" if x is None or not math.isfinite(x) else f"{x:.3g}"
 
 
 def _label(index: int) -> str:

@@ -248,6 +248,8 @@ def _execute_locked(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str],
         "log.txt": ("\n".join(log.lines) + "\n").encode(),
     }
     files.update(raw)
+    if loaded.kind == "distribution":
+        files["results/plan.json"] = _plan_bytes(loaded, raw)
     out_dir.mkdir(parents=True, exist_ok=True)  # only now (kernel kinds): bad input writes nothing
     final = free_destination(out_dir, run_id)
     staging = out_dir / f".partial-{final.name}"
@@ -271,6 +273,38 @@ def _execute_locked(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str],
             staged_zip.unlink()
         raise
     return RunOutcome(run_id, final, archive_final, evaluation)
+
+
+def _plan_bytes(loaded: LoadedProtocol, raw: dict[str, bytes]) -> bytes:
+    """What the run could detect: each deciding test's detectable TV at power 0.99 at the
+    run's seeds, from its own reference laws (`specconform plan`'s numbers)."""
+    from specconform.plan import DEFAULT_POWER, detectable_tv_for_run
+
+    reference, unobserved = _planning_reference(json.loads(raw["raw/reference.json"]))
+    seeds = loaded.model.seeds.count
+    plans = detectable_tv_for_run(loaded.data, reference, seeds)
+    return canonical_json_bytes({
+        "power": DEFAULT_POWER, "seeds": seeds, "tests": [p.to_json() for p in plans],
+        "unobserved_first_tokens": unobserved,
+        "note": "first tokens never observed have no replayed laws; they are planned as "
+                "one-token strata, which never reach the strata threshold at this size "
+                "(their expected count is below it with overwhelming probability)"})
+
+
+def _planning_reference(reference: dict) -> tuple[dict, int]:
+    """The run's reference laws completed for the planner, which needs a conditional
+    law for every possible first token: a run replays only the observed ones."""
+    p2 = dict(reference.get("p_t2", {}))
+    q2 = {d: dict(laws) for d, laws in reference.get("q_t2", {}).items()}
+    missing = [t for t, v in reference["p_t1"].items() if float(v) > 0 and t not in p2]
+    for t in missing:
+        p2[t] = {t: 1.0}
+        for laws in q2.values():
+            laws[t] = {t: 1.0}
+    for laws in q2.values():
+        for t in p2:
+            laws.setdefault(t, dict(p2[t]))
+    return {**reference, "p_t2": p2, "q_t2": q2}, len(missing)
 
 
 def _device(loaded: LoadedProtocol) -> str:
