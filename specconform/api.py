@@ -256,3 +256,45 @@ class _SilentContext:
 def _silent(description: str, total: int, log=None) -> _SilentContext:
     """A progress callback that shows nothing (the library default)."""
     return _SilentContext()
+
+
+def plan_protocol(protocol: str | os.PathLike[str], *, seeds: int | None = None,
+                  tv: float | None = None, reference: str | os.PathLike[str] | None = None,
+                  power: float | None = None) -> list:
+    """What a protocol can detect, as ``specconform plan`` prints it.
+
+    Parameters
+    ----------
+    protocol : path of a distribution protocol file.
+    seeds : seeds per group (default: the protocol's own count). Returns one
+        ``specconform.plan.TestPlan`` per planned test: its detectable TV at ``power``
+        at the level the verdict rule implies.
+    tv : instead of ``seeds``: returns one ``specconform.plan.SeedsNeeded`` per test, the
+        seeds per group needed to detect a bias of this total variation.
+    reference : a reference.json or an evidence archive with the exact laws (no torch);
+        without it the bundled engine replays them (needs the ``[engine]`` extra).
+    power : default 0.99.
+
+    Examples
+    --------
+    >>> plans = plan_protocol("protocols/fp32_t2.yaml", seeds=5000,
+    ...                       reference="docs/evidence/fp32_t2-96c34d54-41ee4c6a.zip")
+    >>> round(next(p for p in plans if p.test == "t2_async").detectable_tv, 3)
+    0.057
+    """
+    from specconform.calibration import load_reference
+    from specconform.cli_plan import replay_laws
+    from specconform.plan import DEFAULT_POWER, plan_tests, seeds_needed
+    from specconform.protocol.load import load_protocol
+
+    if seeds is not None and tv is not None:
+        raise UsageError("plan_protocol: give seeds or tv, not both")
+    loaded = load_protocol(protocol)
+    if loaded.kind != "distribution":
+        raise UsageError(f"{protocol}: plan applies to distribution protocols, not "
+                         f"{loaded.kind}")
+    ref = load_reference(Path(reference)) if reference is not None else replay_laws(loaded)
+    power = DEFAULT_POWER if power is None else power
+    if tv is not None:
+        return seeds_needed(loaded.data, ref, tv, power=power)
+    return plan_tests(loaded.data, ref, seeds or loaded.model.seeds.count, power=power)

@@ -100,8 +100,9 @@ def rate_test(k: int, n: int, p0: float, *, min_expected: float = 5.0) -> RateRe
     Returns
     -------
     RateResult
-        ``statistic``/``df``/``pvalue``: the 2-cell Pearson χ²; ``binom_pvalue``: the
-        exact two-sided binomial p-value; ``rate`` = k / n.
+        ``pvalue``: the exact two-sided binomial p-value (what the protocols decide
+        on); ``chi2_statistic``/``chi2_df``/``chi2_pvalue``: the 2-cell Pearson χ²;
+        ``statistic`` and ``rate``: the observed rate k / n.
 
     Examples
     --------

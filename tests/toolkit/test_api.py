@@ -134,3 +134,7 @@ def test_docstring_examples_run():
 
     result = doctest.testmod(api_stats, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted >= 5 and result.failed == 0
+    import specconform.api as api
+
+    result = doctest.testmod(api, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 2 and result.failed == 0  # plan_protocol's example
