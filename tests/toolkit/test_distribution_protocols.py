@@ -59,6 +59,25 @@ def test_ci_gate_fails_on_planted_bugs(tmp_path, mutant, must_fail):
         assert rows["t2_async"]["passed"] and rows["t2_async_vs_nospec"]["passed"]
 
 
+def test_engine_errors_fail_the_verdict_as_engine_errors(tmp_path):
+    """Issue 13: one NaN target law in the first decode round (the planted fault
+    `nan_target_once`) fails its round's requests; the run must FAIL with "engine
+    errors" named, never PASS on a silently smaller sample. Deterministic: the rule
+    (tolerance 0) cannot false-fail a correct engine, and the fault always fires."""
+    protocol = _small_protocol(tmp_path, seeds=200, batch=100)
+    proc = run_cli("run", protocol, "--mutant", "nan_target_once", "--out", tmp_path / "o",
+                   "--no-sign")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    verdict = _verdict(tmp_path / "o")
+    assert verdict["verdict"] == "FAIL" and "engine_errors" in verdict["failed"]
+    assert verdict["reasons"]["engine_errors"] == "engine errors"
+    run_dir = next(p for p in (tmp_path / "o").iterdir() if p.is_dir())
+    rows = {r["test"]: r for r in json.loads((run_dir / "results/tests.json").read_text())}
+    assert rows["engine_errors"]["statistic"] > 0  # the count of failed requests
+    verified = run_cli("verify", next((tmp_path / "o").glob("*.zip")), "--skip-signature")
+    assert verified.returncode == 0, verified.stderr  # the rule is recomputed from raw data
+
+
 def test_overlapping_seed_ranges_are_refused(tmp_path):
     small = _small_protocol(tmp_path, seeds=300, batch=300)
     first = run_cli("run", small, "--out", tmp_path / "out", "--no-sign")
