@@ -8,7 +8,7 @@ everything else is frozen by the protocol's hash.
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -131,7 +131,13 @@ class MonteCarloProtocol(Strict):
 # --- distribution protocols ---------------------------------------------------------------
 
 class EngineSpec(Strict):
-    preset: Literal["tiny", "small", "ouro-1.4b"]
+    # Which engine: the bundled one, the Hugging Face transformers adapter, or a user's
+    # factory "package.module:callable" (docs/adapters.md). `options` is that adapter's
+    # own mapping, validated by the adapter (the bundled engine takes none).
+    adapter: Annotated[str, Field(min_length=1)] = "bundled"
+    options: dict[str, Any] = {}
+    # The bundled engine's model: a preset (or a checkpoint); other adapters ignore it.
+    preset: Literal["tiny", "small", "ouro-1.4b"] | None = None
     model_seed: NonNegInt = 0
     checkpoint: str | None = None  # local directory in Ouro's layout; None: seeded weights
     dtype: Literal["float32", "bfloat16"] = "float32"
@@ -144,6 +150,12 @@ class EngineSpec(Strict):
     max_tokens: Annotated[int, Field(ge=2, le=3)] = 3
     batch_size: Annotated[int, Field(ge=1)] = Field(
         1024, json_schema_extra=overridable("--batch-size"))
+
+    @model_validator(mode="after")
+    def _bundled_model(self):
+        if self.adapter == "bundled" and self.preset is None and self.checkpoint is None:
+            raise ValueError("engine.preset is required for the bundled engine")
+        return self
 
 
 class Group(Strict):

@@ -113,16 +113,54 @@ def _records_frame(group, records) -> pd.DataFrame:
 
 
 def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
-    from specconform.adapters.engine import BundledEngine
+    from specconform.adapters.engine import AdapterError, load_engine
 
     model = loaded.model
-    engine = BundledEngine(model.engine, mutant=mutant, log=log)
+    # Built (and its describe() validated) before anything is written: a broken adapter
+    # leaves nothing in --out.
+    engine = load_engine(model.engine, mutant=mutant, log=log)
+    log(f"engine adapter: {engine.name} ({engine.info.name} {engine.info.version}, "
+        f"source sha256 {engine.info.source_sha256[:16]})")
     ledger = Path(context.get("ledger") or Path(context["out_dir"]) / "seed-ledger.jsonl")
+    undo = _Undo(Path(context["out_dir"]), ledger, fresh=context.get("resume") is None)
     folder = open_checkpoint(loaded, mutant=mutant, context=context)
     check_and_reserve(ledger, [
         LedgerEntry(loaded.name, loaded.hash, context["attempt"], g.name,
                     group_seeds(model, g).start, group_seeds(model, g).stop, mutant)
         for g in model.groups], expansion=model.expansion)
+    try:
+        return _collect(loaded, engine, folder, mutant=mutant, progress=progress, log=log,
+                        context=context)
+    except AdapterError:
+        # A broken adapter yields no evidence: its checkpoint and seed reservation go too.
+        engine.close()
+        undo(folder)
+        raise
+
+
+class _Undo:
+    """Remembers what --out held before a fresh run, to restore it if the adapter breaks."""
+
+    def __init__(self, out_dir: Path, ledger: Path, *, fresh: bool):
+        self.out_dir, self.ledger, self.fresh = out_dir, ledger, fresh
+        self.out_existed = out_dir.exists()
+        self.ledger_size = ledger.stat().st_size if ledger.exists() else None
+
+    def __call__(self, folder: Path) -> None:
+        if not self.fresh:
+            return  # a resumed run keeps its checkpoint: the finished batches are valid
+        shutil.rmtree(folder, ignore_errors=True)
+        if self.ledger_size is None:
+            self.ledger.unlink(missing_ok=True)
+        elif self.ledger.exists():
+            with open(self.ledger, "r+b") as fh:
+                fh.truncate(self.ledger_size)
+        if not self.out_existed and self.out_dir.exists() and not any(self.out_dir.iterdir()):
+            self.out_dir.rmdir()
+
+
+def _collect(loaded, engine, folder, *, mutant, progress, log, context) -> dict[str, bytes]:
+    model = loaded.model
     groups = {g.name: g for g in model.groups}
     plan = batch_plan(model)
     frames = []
@@ -155,7 +193,7 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
     context.setdefault("on_success", []).append(lambda: _discard_checkpoint(folder))
     context["extra_run_fields"] = {"seed_ranges": {
         g.name: [group_seeds(model, g).start, group_seeds(model, g).stop]
-        for g in model.groups}}
+        for g in model.groups}, "engine_adapter": engine.info.to_json()}
     return {"raw/samples.csv": buf.getvalue().encode(),
             "raw/reference.json": json.dumps(reference, sort_keys=True,
                                              separators=(",", ":")).encode()}
@@ -174,20 +212,25 @@ def replay_reference(engine, model, samples: pd.DataFrame, progress) -> dict:
     pairs = sorted({(int(a), int(b)) for a, b in zip(samples["t1"], samples["t2"], strict=False)
                     if a >= 0 and b >= 0})
     depths = sorted({g.draft_loops for g in model.groups if g.draft_loops is not None})
+    caps = engine.info.capabilities
+    if not caps.draft_law:
+        depths = []  # no q: the tests that need it are not applicable (capabilities say why)
     total = 1 + len(t1s) * (1 + len(depths)) + (len(pairs) if model.engine.max_tokens >= 3 else 0)
     ref = {"vocab_size": engine.vocab_size, "prompt": prompt, "p_t2": {}, "p_t3": {},
-           "q_t2": {str(d): {} for d in depths}}
+           "q_t2": {str(d): {} for d in depths}, "capabilities": caps.to_json()}
     with progress("reference", total) as bar:
         ref["p_t1"] = _sparse(engine.target_law(prompt))
         bar.advance(1)
-        for t1 in t1s:
-            ref["p_t2"][str(t1)] = _sparse(engine.target_law(prompt + [t1]))
+        for t1, law in zip(t1s, engine.target_laws([prompt + [t1] for t1 in t1s]),
+                           strict=True):
+            ref["p_t2"][str(t1)] = _sparse(law)
             bar.advance(1)
             for d in depths:
                 ref["q_t2"][str(d)][str(t1)] = _sparse(engine.draft_law(prompt + [t1], d))
                 bar.advance(1)
         if model.engine.max_tokens >= 3:
-            for t1, t2 in pairs:
-                ref["p_t3"][f"{t1},{t2}"] = _sparse(engine.target_law(prompt + [t1, t2]))
+            laws = engine.target_laws([prompt + [t1, t2] for t1, t2 in pairs])
+            for (t1, t2), law in zip(pairs, laws, strict=True):
+                ref["p_t3"][f"{t1},{t2}"] = _sparse(law)
                 bar.advance(1)
     return ref
