@@ -110,6 +110,14 @@ class CheckedEngine:
                 raise self._fail(f"{where}: token {int(t)} outside [0, {self.vocab_size})")
 
     # -- generation -------------------------------------------------------------------
+    def check_groups(self, groups) -> None:
+        """Before anything is written: the adapter's optional check_group(group) refuses
+        configurations it cannot run (one UsageError line naming the field)."""
+        check = getattr(self._a, "check_group", None)
+        if callable(check):
+            for group in groups:
+                self._call("check_group", group)
+
     def run_group(self, group, seeds: list[int], progress=None) -> list[SeedRecord]:
         records = self._call("run_group", group, list(seeds), progress)
         if not isinstance(records, list) or len(records) != len(seeds):
@@ -142,10 +150,14 @@ class CheckedEngine:
                                  f"0 <= accepted <= drafted <= K={K}")
         if group.mode == "nospec" and (rec.rounds or rec.first_accepted != -1):
             raise self._fail(f"{where}: a nospec group has no rounds")
-        if rec.rounds and rec.rounds[0][0] > 0 and rec.first_accepted != int(rec.rounds[0][1] >= 1):
-            raise self._fail(f"{where}: first_accepted disagrees with round 0 {rec.rounds[0]}")
         if rec.events is not None:
             self._check_events(where, group, rec)
+            # first_accepted: was t2 a draft, and was it accepted (SeedRecord's docstring)?
+            want = {"accepted": 1, "correction": 0}.get(rec.events[1].kind, -1) if len(
+                rec.events) > 1 else -1
+            if rec.first_accepted != want:
+                raise self._fail(f"{where}: first_accepted {rec.first_accepted} disagrees with "
+                                 f"t2's event {rec.events[1] if len(rec.events) > 1 else None}")
 
     def _check_events(self, where: str, group, rec: SeedRecord) -> None:
         ev = rec.events

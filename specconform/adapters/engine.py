@@ -20,6 +20,8 @@ An engine adapter (`EngineAdapter`) does four things:
   without it the tests that need q are not applicable;
 - optional ``target_laws(prefixes)``: the same laws for many prefixes at once (speed);
   the runner checks it against ``target_law`` before trusting it.
+- optional ``check_group(group)``: raise `UsageError` for a group the engine cannot
+  run (called for every group before anything is written).
 
 It also exposes ``prompt`` (list of token ids) and ``vocab_size``. `load_engine` resolves
 a protocol's ``engine.adapter`` (``bundled``, ``hf`` or ``package.module:factory``) and
@@ -70,7 +72,12 @@ class TokenEvent:
 class SeedRecord:
     seed: int
     tokens: tuple[int, ...]            # committed tokens t1, t2, t3, ...
-    first_accepted: int                # 1/0: draft position 0 of the round after t1; -1: none
+    # Whether t2 was a draft and accepted: 1 accepted, 0 rejected (t2 is the correction),
+    # -1 t2 was not drafted (nospec, or a bonus). For the bundled engine t2 is position 0
+    # of the round after t1; an engine whose first round starts at the prompt drafts t2
+    # at position 1 (after an accepted t1) or 0 of the next round (after a correction t1);
+    # either way its rejection probability given t1 is TV(p, q) (the acceptance test).
+    first_accepted: int
     rounds: tuple[tuple[int, int], ...]  # per speculative round: (drafted, accepted)
     finish_reason: str
     # One event per committed token, or None when the engine cannot tell.

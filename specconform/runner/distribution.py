@@ -119,6 +119,7 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
     # Built (and its describe() validated) before anything is written: a broken adapter
     # leaves nothing in --out.
     engine = load_engine(model.engine, mutant=mutant, log=log)
+    engine.check_groups(model.groups)
     log(f"engine adapter: {engine.name} ({engine.info.name} {engine.info.version}, "
         f"source sha256 {engine.info.source_sha256[:16]})")
     ledger = Path(context.get("ledger") or Path(context["out_dir"]) / "seed-ledger.jsonl")
