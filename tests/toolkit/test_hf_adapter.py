@@ -6,8 +6,9 @@ draft law perturbed between transformers' drafter and its verifier fails it.
 The protocol below is pre-registered at alpha = 0.01 per test with fixed seeds, so the
 clean PASS is deterministic (a fresh seed range would falsely fail with probability at
 most 4 x 0.01). The planted bug (drafts scored with a q rolled by one token, not the q
-they were drawn from) moves the committed law far beyond the tests' thresholds at these
-sizes (observed p-values below 1e-10): power ~1.
+they were drawn from) moves p(t2 | t1): at these fixed seeds the t2 fit fails with
+p = 1.1e-6 and the homogeneity test with p = 9.6e-4 (deterministic, so no flake; the t1
+fit is not moved at this size, t1 = 4.37 as in the clean run).
 """
 from __future__ import annotations
 
@@ -181,7 +182,7 @@ def test_planted_draft_law_through_the_hf_adapter_fails(tiny_dir, tmp_path):
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     run_dir = next(p for p in (tmp_path / "out").iterdir() if p.is_dir())
     failed = json.loads((run_dir / "verdict.json").read_text())["failed"]
-    assert {"t1_sync", "t2_sync"} & set(failed), failed
+    assert "t2_sync" in failed, failed
 
 
 @pytest.mark.parametrize("change, message", [
