@@ -1,177 +1,218 @@
-"""Engine adapters for distribution protocols.
+"""The engine adapter interface: how a distribution protocol drives any engine.
 
-An engine adapter does three things (DESIGN.md, "Dependency rules"):
+Vocabulary (docs/contracts.md): a *round* drafts K tokens and verifies them at full
+depth; an *accepted* token is a draft that passed the accept rule; the *correction* is
+drawn from max(p - q, 0) at a rejected stop point; the *bonus* is drawn from p when
+every draft was accepted; a plain *target* sample is a token drawn from p outside any
+round (the prefill's first token, every token of a nospec group). The *committed*
+tokens are what the engine returns.
 
-- ``run_group(group, seeds, progress)``: generate from the protocol's prompt for every
-  seed under one configuration, returning each seed's committed tokens and per-round
-  acceptance telemetry (`SeedRecord`);
-- ``target_law(prefix)``: the serial reference law p for a prefix, full depth, through
-  `Sampler.probabilities` one prefix at a time (never the batched or speculative path);
-- ``draft_law(prefix, draft_loops)``: the draft law q at depth d, replayed the same way.
+An engine adapter (`EngineAdapter`) does four things:
 
-`BundledEngine` adapts `engine_under_test.LLM`; a user's engine plugs in with the same
-three methods.
+- ``describe()``: name, version, the versions of the packages it depends on and its
+  capabilities (what it can tell: q, per-round telemetry, whether it draws its own
+  randomness); the run records it in ``run.json`` with the sha256 of the adapter's source;
+- ``run_group(group, seeds, progress)``: generate from the prompt once per seed under
+  one group configuration, returning one `SeedRecord` per seed, in seed order;
+- ``target_law(prefix)``: the serial reference p for one prefix, in the engine's own
+  sampling semantics (temperature, top-k, top-p), a dense numpy vector over the vocabulary;
+- optional ``draft_law(prefix, draft_depth)``: the draft law q of a group's draft depth;
+  without it the tests that need q are not applicable;
+- optional ``target_laws(prefixes)``: the same laws for many prefixes at once (speed);
+  the runner checks it against ``target_law`` before trusting it.
+- optional ``check_group(group)``: raise `UsageError` for a group the engine cannot
+  run (called for every group before anything is written).
+
+It also exposes ``prompt`` (list of token ids) and ``vocab_size``. `load_engine` resolves
+a protocol's ``engine.adapter`` (``bundled``, ``hf`` or ``package.module:factory``) and
+wraps the adapter in `specconform.adapters.checks.CheckedEngine`, which validates every
+answer (shapes, dtypes, token ranges, telemetry consistency) and turns a broken adapter
+into one `AdapterError` line (exit 2). docs/adapters.md is the user's guide.
 """
 from __future__ import annotations
 
-import gc
-import time
+import hashlib
+import importlib
+import inspect
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
 from specconform.errors import UsageError
 
+TokenKind = Literal["accepted", "correction", "bonus", "target"]
+TOKEN_KINDS: tuple[str, ...] = ("accepted", "correction", "bonus", "target")
+
+
+class AdapterError(UsageError):
+    """An adapter that cannot be loaded or answers wrongly: one line naming the adapter
+    and what is wrong; exit 2 (bad input), nothing written to --out."""
+
 
 def _timing(line: str) -> None:
-    """Wall times go to stderr, next to the progress bars, and never into the archive's
-    log.txt: two runs with the same inputs must give byte-identical evidence."""
+    """Wall times go to stderr (with --verbose), next to the progress bars, and never
+    into the archive's log.txt: two runs with the same inputs must give byte-identical
+    evidence."""
     from specconform.progress import timing
 
     timing(line)
 
 
 @dataclass(frozen=True)
+class TokenEvent:
+    """How one committed token came about (when the engine can tell)."""
+
+    round: int      # -1 for a plain target sample outside any round, else 0, 1, ...
+    position: int   # draft position within its round (0..K); -1 for a target sample
+    kind: TokenKind
+
+
+@dataclass(frozen=True)
 class SeedRecord:
     seed: int
     tokens: tuple[int, ...]            # committed tokens t1, t2, t3, ...
-    first_accepted: int                # 1/0: draft position 0 of the round after t1; -1: none
+    # Whether t2 was a draft and accepted: 1 accepted, 0 rejected (t2 is the correction),
+    # -1 t2 was not drafted (nospec, or a bonus). For the bundled engine t2 is position 0
+    # of the round after t1; an engine whose first round starts at the prompt drafts t2
+    # at position 1 (after an accepted t1) or 0 of the next round (after a correction t1);
+    # either way its rejection probability given t1 is TV(p, q) (the acceptance test).
+    first_accepted: int
     rounds: tuple[tuple[int, int], ...]  # per speculative round: (drafted, accepted)
     finish_reason: str
+    # One event per committed token, or None when the engine cannot tell.
+    events: tuple[TokenEvent, ...] | None = None
 
 
-class BundledEngine:
-    """engine_under_test behind the adapter interface; one LLM per group configuration."""
+@dataclass(frozen=True)
+class Capabilities:
+    """What an adapter can tell; tests needing a missing one are "not applicable"."""
 
-    def __init__(self, spec, *, mutant: str | None, log=print):
-        import torch
+    draft_law: bool = False        # gives q (acceptance and joint tests need it)
+    round_telemetry: bool = False  # fills SeedRecord.rounds / first_accepted
+    token_events: bool = False     # fills SeedRecord.events
+    black_box: bool = True         # draws its own randomness (seeded per request)
+    batched_target_laws: bool = False
 
-        import engine_under_test as eut
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
 
-        if spec.device == "cuda" and not torch.cuda.is_available():
-            raise UsageError("--device cuda: no CUDA device is available on this machine")
-        if mutant is not None:
-            from engine_under_test.mutants import MUTANTS
 
-            if mutant not in MUTANTS:
-                raise UsageError(f"--mutant {mutant}: unknown mutant; `specconform mutants` "
-                                 "lists them")
-        self._eut = eut
-        self._torch = torch
-        self.spec = spec
-        self.mutant = mutant
-        self.dtype = getattr(torch, spec.dtype)
-        # A checkpoint directory (Ouro's HF layout) or a preset with seeded weights.
-        if spec.model is not None:   # a packaged real model: a missing package is bad input
-            from engine_under_test.models_pkg import ModelPackageError
-            try:
-                self.model_config = eut.ModelConfig.packaged(
-                    spec.model, stage_layers=tuple(spec.stage_layers or ()) or None,
-                    draft_head=spec.draft_head)
-            except (ModelPackageError, ValueError) as e:
-                raise UsageError(str(e)) from None
-        else:
-            self.model_config = (spec.checkpoint if spec.checkpoint else
-                                 eut.ModelConfig.preset(spec.preset, seed=spec.model_seed))
-        self.prompt = list(eut.DEFAULT_PROMPT if spec.prompt == "default" else spec.prompt)
-        self._engines: dict[tuple, object] = {}
-        self._model = None  # weights built once, shared by every group's engine
-        self._reference = None
-        self._log = log
+@dataclass(frozen=True)
+class AdapterInfo:
+    """A validated ``describe()``, plus where the adapter's code came from."""
 
-    # -- engines ------------------------------------------------------------------------
-    def _new_llm(self, mode: str, draft_loops: int | None, *, mutant, max_num_seqs: int):
-        eut = self._eut
-        spec_cfg = None
-        if mode != "nospec":
-            spec_cfg = eut.SpeculativeConfig(
-                num_speculative_tokens=self.spec.num_speculative_tokens, mode="block",
-                draft_loops=draft_loops)
-        llm = eut.LLM(self.model_config, speculative_config=spec_cfg,
-                      async_scheduling=(mode == "async"), device=self.spec.device,
-                      dtype=self.dtype, mutant=mutant, max_num_seqs=max_num_seqs,
-                      model=self._model)
-        self._model = llm.model
-        return llm
+    name: str
+    version: str
+    packages: tuple[tuple[str, str], ...]  # (distribution name, version), sorted
+    capabilities: Capabilities
+    source: str                            # "module.Class" of the adapter
+    source_sha256: str
 
-    def _engine(self, mode: str, draft_loops: int | None):
-        """The generation engine of one group configuration.
+    def to_json(self) -> dict:
+        return {"name": self.name, "version": self.version, "packages": dict(self.packages),
+                "capabilities": self.capabilities.to_json(), "source": self.source,
+                "source_sha256": self.source_sha256}
 
-        Only one is alive at a time: at batch_size concurrent requests each engine's
-        per-depth KV cache and captured graphs take tens of GiB (small preset, 5,000
-        seeds: about 40 GiB), so five groups' engines side by side would not fit one
-        GPU. Switching configuration frees the previous one (weights are shared and
-        kept); the distribution runner works through one group at a time, so each
-        engine is built once per group."""
-        key = (mode, draft_loops)
-        if key not in self._engines:
-            self._free_engines()
-            t0 = time.perf_counter()
-            self._engines[key] = self._new_llm(mode, draft_loops, mutant=self.mutant,
-                                               max_num_seqs=self.spec.batch_size)
-            _timing(f"engine {mode} d={draft_loops} built in {time.perf_counter() - t0:.1f}s")
-        return self._engines[key]
 
-    def _free_engines(self) -> None:
-        for llm in self._engines.values():
-            llm.close()
-        self._engines.clear()
-        if self.spec.device == "cuda":
-            gc.collect()
-            self._torch.cuda.empty_cache()
+@runtime_checkable
+class EngineAdapter(Protocol):
+    """What a distribution protocol needs from an engine (see the module docstring)."""
+
+    prompt: list[int]
+    vocab_size: int
+
+    def describe(self) -> Mapping:
+        """{"name": str, "version": str, "packages": {dist: version},
+        "capabilities": {field of `Capabilities`: bool}}"""
+        ...
+
+    def run_group(self, group, seeds: list[int],
+                  progress: Callable[[int, int], None] | None = None) -> list[SeedRecord]:
+        """group: the protocol's `Group` (name, mode nospec|sync|async, draft_loops)."""
+        ...
+
+    def target_law(self, prefix: Sequence[int]) -> np.ndarray:
+        """-> [V] float32/float64, non-negative, sums to 1."""
+        ...
 
     def close(self) -> None:
-        """Free every engine and the weights (GPU memory goes back to the allocator's
-        pool and the pool to the device), so that runs in one process do not pile up."""
-        self._free_engines()
-        self._reference = None
-        self._model = None
-        if self.spec.device == "cuda":
-            gc.collect()
-            self._torch.cuda.empty_cache()
+        ...
 
-    def params(self, seed: int | None):
-        s = self.spec
-        return self._eut.SamplingParams(temperature=s.temperature, top_k=s.top_k,
-                                        top_p=s.top_p, seed=seed, max_tokens=s.max_tokens,
-                                        ignore_eos=True)
 
-    @property
-    def vocab_size(self) -> int:
-        return int(self._reference_llm().model_config.vocab_size)
+# Adapters a protocol may name by a short word: module:factory.
+BUILTIN = {"bundled": "specconform.adapters.bundled:factory",
+           "hf": "specconform.adapters.hf:factory"}
 
-    def run_group(self, group, seeds: list[int], progress=None) -> list[SeedRecord]:
-        llm = self._engine(group.mode, group.draft_loops)
-        t0 = time.perf_counter()
-        outs = llm.generate([self.prompt] * len(seeds), [self.params(s) for s in seeds],
-                            progress=progress)
-        _timing(f"group {group.name}: {len(seeds)} seeds in {time.perf_counter() - t0:.1f}s")
-        records = []
-        for seed, out in zip(seeds, outs, strict=False):
-            rounds = tuple((int(r.drafted), int(r.accepted)) for r in out.rounds)
-            # The first speculative round follows t1 (prefill commits t1); its draft
-            # position 0 was accepted iff that round accepted at least one draft.
-            first = -1
-            if group.mode != "nospec" and rounds and rounds[0][0] > 0:
-                first = int(rounds[0][1] >= 1)
-            records.append(SeedRecord(int(seed), tuple(int(t) for t in out.token_ids), first,
-                                      rounds, str(out.finish_reason)))
-        return records
 
-    # -- serial reference ----------------------------------------------------------------
-    def _reference_llm(self):
-        """A one-slot nospec engine for serial replays (``LLM.target_probabilities`` and
-        ``draft_probabilities`` run the model's reference forward, not the runner), built
-        without the mutant: the reference is the clean law whatever is under test."""
-        if self._reference is None:
-            self._reference = self._new_llm("nospec", None, mutant=None, max_num_seqs=1)
-        return self._reference
+def resolve_factory(adapter: str, field: str = "engine.adapter") -> Callable:
+    target = BUILTIN.get(adapter, adapter)
+    # Like `python -m`: a module in the current directory is found even when specconform
+    # runs as an installed console script.
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise AdapterError(f"{field} {adapter!r}: expected {' | '.join(BUILTIN)} "
+                           "or 'package.module:factory'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        hint = " (pip install 'specconform[hf]')" if adapter == "hf" else ""
+        raise AdapterError(f"{field} {adapter!r}: cannot import {module_name}: {exc}{hint}"
+                           ) from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise AdapterError(f"{field} {adapter!r}: {module_name} has no callable {attr!r}")
+    return factory
 
-    def target_law(self, prefix: list[int]) -> np.ndarray:
-        p = self._reference_llm().target_probabilities(list(prefix), self.params(None))
-        return p.detach().float().cpu().numpy()
 
-    def draft_law(self, prefix: list[int], draft_loops: int) -> np.ndarray:
-        q = self._reference_llm().draft_probabilities(list(prefix), self.params(None),
-                                                      draft_loops)
-        return q.detach().float().cpu().numpy()
+def source_digest(obj) -> tuple[str, str]:
+    """("module.Class", sha256 of the file defining obj's class): the archive names the
+    code that produced the evidence, not just a version string (a module name, not a
+    path, so that the same code on another machine records the same bytes)."""
+    cls = type(obj)
+    where = f"{cls.__module__}.{cls.__qualname__}"
+    try:
+        path = Path(inspect.getfile(cls)).resolve()
+        return where, hashlib.sha256(path.read_bytes()).hexdigest()
+    except (TypeError, OSError):
+        return where, ""
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def load_engine(spec, *, mutant: str | None, log=print):
+    """Build the protocol's engine adapter, validated: a `CheckedEngine`.
+
+    spec: the protocol's `EngineSpec`. Factories are called as ``factory(spec,
+    mutant=mutant, log=log)``; planted bugs (``--mutant``) belong to the bundled engine,
+    so other factories get ``mutant=None`` and a mutant given for them is refused."""
+    from specconform.adapters.checks import CheckedEngine
+
+    name = spec.adapter
+    if mutant is not None and name != "bundled":
+        raise UsageError(f"--mutant {mutant}: planted bugs belong to the bundled engine; "
+                         f"engine.adapter is {name!r} (plant a bug in a wrapper adapter)")
+    factory = resolve_factory(name)
+    try:
+        adapter = factory(spec, mutant=mutant, log=log)
+    except UsageError:
+        raise
+    except Exception as exc:  # a user's factory: any failure is that adapter's
+        raise AdapterError(f"engine adapter {name}: factory raised {one_line(exc)}") from None
+    return CheckedEngine(adapter, name, spec)
+
+
+def __getattr__(attr):  # backwards compatible: BundledEngine moved to adapters.bundled
+    if attr == "BundledEngine":
+        from specconform.adapters.bundled import BundledEngine
+
+        return BundledEngine
+    raise AttributeError(attr)

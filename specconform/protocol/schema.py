@@ -8,7 +8,7 @@ everything else is frozen by the protocol's hash.
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -150,7 +150,13 @@ class MonteCarloProtocol(Strict):
 # --- distribution protocols ---------------------------------------------------------------
 
 class EngineSpec(Strict):
-    preset: Literal["tiny", "small", "ouro-1.4b"] | None = None  # seeded looped model
+    # Which engine: the bundled one, the Hugging Face transformers adapter, or a user's
+    # factory "package.module:callable" (docs/adapters.md). `options` is that adapter's
+    # own mapping, validated by the adapter (the bundled engine takes none).
+    adapter: Annotated[str, Field(min_length=1)] = "bundled"
+    options: dict[str, Any] = {}
+    # The bundled engine's model: a preset (or a checkpoint); other adapters ignore it.
+    preset: Literal["tiny", "small", "ouro-1.4b"] | None = None
     model_seed: NonNegInt = 0
     checkpoint: str | None = None  # local directory in Ouro's layout; None: seeded weights
     dtype: Literal["float32", "bfloat16"] = "float32"
@@ -171,12 +177,13 @@ class EngineSpec(Strict):
     draft_head: Literal["plain", "fitted"] = "plain"
 
     @model_validator(mode="after")
-    def _one_model(self):
-        if (self.preset is None) == (self.model is None):
-            raise ValueError("engine needs exactly one of preset or model")
+    def _bundled_model(self):
         if self.model is None and (self.stage_layers is not None
                                    or self.draft_head != "plain"):
             raise ValueError("stage_layers and draft_head apply to a packaged model only")
+        if self.adapter == "bundled" and (self.preset is None) == (self.model is None):
+            raise ValueError("the bundled engine needs exactly one of engine.preset or "
+                             "engine.model")
         return self
 
 

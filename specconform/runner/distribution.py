@@ -117,79 +117,120 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes] | Non
     """Generate every batch (this rank's share of them under torchrun), then, on the
     leader, replay the reference. Returns the raw files, or None on a follower rank
     (its batches are on disk; the leader seals the one archive)."""
-    from specconform.adapters.engine import BundledEngine
+    from specconform.adapters.engine import AdapterError
     from specconform.runner import sharding
 
     model = loaded.model
     coord = context.get("coordinator") or sharding.Coordinator(sharding.Shard())
-    return _collect(loaded, model, coord.shard, coord, BundledEngine, mutant=mutant,
-                    progress=progress, log=log, context=context)
-
-
-def _collect(loaded, model, shard, coord, engine_cls, *, mutant, progress, log, context):
-    from specconform.runner import sharding
-
-    # Every rank checks that it can run (device present, mutant known) before the
-    # leader writes anything: a rank without the protocol's device refuses at start.
+    shard = coord.shard
+    # Every rank builds its engine (and validates the adapter's describe() and the
+    # groups) before the leader writes anything: a broken adapter, or a rank without
+    # the protocol's device, refuses at start and leaves nothing in --out.
     sharding.select_device(shard, model.engine.device)
-    engine, error = None, None
-    try:
-        engine = engine_cls(model.engine, mutant=mutant, log=log)
-    except UsageError as exc:
-        error = str(exc)
+    engine, error = _load_engine(model, mutant=mutant, log=log)
     coord.agree(error)
+    folder = None
+    undo = _Undo(Path(context["out_dir"]), _ledger(context),
+                 fresh=context.get("resume") is None)
     try:
-        folder = None
         if shard.is_leader:
+            log(f"engine adapter: {engine.name} ({engine.info.name} {engine.info.version}, "
+                f"source sha256 {engine.info.source_sha256[:16]})")
             folder, error = _open_run(loaded, model, mutant=mutant, context=context)
         folder, error = coord.share((str(folder) if folder else None, error))
         if error:
             raise UsageError(error)
         folder = Path(folder)
-        groups = {g.name: g for g in model.groups}
-        plan = batch_plan(model)
-        mine = [b for i, b in enumerate(plan) if shard.owns(i)]
-        try:
-            with progress("generate", sum(b - a for _, a, b in mine)) as bar:
-                for name, start, stop in mine:
-                    path = _batch_path(folder, name, start)
-                    if not path.exists():
-                        records = engine.run_group(groups[name], list(range(start, stop)))
-                        buf = io.StringIO()
-                        _records_frame(groups[name], records).to_csv(buf, index=False,
-                                                                    lineterminator="\n")
-                        _atomic_write(path, buf.getvalue().encode())
-                    bar.advance(stop - start)
-        except KeyboardInterrupt:
-            print(f"interrupted: continue with --resume {folder}", file=sys.stderr, flush=True)
-            raise
-        coord.barrier()  # every batch file is on disk
-        if not shard.is_leader:
-            return None
-        frames = []
-        for name, start, _ in plan:
-            path = _batch_path(folder, name, start)
-            if not path.exists():
-                raise UsageError(f"{path}: batch missing after generation; continue the run "
-                                 f"with --resume {folder}")
-            frames.append(pd.read_csv(path))
-        samples = pd.concat(frames, ignore_index=True)
-        log(f"generated {len(samples)} samples in {len(plan)} batches ({folder.name})")
-        t0 = time.perf_counter()
-        reference = replay_reference(engine, model, samples, progress)
-        timing(f"reference replay in {time.perf_counter() - t0:.1f}s")
+        return _collect(loaded, model, shard, coord, engine, folder, progress=progress,
+                        log=log, context=context)
+    except AdapterError:
+        # A broken adapter yields no evidence: its checkpoint and seed reservation go too.
+        if shard.is_leader and folder is not None:
+            undo(Path(folder))
+        raise
     finally:
-        if engine is not None:
-            engine.close()
+        engine.close()
+
+
+def _load_engine(model, *, mutant, log):
+    """(engine, None), or (None, the one-line refusal) for `coord.agree`."""
+    from specconform.adapters.engine import load_engine
+
+    try:
+        engine = load_engine(model.engine, mutant=mutant, log=log)
+        engine.check_groups(model.groups)
+    except UsageError as exc:  # AdapterError included
+        return None, str(exc)
+    return engine, None
+
+
+def _ledger(context) -> Path:
+    return Path(context.get("ledger") or Path(context["out_dir"]) / "seed-ledger.jsonl")
+
+
+def _collect(loaded, model, shard, coord, engine, folder, *, progress, log, context):
+    groups = {g.name: g for g in model.groups}
+    plan = batch_plan(model)
+    mine = [b for i, b in enumerate(plan) if shard.owns(i)]
+    try:
+        with progress("generate", sum(b - a for _, a, b in mine)) as bar:
+            for name, start, stop in mine:
+                path = _batch_path(folder, name, start)
+                if not path.exists():
+                    records = engine.run_group(groups[name], list(range(start, stop)))
+                    buf = io.StringIO()
+                    _records_frame(groups[name], records).to_csv(buf, index=False,
+                                                                lineterminator="\n")
+                    _atomic_write(path, buf.getvalue().encode())
+                bar.advance(stop - start)
+    except KeyboardInterrupt:
+        print(f"interrupted: continue with --resume {folder}", file=sys.stderr, flush=True)
+        raise
+    coord.barrier()  # every batch file is on disk
+    if not shard.is_leader:
+        return None
+    frames = []
+    for name, start, _ in plan:
+        path = _batch_path(folder, name, start)
+        if not path.exists():
+            raise UsageError(f"{path}: batch missing after generation; continue the run "
+                             f"with --resume {folder}")
+        frames.append(pd.read_csv(path))
+    samples = pd.concat(frames, ignore_index=True)
+    log(f"generated {len(samples)} samples in {len(plan)} batches ({folder.name})")
+    t0 = time.perf_counter()
+    reference = replay_reference(engine, model, samples, progress)
+    timing(f"reference replay in {time.perf_counter() - t0:.1f}s")
     buf = io.StringIO()
     samples.to_csv(buf, index=False, lineterminator="\n")
     context.setdefault("on_success", []).append(lambda: _discard_checkpoint(folder))
     context["extra_run_fields"] = {"seed_ranges": {
         g.name: [group_seeds(model, g).start, group_seeds(model, g).stop]
-        for g in model.groups}}
+        for g in model.groups}, "engine_adapter": engine.info.to_json()}
     return {"raw/samples.csv": buf.getvalue().encode(),
             "raw/reference.json": json.dumps(reference, sort_keys=True,
                                              separators=(",", ":")).encode()}
+
+
+class _Undo:
+    """Remembers what --out held before a fresh run, to restore it if the adapter breaks."""
+
+    def __init__(self, out_dir: Path, ledger: Path, *, fresh: bool):
+        self.out_dir, self.ledger, self.fresh = out_dir, ledger, fresh
+        self.out_existed = out_dir.exists()
+        self.ledger_size = ledger.stat().st_size if ledger.exists() else None
+
+    def __call__(self, folder: Path) -> None:
+        if not self.fresh:
+            return  # a resumed run keeps its checkpoint: the finished batches are valid
+        shutil.rmtree(folder, ignore_errors=True)
+        if self.ledger_size is None:
+            self.ledger.unlink(missing_ok=True)
+        elif self.ledger.exists():
+            with open(self.ledger, "r+b") as fh:
+                fh.truncate(self.ledger_size)
+        if not self.out_existed and self.out_dir.exists() and not any(self.out_dir.iterdir()):
+            self.out_dir.rmdir()
 
 
 def _batch_path(folder: Path, group: str, start: int) -> Path:
@@ -197,13 +238,12 @@ def _batch_path(folder: Path, group: str, start: int) -> Path:
 
 
 def _open_run(loaded, model, *, mutant, context) -> tuple[Path | None, str | None]:
-    """Leader only: the checkpoint folder and the seed ledger entries of the whole run
-    (every group's full range, whatever the number of processes). Returns (folder,
+    """Leader only: the seed ledger entries of the whole run (every group's full range,
+    whatever the number of processes), then the checkpoint folder. Returns (folder,
     None), or (None, the one-line refusal) so that every rank can refuse with it."""
     try:
-        ledger = Path(context.get("ledger") or Path(context["out_dir"]) / "seed-ledger.jsonl")
         # Reserve first: a refused reservation must leave no .inprogress folder behind.
-        check_and_reserve(ledger, [
+        check_and_reserve(_ledger(context), [
             LedgerEntry(loaded.name, loaded.hash, context["attempt"], g.name,
                         group_seeds(model, g).start, group_seeds(model, g).stop, mutant)
             for g in model.groups], expansion=model.expansion, offset=model.seeds.offset)
@@ -226,20 +266,25 @@ def replay_reference(engine, model, samples: pd.DataFrame, progress) -> dict:
     pairs = sorted({(int(a), int(b)) for a, b in zip(samples["t1"], samples["t2"], strict=False)
                     if a >= 0 and b >= 0})
     depths = sorted({g.draft_loops for g in model.groups if g.draft_loops is not None})
+    caps = engine.info.capabilities
+    if not caps.draft_law:
+        depths = []  # no q: the tests that need it are not applicable (capabilities say why)
     total = 1 + len(t1s) * (1 + len(depths)) + (len(pairs) if model.engine.max_tokens >= 3 else 0)
     ref = {"vocab_size": engine.vocab_size, "prompt": prompt, "p_t2": {}, "p_t3": {},
-           "q_t2": {str(d): {} for d in depths}}
+           "q_t2": {str(d): {} for d in depths}, "capabilities": caps.to_json()}
     with progress("reference", total) as bar:
         ref["p_t1"] = _sparse(engine.target_law(prompt))
         bar.advance(1)
-        for t1 in t1s:
-            ref["p_t2"][str(t1)] = _sparse(engine.target_law(prompt + [t1]))
+        for t1, law in zip(t1s, engine.target_laws([prompt + [t1] for t1 in t1s]),
+                           strict=True):
+            ref["p_t2"][str(t1)] = _sparse(law)
             bar.advance(1)
             for d in depths:
                 ref["q_t2"][str(d)][str(t1)] = _sparse(engine.draft_law(prompt + [t1], d))
                 bar.advance(1)
         if model.engine.max_tokens >= 3:
-            for t1, t2 in pairs:
-                ref["p_t3"][f"{t1},{t2}"] = _sparse(engine.target_law(prompt + [t1, t2]))
+            laws = engine.target_laws([prompt + [t1, t2] for t1, t2 in pairs])
+            for (t1, t2), law in zip(pairs, laws, strict=True):
+                ref["p_t3"][f"{t1},{t2}"] = _sparse(law)
                 bar.advance(1)
     return ref

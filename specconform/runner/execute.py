@@ -113,6 +113,7 @@ def collect_raw(loaded: LoadedProtocol, *, mutant: str | None, progress, log,
 
         kernel = load_kernel(model.sampler.adapter, model.device, mutant)
         log(f"kernel: {kernel.name} on {model.device}")
+        run_context.setdefault("extra_run_fields", {})["sampler_adapter"] = kernel.describe()
         if kind == "quadrature":
             from specconform.runner import quadrature as runner
         else:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specconform.adapters.kernel import ensure_uses_uniforms
 from specconform.kinds.laws import quadrature_case_laws as case_laws
 
 EDGE_UNIFORMS = (0.0, 0.5, float(np.nextafter(1.0, 0.0)))
@@ -53,6 +54,8 @@ def _run_case(case, kernel, bar) -> dict:
     drafts = np.flatnonzero(q > 0)
     p_rows = np.stack([p, p_bonus])[None]  # [1, 2, V]
     q_rows = q[None, None]                  # [1, 1, V]
+
+    ensure_uses_uniforms(kernel, p_rows, q_rows, drafts, vocab)  # black-box: refused
 
     def run(x, lens, uniforms):
         return _accept_chunked(kernel, p_rows, q_rows, x, lens, uniforms, vocab)

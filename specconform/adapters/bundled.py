@@ -1,0 +1,189 @@
+"""The bundled engine (`engine_under_test.LLM`) behind the engine adapter interface.
+
+White-box in the sense that matters for distribution protocols: it gives q at every
+draft depth, per-round telemetry and per-token events (derived from the rounds: prefill
+commits t1 as a target sample; each round commits its accepted drafts, then a correction
+when a draft was rejected or a bonus when all were accepted).
+"""
+from __future__ import annotations
+
+import gc
+import time
+
+import numpy as np
+
+from specconform.adapters.engine import SeedRecord, TokenEvent, _timing
+from specconform.errors import UsageError
+
+
+def factory(spec, *, mutant: str | None = None, log=print) -> BundledEngine:
+    if spec.options:
+        raise UsageError(f"engine.options: the bundled engine takes no options "
+                         f"(got {', '.join(sorted(spec.options))})")
+    if spec.preset is None and spec.checkpoint is None and spec.model is None:
+        raise UsageError("engine.preset: the bundled engine needs a preset, a packaged "
+                         "model or a checkpoint")
+    return BundledEngine(spec, mutant=mutant, log=log)
+
+
+def token_events(mode: str, n_tokens: int, rounds) -> tuple[TokenEvent, ...]:
+    """Events of the committed tokens from the round telemetry, truncated at n_tokens."""
+    events = [TokenEvent(-1, -1, "target")]
+    if mode == "nospec":
+        events += [TokenEvent(-1, -1, "target")] * (n_tokens - 1)
+    else:
+        for r, (drafted, accepted) in enumerate(rounds):
+            events += [TokenEvent(r, j, "accepted") for j in range(accepted)]
+            events.append(TokenEvent(r, accepted, "bonus" if accepted == drafted
+                                     else "correction"))
+    return tuple(events[:n_tokens])
+
+
+class BundledEngine:
+    """engine_under_test behind the adapter interface; one LLM per group configuration."""
+
+    def __init__(self, spec, *, mutant: str | None, log=print):
+        import torch
+
+        import engine_under_test as eut
+
+        if spec.device == "cuda" and not torch.cuda.is_available():
+            raise UsageError("--device cuda: no CUDA device is available on this machine")
+        if mutant is not None:
+            from engine_under_test.mutants import MUTANTS
+
+            if mutant not in MUTANTS:
+                raise UsageError(f"--mutant {mutant}: unknown mutant; `specconform mutants` "
+                                 "lists them")
+        self._eut = eut
+        self._torch = torch
+        self.spec = spec
+        self.mutant = mutant
+        self.dtype = getattr(torch, spec.dtype)
+        # A packaged real model, a checkpoint directory (Ouro's HF layout) or a preset
+        # with seeded weights.
+        if spec.model is not None:   # a packaged real model: a missing package is bad input
+            from engine_under_test.models_pkg import ModelPackageError
+            try:
+                self.model_config = eut.ModelConfig.packaged(
+                    spec.model, stage_layers=tuple(spec.stage_layers or ()) or None,
+                    draft_head=spec.draft_head)
+            except (ModelPackageError, ValueError) as e:
+                raise UsageError(str(e)) from None
+        else:
+            self.model_config = (spec.checkpoint if spec.checkpoint else
+                                 eut.ModelConfig.preset(spec.preset, seed=spec.model_seed))
+        self.prompt = list(eut.DEFAULT_PROMPT if spec.prompt == "default" else spec.prompt)
+        self._engines: dict[tuple, object] = {}
+        self._model = None  # weights built once, shared by every group's engine
+        self._reference = None
+        self._log = log
+
+    # -- engines ------------------------------------------------------------------------
+    def _new_llm(self, mode: str, draft_loops: int | None, *, mutant, max_num_seqs: int):
+        eut = self._eut
+        spec_cfg = None
+        if mode != "nospec":
+            spec_cfg = eut.SpeculativeConfig(
+                num_speculative_tokens=self.spec.num_speculative_tokens, mode="block",
+                draft_loops=draft_loops)
+        llm = eut.LLM(self.model_config, speculative_config=spec_cfg,
+                      async_scheduling=(mode == "async"), device=self.spec.device,
+                      dtype=self.dtype, mutant=mutant, max_num_seqs=max_num_seqs,
+                      model=self._model)
+        self._model = llm.model
+        return llm
+
+    def _engine(self, mode: str, draft_loops: int | None):
+        """The generation engine of one group configuration.
+
+        Only one is alive at a time: at batch_size concurrent requests each engine's
+        per-depth KV cache and captured graphs take tens of GiB (small preset, 5,000
+        seeds: about 40 GiB), so five groups' engines side by side would not fit one
+        GPU. Switching configuration frees the previous one (weights are shared and
+        kept); the distribution runner works through one group at a time, so each
+        engine is built once per group."""
+        key = (mode, draft_loops)
+        if key not in self._engines:
+            self._free_engines()
+            t0 = time.perf_counter()
+            self._engines[key] = self._new_llm(mode, draft_loops, mutant=self.mutant,
+                                               max_num_seqs=self.spec.batch_size)
+            _timing(f"engine {mode} d={draft_loops} built in {time.perf_counter() - t0:.1f}s")
+        return self._engines[key]
+
+    def _free_engines(self) -> None:
+        for llm in self._engines.values():
+            llm.close()
+        self._engines.clear()
+        if self.spec.device == "cuda":
+            gc.collect()
+            self._torch.cuda.empty_cache()
+
+    def close(self) -> None:
+        """Free every engine and the weights (GPU memory goes back to the allocator's
+        pool and the pool to the device), so that runs in one process do not pile up."""
+        self._free_engines()
+        self._reference = None
+        self._model = None
+        if self.spec.device == "cuda":
+            gc.collect()
+            self._torch.cuda.empty_cache()
+
+    def params(self, seed: int | None):
+        s = self.spec
+        return self._eut.SamplingParams(temperature=s.temperature, top_k=s.top_k,
+                                        top_p=s.top_p, seed=seed, max_tokens=s.max_tokens,
+                                        ignore_eos=True)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._reference_llm().model_config.vocab_size)
+
+    def describe(self) -> dict:
+        from importlib.metadata import version
+
+        import torch
+
+        return {"name": "bundled", "version": version("specconform"),
+                "packages": {"torch": torch.__version__},
+                "capabilities": {"draft_law": True, "round_telemetry": True,
+                                 "token_events": True, "black_box": False,
+                                 "batched_target_laws": False}}
+
+    def run_group(self, group, seeds: list[int], progress=None) -> list[SeedRecord]:
+        llm = self._engine(group.mode, group.draft_loops)
+        t0 = time.perf_counter()
+        outs = llm.generate([self.prompt] * len(seeds), [self.params(s) for s in seeds],
+                            progress=progress)
+        _timing(f"group {group.name}: {len(seeds)} seeds in {time.perf_counter() - t0:.1f}s")
+        records = []
+        for seed, out in zip(seeds, outs, strict=False):
+            rounds = tuple((int(r.drafted), int(r.accepted)) for r in out.rounds)
+            # The first speculative round follows t1 (prefill commits t1); its draft
+            # position 0 was accepted iff that round accepted at least one draft.
+            first = -1
+            if group.mode != "nospec" and rounds and rounds[0][0] > 0:
+                first = int(rounds[0][1] >= 1)
+            tokens = tuple(int(t) for t in out.token_ids)
+            records.append(SeedRecord(int(seed), tokens, first, rounds, str(out.finish_reason),
+                                      token_events(group.mode, len(tokens), rounds)))
+        return records
+
+    # -- serial reference ----------------------------------------------------------------
+    def _reference_llm(self):
+        """A one-slot nospec engine for serial replays (``LLM.target_probabilities`` and
+        ``draft_probabilities`` run the model's reference forward, not the runner), built
+        without the mutant: the reference is the clean law whatever is under test."""
+        if self._reference is None:
+            self._reference = self._new_llm("nospec", None, mutant=None, max_num_seqs=1)
+        return self._reference
+
+    def target_law(self, prefix: list[int]) -> np.ndarray:
+        p = self._reference_llm().target_probabilities(list(prefix), self.params(None))
+        return p.detach().float().cpu().numpy()
+
+    def draft_law(self, prefix: list[int], draft_loops: int) -> np.ndarray:
+        q = self._reference_llm().draft_probabilities(list(prefix), self.params(None),
+                                                      draft_loops)
+        return q.detach().float().cpu().numpy()

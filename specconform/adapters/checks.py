@@ -1,0 +1,243 @@
+"""Output validation of engine adapters: every answer is checked before it is used.
+
+A broken adapter must never yield a verdict: a wrong shape or an out-of-range token would
+otherwise become a misleading FAIL (or, worse, a PASS over garbage). Every check raises
+`AdapterError` with one line naming the adapter, the method and what is wrong. The
+checks are structural (types, shapes, ranges, telemetry consistency), never
+statistical: a sampler with the wrong law passes them and is caught by the protocol.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from numbers import Integral
+
+import numpy as np
+
+from specconform.adapters.engine import (
+    TOKEN_KINDS,
+    AdapterError,
+    AdapterInfo,
+    Capabilities,
+    SeedRecord,
+    TokenEvent,
+    one_line,
+    source_digest,
+)
+from specconform.errors import UsageError
+
+# A law's total mass may differ from 1 by float32 rounding over a large vocabulary.
+MASS_TOLERANCE = 1e-4
+# Batched laws must equal the serial ones; float32 reductions in another order differ
+# by a few ulps, a real difference (another top-k, another temperature) by far more.
+BATCHED_TOLERANCE = 1e-6
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, Integral) and not isinstance(x, bool)
+
+
+class CheckedEngine:
+    """Wraps an adapter; the runner talks only to this. Attributes: info (`AdapterInfo`),
+    prompt (list[int]), vocab_size (int)."""
+
+    def __init__(self, adapter, name: str, spec):
+        self._a = adapter
+        self.name = name
+        self._spec = spec
+        self.info = self._describe()
+        self.vocab_size = self._vocab_size()
+        self.prompt = self._prompt()
+
+    def _fail(self, what: str) -> AdapterError:
+        return AdapterError(f"engine adapter {self.name}: {what}")
+
+    def _call(self, method: str, *args):
+        fn = getattr(self._a, method, None)
+        if not callable(fn):
+            raise self._fail(f"has no method {method}()")
+        try:
+            return fn(*args)
+        except UsageError:
+            raise
+        except Exception as exc:
+            raise self._fail(f"{method}() raised {one_line(exc)}") from None
+
+    # -- identity ---------------------------------------------------------------------
+    def _describe(self) -> AdapterInfo:
+        d = self._call("describe")
+        if not isinstance(d, Mapping):
+            raise self._fail(f"describe() returned {type(d).__name__}, expected a dict")
+        for key in ("name", "version"):
+            if not isinstance(d.get(key), str) or not d.get(key):
+                raise self._fail(f"describe()['{key}'] must be a non-empty string")
+        packages = d.get("packages", {})
+        if not isinstance(packages, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in packages.items()):
+            raise self._fail("describe()['packages'] must map package names to version strings")
+        caps = d.get("capabilities", {})
+        fields = set(Capabilities.__dataclass_fields__)
+        if not isinstance(caps, Mapping) or set(caps) - fields or not all(
+                isinstance(v, bool) for v in caps.values()):
+            raise self._fail(f"describe()['capabilities'] must map some of {sorted(fields)} "
+                             "to true/false")
+        caps = dict(caps)
+        caps.setdefault("draft_law", callable(getattr(self._a, "draft_law", None)))
+        caps.setdefault("batched_target_laws", callable(getattr(self._a, "target_laws", None)))
+        for method in ("draft_law", "target_laws"):
+            key = "draft_law" if method == "draft_law" else "batched_target_laws"
+            if caps[key] and not callable(getattr(self._a, method, None)):
+                raise self._fail(f"capabilities say {key} but there is no {method}() method")
+        source, digest = source_digest(self._a)
+        return AdapterInfo(d["name"], d["version"], tuple(sorted(packages.items())),
+                           Capabilities(**caps), source, digest)
+
+    def _vocab_size(self) -> int:
+        v = getattr(self._a, "vocab_size", None)
+        if not _is_int(v) or v < 2:
+            raise self._fail(f"vocab_size must be an int >= 2, got {v!r}")
+        return int(v)
+
+    def _prompt(self) -> list[int]:
+        p = getattr(self._a, "prompt", None)
+        if not isinstance(p, Sequence) or not p or not all(_is_int(t) for t in p):
+            raise self._fail("prompt must be a non-empty list of token ids")
+        self._tokens_in_range("prompt", p)
+        return [int(t) for t in p]
+
+    def _tokens_in_range(self, where: str, tokens) -> None:
+        for t in tokens:
+            if not 0 <= int(t) < self.vocab_size:
+                raise self._fail(f"{where}: token {int(t)} outside [0, {self.vocab_size})")
+
+    # -- generation -------------------------------------------------------------------
+    def check_groups(self, groups) -> None:
+        """Before anything is written: the adapter's optional check_group(group) refuses
+        configurations it cannot run (one UsageError line naming the field)."""
+        check = getattr(self._a, "check_group", None)
+        if callable(check):
+            for group in groups:
+                self._call("check_group", group)
+
+    def run_group(self, group, seeds: list[int], progress=None) -> list[SeedRecord]:
+        records = self._call("run_group", group, list(seeds), progress)
+        if not isinstance(records, list) or len(records) != len(seeds):
+            n = len(records) if isinstance(records, list) else type(records).__name__
+            raise self._fail(f"run_group({group.name}) returned {n} records for "
+                             f"{len(seeds)} seeds")
+        for seed, rec in zip(seeds, records, strict=True):
+            self._check_record(group, seed, rec)
+        return records
+
+    def _check_record(self, group, seed: int, rec) -> None:
+        where = f"run_group({group.name}) seed {seed}"
+        if not isinstance(rec, SeedRecord):
+            raise self._fail(f"{where}: got {type(rec).__name__}, expected a SeedRecord")
+        if rec.seed != seed:
+            raise self._fail(f"{where}: record for seed {rec.seed} (records must follow "
+                             "seed order)")
+        toks = rec.tokens
+        if not isinstance(toks, tuple) or not all(_is_int(t) for t in toks):
+            raise self._fail(f"{where}: tokens must be a tuple of ints")
+        if not 1 <= len(toks) <= self._spec.max_tokens:
+            raise self._fail(f"{where}: {len(toks)} tokens, expected 1..{self._spec.max_tokens}")
+        self._tokens_in_range(where, toks)
+        if rec.first_accepted not in (-1, 0, 1) or not _is_int(rec.first_accepted):
+            raise self._fail(f"{where}: first_accepted must be -1, 0 or 1")
+        K = self._spec.num_speculative_tokens
+        for drafted, accepted in rec.rounds:
+            if not (_is_int(drafted) and _is_int(accepted) and 0 <= accepted <= drafted <= K):
+                raise self._fail(f"{where}: round ({drafted}, {accepted}) breaks "
+                                 f"0 <= accepted <= drafted <= K={K}")
+        if group.mode == "nospec" and (any(d for d, _ in rec.rounds) or rec.first_accepted != -1):
+            raise self._fail(f"{where}: a nospec group drafts nothing")
+        if rec.events is not None:
+            self._check_events(where, group, rec)
+            # first_accepted: was t2 a draft, and was it accepted (SeedRecord's docstring)?
+            want = {"accepted": 1, "correction": 0}.get(rec.events[1].kind, -1) if len(
+                rec.events) > 1 else -1
+            if rec.first_accepted != want:
+                raise self._fail(f"{where}: first_accepted {rec.first_accepted} disagrees with "
+                                 f"t2's event {rec.events[1] if len(rec.events) > 1 else None}")
+
+    def _check_events(self, where: str, group, rec: SeedRecord) -> None:
+        ev = rec.events
+        if not isinstance(ev, tuple) or len(ev) != len(rec.tokens) or not all(
+                isinstance(e, TokenEvent) and e.kind in TOKEN_KINDS for e in ev):
+            raise self._fail(f"{where}: events must be one TokenEvent per committed token, "
+                             f"kind one of {', '.join(TOKEN_KINDS)}")
+        if group.mode == "nospec" and any(e.kind != "target" for e in ev):
+            raise self._fail(f"{where}: a nospec group commits only target samples")
+        per_round: dict[int, list[TokenEvent]] = {}
+        for e in ev:
+            if e.kind == "target":
+                continue
+            if not 0 <= e.round < len(rec.rounds):
+                raise self._fail(f"{where}: event in round {e.round} of {len(rec.rounds)}")
+            per_round.setdefault(e.round, []).append(e)
+        for r, events in per_round.items():
+            drafted, accepted = rec.rounds[r]
+            kinds = [e.kind for e in events]
+            n_acc = kinds.count("accepted")
+            closing = [k for k in kinds if k != "accepted"]
+            # A round commits its accepted drafts at positions 0.., then one closing token.
+            if (n_acc > accepted or len(closing) > 1 or (closing and kinds[-1] == "accepted")
+                    or [e.position for e in events] != list(range(len(events)))):
+                raise self._fail(f"{where}: events of round {r} ({kinds}) do not fit "
+                                 f"drafted={drafted} accepted={accepted}")
+            if closing and closing[0] == "bonus" and accepted != drafted:
+                raise self._fail(f"{where}: a bonus in round {r} with a rejected draft")
+            if closing and closing[0] == "correction" and accepted == drafted:
+                raise self._fail(f"{where}: a correction in round {r} with no rejection")
+
+    # -- laws -------------------------------------------------------------------------
+    def _check_law(self, where: str, law) -> np.ndarray:
+        if not isinstance(law, np.ndarray):
+            hint = " (convert with .cpu().numpy())" if type(law).__module__.startswith(
+                "torch") else ""
+            raise self._fail(f"{where} returned {type(law).__name__}, expected a numpy "
+                             f"array{hint}")
+        if law.dtype not in (np.float32, np.float64):
+            raise self._fail(f"{where} has dtype {law.dtype}, expected float32 or float64")
+        if law.shape != (self.vocab_size,):
+            raise self._fail(f"{where} has shape {law.shape}, expected ({self.vocab_size},)")
+        if not np.all(np.isfinite(law)) or law.min() < 0:
+            raise self._fail(f"{where} has negative or non-finite entries")
+        mass = float(law.sum(dtype=np.float64))
+        if abs(mass - 1.0) > MASS_TOLERANCE:
+            raise self._fail(f"{where} sums to {mass:.6g}, not 1")
+        return law
+
+    def target_law(self, prefix: list[int]) -> np.ndarray:
+        self._tokens_in_range("target_law prefix", prefix)
+        return self._check_law(f"target_law(prefix of {len(prefix)})",
+                               self._call("target_law", list(prefix)))
+
+    def draft_law(self, prefix: list[int], depth: int) -> np.ndarray | None:
+        """q at `depth`, or None when the adapter cannot give q."""
+        if not self.info.capabilities.draft_law:
+            return None
+        return self._check_law(f"draft_law(prefix of {len(prefix)}, {depth})",
+                               self._call("draft_law", list(prefix), depth))
+
+    def target_laws(self, prefixes: list[list[int]]) -> list[np.ndarray]:
+        """Laws of many prefixes; the batched path when the adapter has one, checked
+        against the serial path on its first and last prefix (batched must equal serial)."""
+        if not self.info.capabilities.batched_target_laws or not prefixes:
+            return [self.target_law(p) for p in prefixes]
+        laws = self._call("target_laws", [list(p) for p in prefixes])
+        if not isinstance(laws, Sequence | np.ndarray) or len(laws) != len(prefixes):
+            raise self._fail(f"target_laws() returned {type(laws).__name__} for "
+                             f"{len(prefixes)} prefixes")
+        laws = [self._check_law(f"target_laws()[{i}]", law) for i, law in enumerate(laws)]
+        for i in sorted({0, len(prefixes) - 1}):
+            serial = self.target_law(prefixes[i])
+            diff = float(np.max(np.abs(serial.astype(np.float64) - laws[i])))
+            if diff > BATCHED_TOLERANCE:
+                raise self._fail(f"target_laws()[{i}] differs from target_law() by "
+                                 f"{diff:.3g} (batched must equal serial)")
+        return laws
+
+    def close(self) -> None:
+        close = getattr(self._a, "close", None)
+        if callable(close):
+            close()

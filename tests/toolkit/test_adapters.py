@@ -1,0 +1,244 @@
+"""The engine adapter interface: the worked example passes end to end, a planted bug
+through an adapter fails, and every broken adapter is one line, exit 2, nothing in --out.
+
+examples/my_adapter.yaml is pre-registered at alpha = 0.01 per test (fixed seeds, so the
+clean PASS below is deterministic; a fresh seed range would falsely fail with probability
+at most 5 x 0.01). The planted wrong_residual bug moves p(t2 | t1) by far more than the
+t2 fit's detection threshold at 1,500 seeds (observed p ~ 1e-8): power ~1, no flake.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from specconform.adapters.checks import CheckedEngine
+from specconform.adapters.engine import AdapterError, SeedRecord, TokenEvent, load_engine
+from specconform.protocol.load import load_protocol
+from tests.toolkit.cli_helpers import ROOT, run_cli
+
+EXAMPLE = ROOT / "examples" / "my_adapter.yaml"
+HERE = "tests.toolkit.test_adapters"
+
+
+def _protocol(tmp_path: Path, name: str, **engine) -> Path:
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["name"] = name
+    data["engine"].update(engine)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _spec(**engine):
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["engine"].update(engine)
+    return load_protocol_from(data).engine
+
+
+def load_protocol_from(data):
+    from specconform.protocol.load import validate
+
+    return validate(data, "<test>")
+
+
+# -- the worked example, end to end ---------------------------------------------------
+
+def test_worked_example_passes_and_records_the_adapter(tmp_path):
+    """The exact example docs/adapters.md walks through."""
+    proc = run_cli("run", EXAMPLE, "--out", tmp_path, "--no-sign")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "result: PASS" in proc.stdout
+    run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
+    run = json.loads((run_dir / "run.json").read_text())
+    adapter = run["engine_adapter"]
+    assert adapter["name"] == "toy-numpy-engine" and adapter["version"] == "1.0"
+    assert adapter["source"] == "examples.my_adapter.ToyEngine"
+    import hashlib
+
+    digest = hashlib.sha256((ROOT / "examples" / "my_adapter.py").read_bytes()).hexdigest()
+    assert adapter["source_sha256"] == digest
+    assert adapter["capabilities"]["draft_law"] is True
+
+
+def test_planted_bug_through_an_adapter_fails(tmp_path):
+    """Negative control: corrections drawn from p instead of max(p - q, 0)."""
+    path = _protocol(tmp_path, "my_adapter_planted",
+                     options={"vocab": 8, "draft_noise": 1.0, "plant": "wrong_residual"})
+    proc = run_cli("run", path, "--out", tmp_path / "out", "--no-sign")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    run_dir = next(p for p in (tmp_path / "out").iterdir() if p.is_dir())
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert {"t2_sync", "t2_sync_vs_nospec"} <= set(verdict["failed"])
+
+
+# -- broken adapters ------------------------------------------------------------------
+
+class _Broken:
+    """The toy engine with one thing wrong (selected by `how`)."""
+
+    def __init__(self, how: str):
+        from examples.my_adapter import factory
+
+        self.how = how
+        self._inner = factory(_spec())
+        self.vocab_size = self._inner.vocab_size
+        self.prompt = self._inner.prompt
+
+    def describe(self):
+        d = self._inner.describe()
+        if self.how == "batched_differs" or self.how == "batched_equal":
+            d["capabilities"] = {**d["capabilities"], "batched_target_laws": True}
+        return d
+
+    def target_laws(self, prefixes):
+        laws = [self._inner.target_law(p) for p in prefixes]
+        if self.how == "batched_differs":
+            laws[-1] = np.roll(laws[-1], 1)
+        return laws
+
+    def run_group(self, group, seeds, progress=None):
+        recs = self._inner.run_group(group, seeds[:1] * len(seeds), progress)
+        recs = [dataclasses.replace(r, seed=s) for r, s in zip(recs, seeds, strict=True)]
+        r = recs[0]
+        if self.how == "short":
+            return recs[:-1]
+        if self.how == "token_range":
+            recs[0] = dataclasses.replace(r, tokens=(r.tokens[0], self.vocab_size, 0))
+        if self.how == "accepted_gt_drafted" and r.rounds:
+            recs[0] = dataclasses.replace(r, rounds=((1, 2),) + r.rounds[1:])
+        if self.how == "two_closing" and r.rounds:
+            ev = (TokenEvent(-1, -1, "target"), TokenEvent(0, 0, "correction"),
+                  TokenEvent(0, 1, "bonus"))
+            recs[0] = dataclasses.replace(r, events=ev)
+        if self.how == "not_a_record":
+            recs[0] = {"seed": r.seed, "tokens": r.tokens}
+        return recs
+
+    def target_law(self, prefix):
+        law = self._inner.target_law(prefix)
+        if self.how == "torch_law":
+            import torch
+
+            return torch.as_tensor(law)
+        if self.how == "wrong_shape":
+            return law[:-1] / law[:-1].sum()
+        if self.how == "unnormalised":
+            return law * 2
+        return law
+
+    def draft_law(self, prefix, depth):
+        return self._inner.draft_law(prefix, depth)
+
+
+def broken(spec, *, mutant=None, log=print):
+    """Factory for the CLI tests: engine.options.how selects the defect."""
+    return _Broken(spec.options["how"])
+
+
+def raising(spec, *, mutant=None, log=print):
+    raise RuntimeError("cannot reach the server\nsecond line")
+
+
+def _checked(how: str) -> CheckedEngine:
+    return CheckedEngine(_Broken(how), "test:broken", _spec())
+
+
+def _group(mode="sync"):
+    from specconform.protocol.schema import Group
+
+    return Group(name=mode, mode=mode, draft_loops=None if mode == "nospec" else 1)
+
+
+@pytest.mark.parametrize("how, method, message", [
+    ("short", "run", "returned 2 records for 3 seeds"),
+    ("token_range", "run", "token 8 outside [0, 8)"),
+    ("accepted_gt_drafted", "run", "breaks 0 <= accepted <= drafted"),
+    ("two_closing", "run", "do not fit"),
+    ("not_a_record", "run", "expected a SeedRecord"),
+    ("torch_law", "law", "returned Tensor, expected a numpy array (convert with"),
+    ("wrong_shape", "law", "has shape (7,), expected (8,)"),
+    ("unnormalised", "law", "sums to 2, not 1"),
+    ("batched_differs", "batched", "batched must equal serial"),
+])
+def test_each_broken_answer_is_one_named_line(how, method, message):
+    engine = _checked(how)
+    with pytest.raises(AdapterError) as info:
+        if method == "run":
+            engine.run_group(_group(), [10, 11, 12])
+        elif method == "law":
+            engine.target_law(engine.prompt)
+        else:
+            engine.target_laws([engine.prompt + [t] for t in range(4)])
+    text = str(info.value)
+    assert text.startswith("engine adapter test:broken: ") and message in text, text
+    assert "\n" not in text
+
+
+def test_batched_laws_equal_to_serial_are_used():
+    engine = _checked("batched_equal")
+    prefixes = [engine.prompt + [t] for t in range(5)]
+    batched = engine.target_laws(prefixes)
+    assert all(np.array_equal(b, engine.target_law(p)) for b, p in zip(batched, prefixes,
+                                                                        strict=True))
+
+
+def test_nospec_records_without_rounds_and_events_pass_the_checks():
+    engine = _checked("none")
+    recs = engine.run_group(_group("nospec"), [1, 2, 3])
+    assert all(isinstance(r, SeedRecord) and r.rounds == () for r in recs)
+
+
+def test_adapter_options_are_validated_naming_the_field(tmp_path):
+    from specconform.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"^engine.options.vocab: "):
+        load_engine(_spec(options={"vocab": "eight"}), mutant=None)
+    with pytest.raises(UsageError, match=r"^engine.options.colour: Extra inputs"):
+        load_engine(_spec(options={"colour": 1}), mutant=None)
+    with pytest.raises(UsageError, match="planted bugs belong to the bundled engine"):
+        load_engine(_spec(), mutant="greedy_draft")
+
+
+@pytest.mark.parametrize("engine, message", [
+    ({"adapter": f"{HERE}:raising"}, "factory raised RuntimeError: cannot reach the server"),
+    ({"adapter": f"{HERE}:broken", "options": {"how": "token_range"}}, "outside [0, 8)"),
+    ({"adapter": f"{HERE}:missing"}, "has no callable 'missing'"),
+    ({"adapter": "no_such_module_xyz:factory"}, "cannot import no_such_module_xyz"),
+])
+def test_broken_adapter_exits_2_with_one_line_and_leaves_out_untouched(tmp_path, engine,
+                                                                       message):
+    path = _protocol(tmp_path, "broken_adapter", **engine)
+    out = tmp_path / "out"
+    proc = run_cli("run", path, "--out", out, "--no-sign", "--seeds", "20")
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert not out.exists()  # no checkpoint, no ledger, no archive
+
+
+def test_a_broken_adapter_restores_an_existing_ledger(tmp_path):
+    out = tmp_path / "out"
+    ok = run_cli("run", _protocol(tmp_path, "ledger_ok"), "--out", out, "--no-sign",
+                 "--seeds", "300")
+    assert ok.returncode in (0, 1), ok.stderr[-2000:]
+    before = sorted(p.name for p in out.iterdir())
+    ledger = (out / "seed-ledger.jsonl").read_bytes()
+    bad = _protocol(tmp_path, "ledger_bad", adapter=f"{HERE}:broken",
+                    options={"how": "token_range"})
+    proc = run_cli("run", bad, "--out", out, "--no-sign", "--seeds", "20")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert (out / "seed-ledger.jsonl").read_bytes() == ledger
+
+
+def test_the_bundled_engine_is_still_the_default():
+    protocol = load_protocol(ROOT / "protocols" / "ci_gate.yaml").model
+    assert protocol.engine.adapter == "bundled" and protocol.engine.options == {}
+    with pytest.raises(Exception, match="engine.preset is required"):
+        data = yaml.safe_load((ROOT / "protocols" / "ci_gate.yaml").read_text())
+        del data["engine"]["preset"]
+        load_protocol_from(data)
