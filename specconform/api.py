@@ -144,7 +144,8 @@ def run(
             progress=_progress() if progress else _silent,
             run_context={"ledger": None, "resume": None, "out_dir": out_dir},
         )
-    if outcome.archive is None:  # execute always seals; keep the type honest
+    if outcome.archive is None or outcome.evaluation is None or outcome.run_dir is None:
+        # execute seals every one-process run; a follower rank of a sharded run seals none
         raise SpecconformError(f"run {outcome.run_id}: no archive was written")
     return Run(outcome.run_id, outcome.evaluation, outcome.archive, outcome.run_dir)
 
@@ -289,7 +290,7 @@ def plan_protocol(protocol: str | os.PathLike[str], *, seeds: int | None = None,
 
     if seeds is not None and tv is not None:
         raise UsageError("plan_protocol: give seeds or tv, not both")
-    loaded = load_protocol(protocol)
+    loaded = load_protocol(Path(protocol))
     if loaded.kind != "distribution":
         raise UsageError(f"{protocol}: plan applies to distribution protocols, not "
                          f"{loaded.kind}")

@@ -66,10 +66,11 @@ def family_verdict(rows: Sequence[TestRow], rule: FamilyRule) -> tuple[tuple[Tes
     """Rows with deciding rows adjusted (``adjusted_pvalue``, ``passed``, ``status``,
     ``reason``) and the verdict. Non-deciding rows come back unchanged."""
     deciding = [i for i, r in enumerate(rows) if r.role in rule.roles]
-    stochastic = [i for i in deciding if rows[i].status in (PASS, FAIL)
-                  and rows[i].pvalue is not None and math.isfinite(rows[i].pvalue)]
-    adjusted = dict(zip(stochastic, adjust([rows[i].pvalue for i in stochastic],
-                                           rule.combine), strict=True))
+    pvalues = {i: p for i in deciding if rows[i].status in (PASS, FAIL)
+               and (p := rows[i].pvalue) is not None and math.isfinite(p)}
+    stochastic = list(pvalues)
+    adjusted = dict(zip(stochastic, adjust([pvalues[i] for i in stochastic], rule.combine),
+                        strict=True))
     out, reasons = list(rows), []
     label = f"p_{rule.label}"
     for i in deciding:

@@ -19,7 +19,9 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from specconform.errors import ProtocolError, UsageError
 from specconform.protocol.schema import Protocol
 
-_ADAPTER = TypeAdapter(Protocol)
+# A discriminated union of the kinds' models (mypy cannot type a TypeAdapter of an
+# Annotated union; pydantic validates it at run time).
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(Protocol)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -144,5 +144,5 @@ def evaluate(protocol: dict, raw: RawData) -> Evaluation:
         raise ValueError("equality protocol has no comparison (declare `comparisons` or "
                          "run with --base-ref)")
     rows = [evaluate_comparison(protocol, s, data) for s in specs]
-    rows, verdict = family_verdict(rows, FamilyRule(("primary",), "holm", 0.0))
-    return Evaluation(tuple(rows), verdict)
+    decided, verdict = family_verdict(rows, FamilyRule(("primary",), "holm", 0.0))
+    return Evaluation(decided, verdict)
