@@ -23,7 +23,6 @@ EXTRAS: dict[str, tuple[tuple[str, ...], str]] = {
     "engine": (("torch", "safetensors"), "running protocols on the bundled engine"),
     "hf": (("transformers", "gguf"), "Hugging Face and GGUF checkpoints"),
     "plots": (("matplotlib",), "the HTML report's plots"),
-    "calibration": (("statsmodels",), "calibration summaries"),
 }
 
 # A top-level module name -> its extra, for ImportErrors raised from inside an import.

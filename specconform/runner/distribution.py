@@ -226,6 +226,9 @@ class _Undo:
         shutil.rmtree(folder, ignore_errors=True)
         if self.ledger_size is None:
             self.ledger.unlink(missing_ok=True)
+            # The ledger's lock file is kept by design while a ledger exists (ledger.py);
+            # this run created both, and the ledger is gone again.
+            self.ledger.with_name(self.ledger.name + ".lock").unlink(missing_ok=True)
         elif self.ledger.exists():
             with open(self.ledger, "r+b") as fh:
                 fh.truncate(self.ledger_size)

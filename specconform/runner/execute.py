@@ -331,7 +331,9 @@ def print_table(evaluation: Evaluation, file=None) -> None:
                          else "right")
     for t in evaluation.tests:
         pvalues = "—" if t.pvalue is None and t.adjusted_pvalue is None else pvalue_text(t)
-        result = outcome(t) + (f" ({t.reason})" if t.passed is False and t.reason else "")
+        text = outcome(t)
+        result = text + (f" ({t.reason})" if t.passed is False and t.reason
+                         and t.reason != text else "")
         table.add_row(t.test, t.role + (" *" if t.deciding else ""), _fmt(t.statistic),
                       _fmt(t.df), pvalues, str(t.n), result)
     console.print(table)

@@ -148,6 +148,15 @@ def check_seed_domain(loaded) -> None:
 
 # --- 3. model -------------------------------------------------------------------------
 
+def _bundled_preset_or_checkpoint(engine) -> bool:
+    """Whether the model's facts can be read here without building it: the bundled
+    engine on a preset or a checkpoint. Other adapters validate their groups themselves
+    (`EngineAdapter.check_groups`), and a packaged model checks its package when the
+    engine is built; both before any file is written."""
+    return (getattr(engine, "adapter", "bundled") == "bundled"
+            and getattr(engine, "model", None) is None)
+
+
 def model_facts(engine) -> ModelFacts:
     """The preset's or checkpoint's shape; UsageError if a checkpoint is unreadable."""
     if engine.checkpoint:
@@ -300,7 +309,7 @@ def preflight(loaded, *, mutant: str | None, out_dir: Path, run_id: str,
     check_adapter(loaded)
     check_seed_domain(loaded)
     distribution = loaded.kind == "distribution"
-    if distribution:
+    if distribution and _bundled_preset_or_checkpoint(loaded.model.engine):
         check_model(loaded, model_facts(loaded.model.engine))
     check_writable_folder(out_dir, f"--out {out_dir}")
     ledger = ledger_path(context, out_dir)

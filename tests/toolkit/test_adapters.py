@@ -238,7 +238,7 @@ def test_a_broken_adapter_restores_an_existing_ledger(tmp_path):
 def test_the_bundled_engine_is_still_the_default():
     protocol = load_protocol(ROOT / "protocols" / "ci_gate.yaml").model
     assert protocol.engine.adapter == "bundled" and protocol.engine.options == {}
-    with pytest.raises(Exception, match="engine.preset is required"):
+    with pytest.raises(Exception, match="exactly one of engine.preset or engine.model"):
         data = yaml.safe_load((ROOT / "protocols" / "ci_gate.yaml").read_text())
         del data["engine"]["preset"]
         load_protocol_from(data)

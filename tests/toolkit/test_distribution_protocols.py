@@ -169,13 +169,16 @@ def test_resume_refuses_a_different_protocol(tmp_path):
     assert proc.returncode == 2 and "protocol_hash differs" in proc.stderr
 
 
-def test_adapter_keeps_one_generation_engine_alive(capsys):
+def test_adapter_keeps_one_generation_engine_alive(capsys, monkeypatch):
     """At thousands of concurrent requests each group's engine holds tens of GiB of KV
     and graphs: switching group configuration frees the previous engine, and close()
     frees everything (the reference engine too)."""
     from specconform.adapters.engine import BundledEngine
+    from specconform import progress
     from specconform.protocol.load import load_protocol
 
+    # The timing lines this test reads appear only with --verbose.
+    monkeypatch.setattr(progress, "_VERBOSE", True)
     protocol = load_protocol(CI_GATE).model
     engine = BundledEngine(protocol.engine, mutant=None, log=lambda line: None)
     groups = {g.name: g for g in protocol.groups}

@@ -81,7 +81,9 @@ def test_non_integer_seeds_rejected(tmp_path, value):
 def test_scientific_seed_options_are_recorded(tmp_path):
     proc = run_cli("run", ROOT / "protocols" / "montecarlo.yaml", "--seeds", "2e4",
                    "--offset", "2e6", "--out", tmp_path, "--no-sign")
-    assert proc.returncode == 0, proc.stderr
+    # At 2e4 rows the rarest positions have no evidence, which fails the verdict (never a
+    # PASS without evidence); this test is about what the run records.
+    assert proc.returncode in (0, 1) and "result: " in proc.stdout, proc.stderr
     run_dir = next(p for p in tmp_path.iterdir() if p.is_dir())
     run = json.loads((run_dir / "run.json").read_text())
     assert run["overrides"] == {"seeds.count": 20000, "seeds.offset": 2000000}
@@ -111,7 +113,8 @@ def test_two_identical_runs_differ_only_in_the_volatile_file(tmp_path):
     for _ in range(2):
         proc = run_cli("run", ROOT / "protocols" / "montecarlo.yaml", "--seeds", "5000",
                        "--out", tmp_path, "--no-sign")
-        assert proc.returncode == 0, proc.stderr
+        # 5,000 rows leave the rarest positions without evidence: FAIL, reproducibly.
+        assert proc.returncode in (0, 1) and "result: " in proc.stdout, proc.stderr
     first, second = sorted(tmp_path.glob("*.zip"), key=lambda p: len(p.name))
     assert second.name == first.name.replace(".zip", "-2.zip")  # never overwritten
     assert compare_archives(first, second) == []
