@@ -10,6 +10,7 @@ Clopper-Pearson interval, and the verdict's FAIL rate against its union bound.
 
     python bench/calibration_engine.py protocols/ci_gate.yaml --replications 100
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,9 +36,14 @@ class CachedReference:
         self.engine, self.model = engine, model
         self.depths = sorted({g.draft_loops for g in model.groups if g.draft_loops})
         prompt = engine.prompt
-        self.ref = {"vocab_size": engine.vocab_size, "prompt": prompt, "p_t2": {}, "p_t3": {},
-                    "q_t2": {str(d): {} for d in self.depths},
-                    "p_t1": _sparse(engine.target_law(prompt))}
+        self.ref = {
+            "vocab_size": engine.vocab_size,
+            "prompt": prompt,
+            "p_t2": {},
+            "p_t3": {},
+            "q_t2": {str(d): {} for d in self.depths},
+            "p_t1": _sparse(engine.target_law(prompt)),
+        }
 
     def cover(self, samples: pd.DataFrame) -> dict:
         prompt = self.engine.prompt
@@ -46,9 +52,15 @@ class CachedReference:
                 self.ref["p_t2"][str(t1)] = _sparse(self.engine.target_law(prompt + [t1]))
                 for d in self.depths:
                     self.ref["q_t2"][str(d)][str(t1)] = _sparse(
-                        self.engine.draft_law(prompt + [t1], d))
-        for t1, t2 in sorted({(int(a), int(b)) for a, b in zip(samples["t1"], samples["t2"], strict=False)
-                              if a >= 0 and b >= 0}):
+                        self.engine.draft_law(prompt + [t1], d)
+                    )
+        for t1, t2 in sorted(
+            {
+                (int(a), int(b))
+                for a, b in zip(samples["t1"], samples["t2"], strict=False)
+                if a >= 0 and b >= 0
+            }
+        ):
             key = f"{t1},{t2}"
             if key not in self.ref["p_t3"]:
                 self.ref["p_t3"][key] = _sparse(self.engine.target_law(prompt + [t1, t2]))
@@ -78,27 +90,38 @@ def main(argv=None) -> int:
         samples = pd.concat(frames, ignore_index=True)[list(SAMPLE_COLUMNS)]
         ev = evaluate_frames(protocol, samples, reference.cover(samples))
         for t in ev.tests:
-            rejected = t.passed is False or (t.passed is None and t.pvalue is not None
-                                             and t.pvalue < model.alpha)
+            rejected = t.passed is False or (
+                t.passed is None and t.pvalue is not None and t.pvalue < model.alpha
+            )
             rows.append((r, t.test, t.role, t.pvalue, t.passed, rejected, ev.verdict.verdict))
-        print(f"replication {r + 1}/{args.replications}: {ev.verdict.verdict} "
-              f"{list(ev.verdict.failed)} ({time.perf_counter() - t0:.0f}s)",
-              file=sys.stderr, flush=True)
-    runs = pd.DataFrame(rows, columns=["replication", "test", "role", "pvalue", "passed",
-                                       "rejected", "verdict"])
+        print(
+            f"replication {r + 1}/{args.replications}: {ev.verdict.verdict} "
+            f"{list(ev.verdict.failed)} ({time.perf_counter() - t0:.0f}s)",
+            file=sys.stderr,
+            flush=True,
+        )
+    runs = pd.DataFrame(
+        rows, columns=["replication", "test", "role", "pvalue", "passed", "rejected", "verdict"]
+    )
     summary = summarize(runs, model.alpha)
     bound = verdict_bound(protocol)
-    lines = [f"### Clean engine through `{args.protocol}`: {args.replications} disjoint seed "
-             f"ranges x {model.seeds.count} seeds per group, alpha = {model.alpha}\n",
-             "| test | role | rejections | rate | 99 % Clopper-Pearson |",
-             "| --- | --- | --- | --- | --- |"]
+    lines = [
+        f"### Clean engine through `{args.protocol}`: {args.replications} disjoint seed "
+        f"ranges x {model.seeds.count} seeds per group, alpha = {model.alpha}\n",
+        "| test | role | rejections | rate | 99 % Clopper-Pearson |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for s in summary.itertuples():
-        lines.append(f"| {s.test} | {s.role} | {s.rejections}/{s.replications} | "
-                     f"{s.rate:.3f} | [{s.ci_low:.3f}, {s.ci_high:.3f}] |")
+        lines.append(
+            f"| {s.test} | {s.role} | {s.rejections}/{s.replications} | "
+            f"{s.rate:.3f} | [{s.ci_low:.3f}, {s.ci_high:.3f}] |"
+        )
     verdict = summary.set_index("test").loc["VERDICT"]
-    lines.append(f"\nVerdict FAIL rate {verdict.rate:.3f} (99% CI [{verdict.ci_low:.3f}, "
-                 f"{verdict.ci_high:.3f}]) against the union bound {bound:g}: "
-                 f"{'consistent' if verdict.ci_low <= bound else 'NOT consistent'}.")
+    lines.append(
+        f"\nVerdict FAIL rate {verdict.rate:.3f} (99% CI [{verdict.ci_low:.3f}, "
+        f"{verdict.ci_high:.3f}]) against the union bound {bound:g}: "
+        f"{'consistent' if verdict.ci_low <= bound else 'NOT consistent'}."
+    )
     lines.append(f"(wall time {time.perf_counter() - t0:.0f} s, device {model.engine.device})")
     text = "\n".join(lines) + "\n"
     if args.out:

@@ -12,6 +12,7 @@ so a simulated sample never reaches a prefix without a law. Same serial replay a
 
 The tiny preset (ci_gate) takes about a minute on CPU (1 + 20 x 3 + 400 prefixes).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,14 @@ from specconform.runner.distribution import _sparse  # the run's own sparse-law 
 def full_reference(engine, model) -> dict:
     prompt = engine.prompt
     depths = sorted({g.draft_loops for g in model.groups if g.draft_loops is not None})
-    ref = {"vocab_size": engine.vocab_size, "prompt": prompt, "p_t2": {}, "p_t3": {},
-           "q_t2": {str(d): {} for d in depths}, "p_t1": _sparse(engine.target_law(prompt))}
+    ref = {
+        "vocab_size": engine.vocab_size,
+        "prompt": prompt,
+        "p_t2": {},
+        "p_t3": {},
+        "q_t2": {str(d): {} for d in depths},
+        "p_t1": _sparse(engine.target_law(prompt)),
+    }
     for t1 in sorted(int(t) for t in ref["p_t1"]):
         p2 = _sparse(engine.target_law(prompt + [t1]))
         ref["p_t2"][str(t1)] = p2
@@ -50,12 +57,18 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     engine = BundledEngine(loaded.model.engine, mutant=None, log=lambda line: None)
     ref = full_reference(engine, loaded.model)
-    ref["source"] = {"protocol": loaded.model.name, "protocol_hash": loaded.hash,
-                     "preset": loaded.model.engine.preset, "replay": "every possible prefix"}
+    ref["source"] = {
+        "protocol": loaded.model.name,
+        "protocol_hash": loaded.hash,
+        "preset": loaded.model.engine.preset,
+        "replay": "every possible prefix",
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(ref, sort_keys=True, separators=(",", ":")) + "\n")
-    print(f"wrote {args.out}: {len(ref['p_t2'])} t1, {len(ref['p_t3'])} (t1, t2) "
-          f"({time.perf_counter() - t0:.0f} s)")
+    print(
+        f"wrote {args.out}: {len(ref['p_t2'])} t1, {len(ref['p_t3'])} (t1, t2) "
+        f"({time.perf_counter() - t0:.0f} s)"
+    )
     return 0
 
 

@@ -18,6 +18,7 @@ preset replayed for every prefix by bench/calibration_make_reference.py).
     python3 bench/calibration_reference.py --job /tmp/j/ci_gate.json --runs-out runs.csv
     .venv/bin/python bench/calibration_reference.py protocols/ci_gate.yaml --from-runs runs.csv
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,11 +59,17 @@ def load(path: str, reference: str | None = None) -> dict:
     data = loaded.data
     ref_path = reference or REFERENCES.get(data["name"])
     if ref_path is None:
-        raise SystemExit(f"error: no exact-law reference known for {data['name']!r}; "
-                         "pass --reference")
+        raise SystemExit(
+            f"error: no exact-law reference known for {data['name']!r}; pass --reference"
+        )
     ref = load_reference(ROOT / ref_path if not Path(ref_path).is_absolute() else ref_path)
-    return {"path": str(path), "hash": loaded.hash, "protocol": data, "reference": ref,
-            "reference_path": str(ref_path)}
+    return {
+        "path": str(path),
+        "hash": loaded.hash,
+        "protocol": data,
+        "reference": ref,
+        "reference_path": str(ref_path),
+    }
 
 
 def _init(job: dict) -> None:
@@ -71,12 +78,14 @@ def _init(job: dict) -> None:
 
 def _chunk(args) -> pd.DataFrame:
     start, count, seed, mutant = args
-    return replicate(_STATE["world"], _STATE["job"]["protocol"], count, seed, mutant=mutant,
-                     start=start)
+    return replicate(
+        _STATE["world"], _STATE["job"]["protocol"], count, seed, mutant=mutant, start=start
+    )
 
 
-def run(job: dict, replications: int, seed: int, workers: int, mutant: str | None = None
-        ) -> pd.DataFrame:
+def run(
+    job: dict, replications: int, seed: int, workers: int, mutant: str | None = None
+) -> pd.DataFrame:
     """Replications 0..n-1 (deterministic: r draws from default_rng([seed, r]))."""
     size = max(1, -(-replications // (4 * max(workers, 1))))
     jobs = [(s, min(size, replications - s), seed, mutant) for s in range(0, replications, size)]
@@ -95,22 +104,33 @@ def calibration_tables(job: dict, runs: pd.DataFrame, seed: int) -> str:
     nist = {s.test: s for s in second_level(runs, alpha)}
     reps = int(runs["replication"].nunique())
     stated, bound = stated_verdict_rate(protocol), verdict_bound(protocol)
-    head = (f"### `{job['path']}` (hash {job['hash'][:12]}): {reps} replications x "
-            f"{protocol['seeds']['count']} seeds per group, alpha = {alpha}, seed {seed}\n\n"
-            f"Exact laws: `{job['reference_path']}`. Rejection = the row's passed is False "
-            "(exploratory rows: p < alpha). Proportion passing: NIST range "
-            "(1 - alpha) +/- 3 sqrt(alpha (1 - alpha) / m). KS / chi2: uniformity of the "
-            "p-values (10 bins).\n")
-    lines = [head, "| test | role | deciding | false fails | 99 % Clopper-Pearson | alpha in CI "
-             "| proportion passing [NIST range] | KS p | chi2 p |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    head = (
+        f"### `{job['path']}` (hash {job['hash'][:12]}): {reps} replications x "
+        f"{protocol['seeds']['count']} seeds per group, alpha = {alpha}, seed {seed}\n\n"
+        f"Exact laws: `{job['reference_path']}`. Rejection = the row's passed is False "
+        "(exploratory rows: p < alpha). Proportion passing: NIST range "
+        "(1 - alpha) +/- 3 sqrt(alpha (1 - alpha) / m). KS / chi2: uniformity of the "
+        "p-values (10 bins).\n"
+    )
+    lines = [
+        head,
+        "| test | role | deciding | false fails | 99 % Clopper-Pearson | alpha in CI "
+        "| proportion passing [NIST range] | KS p | chi2 p |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for r in summary.itertuples():
         if r.test in ("coverage", "VERDICT"):
             continue
         s = nist.get(r.test)
-        second = (f"{s.proportion:.4f} [{s.range_low:.4f}, {s.range_high:.4f}]"
-                  f"{'' if s.proportion_ok else ' **out**'} | {s.ks_pvalue:.3g} | "
-                  f"{s.chi2_pvalue:.3g}") if s else "— | — | —"
+        second = (
+            (
+                f"{s.proportion:.4f} [{s.range_low:.4f}, {s.range_high:.4f}]"
+                f"{'' if s.proportion_ok else ' **out**'} | {s.ks_pvalue:.3g} | "
+                f"{s.chi2_pvalue:.3g}"
+            )
+            if s
+            else "— | — | —"
+        )
         spec = next((t for t in protocol["tests"] if t["name"] == r.test), {})
         if r.test == "out_of_support":
             inside = "0 expected"
@@ -119,14 +139,18 @@ def calibration_tables(job: dict, runs: pd.DataFrame, seed: int) -> str:
             inside = f"<= alpha: {'yes' if r.ci_low <= alpha else '**NO**'}"
         else:
             inside = "yes" if r.alpha_inside else "**NO**"
-        lines.append(f"| {r.test} | {r.role} | {'yes' if r.test in deciding else ''} | "
-                     f"{r.rejections}/{r.replications} = {r.rate:.4f} | "
-                     f"[{r.ci_low:.4f}, {r.ci_high:.4f}] | {inside} | {second} |")
+        lines.append(
+            f"| {r.test} | {r.role} | {'yes' if r.test in deciding else ''} | "
+            f"{r.rejections}/{r.replications} = {r.rate:.4f} | "
+            f"[{r.ci_low:.4f}, {r.ci_high:.4f}] | {inside} | {second} |"
+        )
     v = summary.set_index("test").loc["VERDICT"]
     ok = v.ci_low <= stated <= v.ci_high
-    lines.append(f"| **verdict FAIL** | verdict | | {v.rejections}/{v.replications} = "
-                 f"{v.rate:.4f} | [{v.ci_low:.4f}, {v.ci_high:.4f}] | stated {stated:g}: "
-                 f"{'inside' if ok else '**outside**'} | union bound {bound:g} | | |")
+    lines.append(
+        f"| **verdict FAIL** | verdict | | {v.rejections}/{v.replications} = "
+        f"{v.rate:.4f} | [{v.ci_low:.4f}, {v.ci_high:.4f}] | stated {stated:g}: "
+        f"{'inside' if ok else '**outside**'} | union bound {bound:g} | | |"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -150,8 +174,11 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         runs = run(job, args.replications, args.seed, args.workers, args.mutant)
         runs.to_csv(args.runs_out or sys.stdout, index=False)
-        print(f"{job['protocol']['name']}: {args.replications} replications in "
-              f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        print(
+            f"{job['protocol']['name']}: {args.replications} replications in "
+            f"{time.perf_counter() - t0:.0f} s",
+            file=sys.stderr,
+        )
         return 0
     paths = args.protocols or ["protocols/ci_gate.yaml", "protocols/fp32_t2.yaml"]
     parts = []
@@ -172,8 +199,11 @@ def main(argv=None) -> int:
             runs = run(job, args.replications, args.seed, args.workers, args.mutant)
             if args.runs_out:
                 runs.to_csv(args.runs_out, index=False)
-        tail = (f"(summarised from {args.from_runs})" if args.from_runs else
-                f"(wall time {time.perf_counter() - t0:.0f} s, {args.workers} workers)")
+        tail = (
+            f"(summarised from {args.from_runs})"
+            if args.from_runs
+            else f"(wall time {time.perf_counter() - t0:.0f} s, {args.workers} workers)"
+        )
         parts.append(calibration_tables(job, runs, args.seed) + f"\n{tail}\n")
     if parts:
         text = "\n".join(parts)

@@ -11,6 +11,7 @@ deciding test (predicted from exact laws, bench/kill_matrix.py).
     .venv/bin/python bench/calibration_sequential.py protocols/ci_gate.yaml \
         --replications 1000 --budget 2000 --power-replications 100 --power-budget 5000
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,14 @@ def _chunk(args):
     pr, w = _STATE["job"]["protocol"], _STATE["world"]
     out = []
     for r in range(start, start + count):
-        s = simulate(w, budget, np.random.default_rng([seed, r]), groups=pr["groups"],
-                     offset=r * 10 * budget, mutant=mutant)
+        s = simulate(
+            w,
+            budget,
+            np.random.default_rng([seed, r]),
+            groups=pr["groups"],
+            offset=r * 10 * budget,
+            mutant=mutant,
+        )
         out.append(sequential_test(pr, w, s).crossed_at)
     return out
 
@@ -84,23 +91,27 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     null = crossings(job, args.replications, budget, args.seed, args.workers)
     k = sum(c is not None for c in null)
-    lines = [f"### Sequential mode, `{args.protocol}`: e-process checked after every seed, "
-             f"FAIL at 1/alpha = {1 / alpha:g}\n",
-             f"Null (exact laws, {args.replications} replications, budget {budget:,} seeds "
-             f"per group): false fails {_ci(k, args.replications)}; Ville's bound "
-             f"alpha = {alpha}: {'consistent' if _low(k, args.replications) <= alpha else 'ABOVE'}"
-             ".\n",
-             f"Bugs ({args.power_replications} replications, budget {args.power_budget:,} "
-             "seeds per group):\n",
-             "| bug | FAIL within budget (99 % CP) | seeds to verdict: median [quartiles] |",
-             "| --- | --- | --- |"]
+    lines = [
+        f"### Sequential mode, `{args.protocol}`: e-process checked after every seed, "
+        f"FAIL at 1/alpha = {1 / alpha:g}\n",
+        f"Null (exact laws, {args.replications} replications, budget {budget:,} seeds "
+        f"per group): false fails {_ci(k, args.replications)}; Ville's bound "
+        f"alpha = {alpha}: {'consistent' if _low(k, args.replications) <= alpha else 'ABOVE'}"
+        ".\n",
+        f"Bugs ({args.power_replications} replications, budget {args.power_budget:,} "
+        "seeds per group):\n",
+        "| bug | FAIL within budget (99 % CP) | seeds to verdict: median [quartiles] |",
+        "| --- | --- | --- |",
+    ]
     for m in MUTANTS:
-        c = crossings(job, args.power_replications, args.power_budget, args.seed + 1,
-                      args.workers, m)
+        c = crossings(
+            job, args.power_replications, args.power_budget, args.seed + 1, args.workers, m
+        )
         hit = np.array([x for x in c if x is not None])
         # Quartiles of seeds-to-verdict, a run that never crossed counting as > budget.
-        q = np.percentile([x if x is not None else math.inf for x in c], [25, 50, 75],
-                          method="inverted_cdf")
+        q = np.percentile(
+            [x if x is not None else math.inf for x in c], [25, 50, 75], method="inverted_cdf"
+        )
         fmt = ["> budget" if math.isinf(v) else f"{v:,.0f}" for v in q]
         lines.append(f"| {m} | {_ci(hit.size, len(c))} | {fmt[1]} [{fmt[0]}, {fmt[2]}] |")
         print(lines[-1], file=sys.stderr, flush=True)

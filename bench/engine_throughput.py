@@ -30,6 +30,7 @@ refilled as requests finish: closer to a server's steady state, where that tail 
     python bench/engine_throughput.py --json out.json    # also write the rows
     python bench/engine_throughput.py --preset small --device cuda --waves 4
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,12 @@ def abba(runs: int) -> list[str]:
 def sampling(kind: str, n: int, max_tokens: int) -> list[SamplingParams]:
     if kind == "greedy":
         return [SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)] * n
-    return [SamplingParams(temperature=1.0, top_k=20, seed=1000 + i, max_tokens=max_tokens,
-                           ignore_eos=True) for i in range(n)]
+    return [
+        SamplingParams(
+            temperature=1.0, top_k=20, seed=1000 + i, max_tokens=max_tokens, ignore_eos=True
+        )
+        for i in range(n)
+    ]
 
 
 def prompts(n: int, vocab: int) -> list[list[int]]:
@@ -91,35 +96,48 @@ def run_once(llm: LLM, ps, params, device) -> dict:
     drafted = sum(o.num_drafted for o in outs)
     accepted = sum(o.num_accepted for o in outs)
     rounds = llm.runner.rounds_run - rounds0
-    return {"seconds": dt, "tokens": tokens, "tok_s": tokens / dt, "rounds": rounds,
-            "ms_per_round": 1e3 * dt / max(rounds, 1),
-            "acceptance": accepted / drafted if drafted else None,
-            "peak_gib": peak_memory(device)}
+    return {
+        "seconds": dt,
+        "tokens": tokens,
+        "tok_s": tokens / dt,
+        "rounds": rounds,
+        "ms_per_round": 1e3 * dt / max(rounds, 1),
+        "acceptance": accepted / drafted if drafted else None,
+        "peak_gib": peak_memory(device),
+    }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--dtype", default=None, help="float32 | bfloat16 (default: bf16 on "
-                    "CUDA, fp32 on CPU)")
+    ap.add_argument(
+        "--dtype", default=None, help="float32 | bfloat16 (default: bf16 on CUDA, fp32 on CPU)"
+    )
     ap.add_argument("--concurrency", default="1,4,64,1024")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--k", type=int, default=3, help="num_speculative_tokens K")
     ap.add_argument("--draft-loops", type=int, default=2)
     ap.add_argument("--kinds", default="greedy,random")
     ap.add_argument("--no-graphs", action="store_true", help="every mode without CUDA Graphs")
-    ap.add_argument("--one-engine-from", type=int, default=1 << 30,
-                    help="from this concurrency on, keep one mode's KV cache in memory at a "
-                    "time (each timed run then gets its own warm-up run); ouro-1.4b at 1,024 "
-                    "requests needs it on one H200 (48 GiB of per-depth KV per mode)")
+    ap.add_argument(
+        "--one-engine-from",
+        type=int,
+        default=1 << 30,
+        help="from this concurrency on, keep one mode's KV cache in memory at a "
+        "time (each timed run then gets its own warm-up run); ouro-1.4b at 1,024 "
+        "requests needs it on one H200 (48 GiB of per-depth KV per mode)",
+    )
     ap.add_argument("--runs", type=int, default=3, help="timed runs per mode (median)")
-    ap.add_argument("--waves", type=int, default=1,
-                    help="requests per slot: each run submits WAVES x concurrency requests "
-                    "with at most `concurrency` in flight, refilled as requests finish "
-                    "(1: one batch that starts together and waits for its slowest request)")
-    ap.add_argument("--quick", action="store_true",
-                    help="CPU smoke: concurrency 1,4,64, 16 tokens")
+    ap.add_argument(
+        "--waves",
+        type=int,
+        default=1,
+        help="requests per slot: each run submits WAVES x concurrency requests "
+        "with at most `concurrency` in flight, refilled as requests finish "
+        "(1: one batch that starts together and waits for its slowest request)",
+    )
+    ap.add_argument("--quick", action="store_true", help="CPU smoke: concurrency 1,4,64, 16 tokens")
     ap.add_argument("--json", default=None, help="write the result rows to this file")
     args = ap.parse_args(argv)
     if args.quick:
@@ -128,28 +146,38 @@ def main(argv=None) -> int:
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     device = torch.device(args.device)
-    dtype = getattr(torch, args.dtype) if args.dtype else (
-        torch.bfloat16 if device.type == "cuda" else torch.float32)
+    dtype = (
+        getattr(torch, args.dtype)
+        if args.dtype
+        else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    )
     conc = [int(c) for c in args.concurrency.split(",")]
     kinds = args.kinds.split(",")
 
     t0 = time.perf_counter()
     model = build_model(ModelConfig.preset(args.preset), device, dtype)
-    print(f"# preset={args.preset} device={device} dtype={dtype} K={args.k} "
-          f"d={args.draft_loops} max_tokens={args.max_tokens} waves={args.waves} "
-          f"(model built in "
-          f"{time.perf_counter() - t0:.1f}s)", flush=True)
+    print(
+        f"# preset={args.preset} device={device} dtype={dtype} K={args.k} "
+        f"d={args.draft_loops} max_tokens={args.max_tokens} waves={args.waves} "
+        f"(model built in "
+        f"{time.perf_counter() - t0:.1f}s)",
+        flush=True,
+    )
     spec = SpeculativeConfig(args.k, "block", args.draft_loops)
     vocab = model.cfg.vocab_size
     rows = []
-    header = (f"{'conc':>5} {'kind':>7} | " + " | ".join(f"{m:>18}" for m in MODES)
-              + f" | {'sync/ns':>7} {'async/ns':>8} | {'accept':>6} | peak GiB (ns/sy/as)")
+    header = (
+        f"{'conc':>5} {'kind':>7} | "
+        + " | ".join(f"{m:>18}" for m in MODES)
+        + f" | {'sync/ns':>7} {'async/ns':>8} | {'accept':>6} | peak GiB (ns/sy/as)"
+    )
     print(header)
     for c in conc:
         # One engine per mode with `c` slots (sharing the model): at most c requests in
         # flight, refilled from the queue as requests finish when --waves > 1.
-        common = dict(model=model, device=device, max_num_seqs=c,
-                      use_cuda_graphs=not args.no_graphs)
+        common = dict(
+            model=model, device=device, max_num_seqs=c, use_cuda_graphs=not args.no_graphs
+        )
         engines = {
             "nospec": LLM(**common),
             "sync": LLM(speculative_config=spec, **common),
@@ -169,7 +197,7 @@ def main(argv=None) -> int:
                     engines[m].generate(ps, params)
             runs = {m: [] for m in MODES}
             for m in abba(args.runs):
-                if one_engine:   # only this mode's KV cache and graphs in memory
+                if one_engine:  # only this mode's KV cache and graphs in memory
                     for e in engines.values():
                         e.close()
                     engines[m].generate(ps, params)
@@ -177,34 +205,57 @@ def main(argv=None) -> int:
             median = {m: statistics.median(r["tok_s"] for r in runs[m]) for m in MODES}
             acc = runs["async"][0]["acceptance"]
             peak = {m: max(r["peak_gib"] for r in runs[m]) for m in MODES}
-            per_round[kind] = {m: statistics.median(r["ms_per_round"] for r in runs[m])
-                               for m in MODES}
-            row = {"concurrency": c, "kind": kind, "tok_s": median,
-                   "ratio_sync": median["sync"] / median["nospec"],
-                   "ratio_async": median["async"] / median["nospec"],
-                   "acceptance": acc, "peak_gib": peak, "ms_per_round": per_round[kind],
-                   "runs": runs}
+            per_round[kind] = {
+                m: statistics.median(r["ms_per_round"] for r in runs[m]) for m in MODES
+            }
+            row = {
+                "concurrency": c,
+                "kind": kind,
+                "tok_s": median,
+                "ratio_sync": median["sync"] / median["nospec"],
+                "ratio_async": median["async"] / median["nospec"],
+                "acceptance": acc,
+                "peak_gib": peak,
+                "ms_per_round": per_round[kind],
+                "runs": runs,
+            }
             rows.append(row)
             cells = " | ".join(f"{median[m]:>12.1f} tok/s" for m in MODES)
-            print(f"{c:>5} {kind:>7} | {cells} | {row['ratio_sync']:>7.2f} "
-                  f"{row['ratio_async']:>8.2f} | {acc if acc is not None else 0:>6.3f} | "
-                  + "/".join(f"{peak[m]:.2f}" for m in MODES), flush=True)
+            print(
+                f"{c:>5} {kind:>7} | {cells} | {row['ratio_sync']:>7.2f} "
+                f"{row['ratio_async']:>8.2f} | {acc if acc is not None else 0:>6.3f} | "
+                + "/".join(f"{peak[m]:.2f}" for m in MODES),
+                flush=True,
+            )
         for e in engines.values():  # free this concurrency's KV caches and graphs
             e.close()
         if {"greedy", "random"} <= per_round.keys():
             g, r = per_round["greedy"], per_round["random"]
             ratio = {m: r[m] / g[m] for m in MODES}
-            rows.append({"concurrency": c, "kind": "random/greedy per round",
-                         "ratio": ratio})
-            print(f"{c:>5} {'r/g':>7} | " + " | ".join(
-                f"{g[m]:>6.2f}->{r[m]:>6.2f} ms {ratio[m]:>4.2f}x" for m in MODES)
-                + "   (time per round, greedy -> random)", flush=True)
+            rows.append({"concurrency": c, "kind": "random/greedy per round", "ratio": ratio})
+            print(
+                f"{c:>5} {'r/g':>7} | "
+                + " | ".join(f"{g[m]:>6.2f}->{r[m]:>6.2f} ms {ratio[m]:>4.2f}x" for m in MODES)
+                + "   (time per round, greedy -> random)",
+                flush=True,
+            )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"preset": args.preset, "device": str(device), "dtype": str(dtype),
-                       "K": args.k, "draft_loops": args.draft_loops,
-                       "max_tokens": args.max_tokens, "runs": args.runs,
-                       "waves": args.waves, "rows": rows}, f, indent=2)
+            json.dump(
+                {
+                    "preset": args.preset,
+                    "device": str(device),
+                    "dtype": str(dtype),
+                    "K": args.k,
+                    "draft_loops": args.draft_loops,
+                    "max_tokens": args.max_tokens,
+                    "runs": args.runs,
+                    "waves": args.waves,
+                    "rows": rows,
+                },
+                f,
+                indent=2,
+            )
     return 0
 
 

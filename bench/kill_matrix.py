@@ -18,6 +18,7 @@ For every engine-free bug (specconform.calibration.MUTANTS) on the protocol's ex
     .venv/bin/python bench/kill_matrix.py protocols/ci_gate.yaml --runs /tmp/power-cal \
         --out docs/kill-matrix-ci_gate.md
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,11 +42,18 @@ from specconform.stats.mutant_laws import EXACT  # noqa: E402
 # The bundled engine's planted bugs and their engine-free equivalent here (None: its law
 # needs the engine's logits or batch layout, not derivable from reference.json).
 ENGINE_EQUIVALENT = {
-    "residual_from_p": "residual_from_p", "bonus_off_by_one": "bonus_off_by_one",
-    "shared_uniform": "shared_uniform", "greedy_draft": "greedy_draft",
-    "no_draft_probs": "q_one_hot", "bf16_q": "bf16_q", "target_default_params": None,
-    "draft_raw_q": None, "residual_inplace": None, "bonus_params": None,
-    "shared_rng": None, "async_stale_input": None,
+    "residual_from_p": "residual_from_p",
+    "bonus_off_by_one": "bonus_off_by_one",
+    "shared_uniform": "shared_uniform",
+    "greedy_draft": "greedy_draft",
+    "no_draft_probs": "q_one_hot",
+    "bf16_q": "bf16_q",
+    "target_default_params": None,
+    "draft_raw_q": None,
+    "residual_inplace": None,
+    "bonus_params": None,
+    "shared_rng": None,
+    "async_stale_input": None,
 }
 
 
@@ -56,6 +64,7 @@ def _ci(k: int, n: int) -> str:
 
 def seeds_to_kill(protocol, world, mutant, power=0.99, cap=10**8) -> tuple[float, str]:
     """Smallest seeds per group at which some deciding test's predicted power >= power."""
+
     def best(n):
         rows = [r for r in mutant_power(protocol, world, mutant, n) if r.deciding and r.exact]
         top = max(rows, key=lambda r: r.power, default=None)
@@ -84,18 +93,21 @@ def matrix(path: str, runs_dir: str | None, replications: int, workers: int, see
     deciding = [t["name"] for t in deciding_tests(protocol)]
     depths = sorted({g["draft_loops"] for g in protocol["groups"] if g.get("draft_loops")})
     groups = {g["name"]: g for g in protocol["groups"]}
-    floor = math.ceil(int((protocol.get("strata") or {}).get("min_samples", 200))
-                      / float(world.p1.max()))
-    lines = [f"### `{path}`: {n:,} seeds per group, alpha = {alpha}; "
-             f"{planning_level(protocol)[1]}. Below {floor:,} seeds no t1 stratum is "
-             "expected to reach min_samples (the floor of every seeds-to-kill).\n",
-             "| bug | verdict FAIL, measured (99 % CP) | best deciding test, predicted power "
-             "| seeds to kill (predicted, test) | oracle seeds " +
-             " / ".join(f"d={d}" for d in depths) + " | test / oracle (same depth) |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    floor = math.ceil(
+        int((protocol.get("strata") or {}).get("min_samples", 200)) / float(world.p1.max())
+    )
+    lines = [
+        f"### `{path}`: {n:,} seeds per group, alpha = {alpha}; "
+        f"{planning_level(protocol)[1]}. Below {floor:,} seeds no t1 stratum is "
+        "expected to reach min_samples (the floor of every seeds-to-kill).\n",
+        "| bug | verdict FAIL, measured (99 % CP) | best deciding test, predicted power "
+        "| seeds to kill (predicted, test) | oracle seeds "
+        + " / ".join(f"d={d}" for d in depths)
+        + " | test / oracle (same depth) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     shown = [*deciding, "out_of_support"]  # the evaluator's always-deciding support row
-    detail = ["\n| bug | " + " | ".join(shown) + " |",
-              "| --- |" + " --- |" * len(shown)]
+    detail = ["\n| bug | " + " | ".join(shown) + " |", "| --- |" + " --- |" * len(shown)]
     for m in [None, *MUTANTS]:  # None: the correct sampler on the same seeds (control)
         csv = Path(runs_dir or "/nonexistent") / f"{protocol['name']}_{m or 'none'}.csv"
         if csv.exists() or replications > 0:
@@ -118,10 +130,12 @@ def matrix(path: str, runs_dir: str | None, replications: int, workers: int, see
             d = groups[spec["groups"][0]].get("draft_loops") if spec else None
             ref_oracle = oracle[depths.index(d)] if d in depths else min(oracle)
             ratio = need / ref_oracle if math.isfinite(need) and ref_oracle > 0 else math.inf
-            cells = (f"{best.power:.3f} ({best.test})",
-                     f"{_fmt(need)} ({by or 'no deciding test sees it'})",
-                     " / ".join(_fmt(o) for o in oracle),
-                     "—" if math.isinf(ratio) else f"{ratio:.1f}x")
+            cells = (
+                f"{best.power:.3f} ({best.test})",
+                f"{_fmt(need)} ({by or 'no deciding test sees it'})",
+                " / ".join(_fmt(o) for o in oracle),
+                "—" if math.isinf(ratio) else f"{ratio:.1f}x",
+            )
         else:
             pred, cells = {}, ("not derived (t3 law)", "—", "—", "—")
         lines.append(f"| {m or '(correct sampler)'} | {measured} | " + " | ".join(cells) + " |")
@@ -138,19 +152,30 @@ def matrix(path: str, runs_dir: str | None, replications: int, workers: int, see
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("protocols", nargs="*", default=["protocols/ci_gate.yaml"])
-    ap.add_argument("--runs", default=None, help="folder of <protocol>_<mutant>.csv rows "
-                    "(calibration_reference.py --mutant M --runs-out); missing ones run here")
-    ap.add_argument("--replications", type=int, default=200,
-                    help="per bug when no saved rows exist; 0: predicted columns only")
+    ap.add_argument(
+        "--runs",
+        default=None,
+        help="folder of <protocol>_<mutant>.csv rows "
+        "(calibration_reference.py --mutant M --runs-out); missing ones run here",
+    )
+    ap.add_argument(
+        "--replications",
+        type=int,
+        default=200,
+        help="per bug when no saved rows exist; 0: predicted columns only",
+    )
     ap.add_argument("--seed", type=int, default=20260515)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
-    text = "\n".join(matrix(p, args.runs, args.replications, args.workers, args.seed)
-                     for p in args.protocols)
+    text = "\n".join(
+        matrix(p, args.runs, args.replications, args.workers, args.seed) for p in args.protocols
+    )
     mapping = ["\n| bundled-engine bug | engine-free equivalent here |", "| --- | --- |"]
-    mapping += [f"| {k} | {v or 'none: needs the engine (not in this matrix)'} |"
-                for k, v in ENGINE_EQUIVALENT.items()]
+    mapping += [
+        f"| {k} | {v or 'none: needs the engine (not in this matrix)'} |"
+        for k, v in ENGINE_EQUIVALENT.items()
+    ]
     text += "\n".join(mapping) + "\n"
     Path(args.out).write_text(text) if args.out else sys.stdout.write(text)
     return 0

@@ -7,6 +7,7 @@ replications in bench/kill_matrix.py (docs/kill-matrix.md).
     python bench/kill_matrix_engine.py protocols/ci_gate.yaml
     python bench/kill_matrix_engine.py protocols/fp32_t2.yaml --seeds 5000 --offset 3e6 --device cuda
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,9 +19,20 @@ from pathlib import Path
 from specconform.protocol.load import apply_overrides, exact_int, load_protocol
 from specconform.runner.execute import execute
 
-LAW_CHANGING = ["greedy_draft", "target_default_params", "draft_raw_q", "residual_inplace",
-                "no_draft_probs", "bonus_params", "bf16_q", "shared_rng", "async_stale_input",
-                "residual_from_p", "bonus_off_by_one", "shared_uniform"]
+LAW_CHANGING = [
+    "greedy_draft",
+    "target_default_params",
+    "draft_raw_q",
+    "residual_inplace",
+    "no_draft_probs",
+    "bonus_params",
+    "bf16_q",
+    "shared_rng",
+    "async_stale_input",
+    "residual_from_p",
+    "bonus_off_by_one",
+    "shared_uniform",
+]
 FAMILIES = {"t2 marginal": ("t2_gof", "t2_homogeneity"), "mechanism": ("joint", "acceptance")}
 
 
@@ -31,35 +43,59 @@ def main(argv=None) -> int:
     ap.add_argument("--offset", default=None)
     ap.add_argument("--device", default=None)
     ap.add_argument("--mutants", nargs="*", default=LAW_CHANGING)
-    ap.add_argument("--no-clean", action="store_true",
-                    help="skip the clean run (when the mutants are split across processes)")
+    ap.add_argument(
+        "--no-clean",
+        action="store_true",
+        help="skip the clean run (when the mutants are split across processes)",
+    )
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     loaded = load_protocol(args.protocol)
-    loaded = apply_overrides(loaded, {
-        "--seeds": exact_int(args.seeds, "--seeds") if args.seeds else None,
-        "--offset": exact_int(args.offset, "--offset") if args.offset else None,
-        "--device": args.device})
+    loaded = apply_overrides(
+        loaded,
+        {
+            "--seeds": exact_int(args.seeds, "--seeds") if args.seeds else None,
+            "--offset": exact_int(args.offset, "--offset") if args.offset else None,
+            "--device": args.device,
+        },
+    )
     group_n = loaded.model.seeds.count
     from specconform.progress import progress
 
     kinds = {t.name: t.type for t in loaded.model.tests}
-    lines = [f"### One engine run per bug: `{args.protocol}` ({group_n} seeds per group, "
-             f"alpha = {loaded.model.alpha})\n",
-             "| mutant | verdict | deciding tests failed | mechanism tests failed | wall s |",
-             "| --- | --- | --- | --- | --- |"]
+    lines = [
+        f"### One engine run per bug: `{args.protocol}` ({group_n} seeds per group, "
+        f"alpha = {loaded.model.alpha})\n",
+        "| mutant | verdict | deciding tests failed | mechanism tests failed | wall s |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         for mutant in ([] if args.no_clean else [None]) + list(args.mutants):
             t0 = time.perf_counter()
-            out = execute(loaded, out_dir=Path(tmp) / (mutant or "clean"),
-                          argv=["kill_matrix"], mutant=mutant, key=None, sign=False,
-                          progress=progress, run_context={"out_dir": Path(tmp) / "x"})
+            out = execute(
+                loaded,
+                out_dir=Path(tmp) / (mutant or "clean"),
+                argv=["kill_matrix"],
+                mutant=mutant,
+                key=None,
+                sign=False,
+                progress=progress,
+                run_context={"out_dir": Path(tmp) / "x"},
+            )
             ev = out.evaluation
             failed = ", ".join(ev.verdict.failed) or "—"
-            mech = ", ".join(t.test for t in ev.tests if kinds.get(t.test) in
-                             FAMILIES["mechanism"] and t.passed is False) or "—"
-            lines.append(f"| {mutant or '(clean)'} | {ev.verdict.verdict} | {failed} | {mech} "
-                         f"| {time.perf_counter() - t0:.0f} |")
+            mech = (
+                ", ".join(
+                    t.test
+                    for t in ev.tests
+                    if kinds.get(t.test) in FAMILIES["mechanism"] and t.passed is False
+                )
+                or "—"
+            )
+            lines.append(
+                f"| {mutant or '(clean)'} | {ev.verdict.verdict} | {failed} | {mech} "
+                f"| {time.perf_counter() - t0:.0f} |"
+            )
             print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     if args.out:

@@ -8,6 +8,7 @@ path (same support, max |diff|). Nothing is asserted; CUDA only.
 
     python bench/probs_kernel_sweep.py "" "PREFETCH=1" "BLOCK=4096,num_warps=4"
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,18 +53,22 @@ def main(argv=None) -> int:
         print("error: the sweep needs CUDA", file=sys.stderr)
         return 2
     from engine_under_test.sampling import triton_kernels  # needs CUDA's triton
+
     device = torch.device("cuda")
     base = dict(triton_kernels.PROBS_CONFIG)
     gen = torch.Generator().manual_seed(0)
     V = args.vocab
     logits = (torch.randn(max(c[1] for c in CASES), V, generator=gen) * 3).to(
-        device=device, dtype=torch.bfloat16)
+        device=device, dtype=torch.bfloat16
+    )
     inputs, floors, wants = {}, {}, {}
     for name, B, t, k, p in CASES:
         x = logits[:B]
-        params = (torch.full((B,), t, device=device),
-                  torch.full((B,), k, dtype=torch.int64, device=device),
-                  torch.full((B,), p, device=device))
+        params = (
+            torch.full((B,), t, device=device),
+            torch.full((B,), k, dtype=torch.int64, device=device),
+            torch.full((B,), p, device=device),
+        )
         inputs[name] = (x, *params)
         out = torch.empty(B, V, dtype=torch.float32, device=device)
         floors[name] = timed(lambda out=out, x=x: out.copy_(x), device, args.repeats)
@@ -77,16 +82,22 @@ def main(argv=None) -> int:
         for name, *_ in CASES:
             fn = lambda case=inputs[name]: batched_probabilities(*case)  # noqa: E731
             got = fn()
-            row = {"config": text or "default", "case": name,
-                   "ms": timed(fn, device, args.repeats) * 1e3,
-                   "floor_ms": floors[name] * 1e3,
-                   "support_equal": bool(torch.equal(got > 0, wants[name] > 0)),
-                   "max_abs_diff": float((got - wants[name]).abs().max())}
+            row = {
+                "config": text or "default",
+                "case": name,
+                "ms": timed(fn, device, args.repeats) * 1e3,
+                "floor_ms": floors[name] * 1e3,
+                "support_equal": bool(torch.equal(got > 0, wants[name] > 0)),
+                "max_abs_diff": float((got - wants[name]).abs().max()),
+            }
             row["ratio"] = row["ms"] / row["floor_ms"]
             rows.append(row)
-            print(f"{row['config']:>36} {name:>11}: {row['ms']:7.3f} ms  "
-                  f"{row['ratio']:5.2f}x floor  support_equal={row['support_equal']} "
-                  f"max_diff={row['max_abs_diff']:.2g}", flush=True)
+            print(
+                f"{row['config']:>36} {name:>11}: {row['ms']:7.3f} ms  "
+                f"{row['ratio']:5.2f}x floor  support_equal={row['support_equal']} "
+                f"max_diff={row['max_abs_diff']:.2g}",
+                flush=True,
+            )
     print(f"# {torch.cuda.get_device_name(device)} torch {torch.__version__} V={V} bf16")
     if args.json:
         with open(args.json, "w") as f:

@@ -4,6 +4,7 @@ On a CPU machine the sizes are small (the numbers show ratios, not GPU throughpu
 with CUDA, the sizes recorded in docs/gpu-runs.md. Each script prints its ratios
 measured side by side in one run.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -18,8 +19,12 @@ HERE = Path(__file__).resolve().parent
 def main() -> int:
     cuda = torch.cuda.is_available()
     runs = [
-        ["sampling_core.py"] + (["--device", "cuda", "--rows", "1024"] if cuda else
-                                ["--device", "cpu", "--rows", "16", "--repeats", "5"]),
+        ["sampling_core.py"]
+        + (
+            ["--device", "cuda", "--rows", "1024"]
+            if cuda
+            else ["--device", "cpu", "--rows", "16", "--repeats", "5"]
+        ),
         ["engine_throughput.py"] + ([] if cuda else ["--quick"]),
         *([["probs_kernel_sweep.py", "", "PREFETCH=0", "BLOCK=8192"]] if cuda else []),
         ["calibration_reference.py", "--replications", "200" if not cuda else "1000"],

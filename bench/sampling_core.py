@@ -30,6 +30,7 @@ flags; categorical tokens), with the differing rows printed. One command on an H
 
     python3 bench/sampling_core.py
 """
+
 from __future__ import annotations
 
 import argparse
@@ -141,29 +142,60 @@ def sampling_section(args, device, bandwidth: float) -> tuple[list[dict], list[s
     for B in args.sampling_rows:
         calls = max(20, min(500, int(2e5 // B)))
         acc = accept_inputs(B, K, V, device, dtype)
-        want, times = compare_and_time(f"speculative_accept B={B}",
-                                       lambda: speculative_accept(*acc),  # noqa: B023
-                                       device, calls, mismatches)
+        want, times = compare_and_time(
+            f"speculative_accept B={B}",
+            lambda: speculative_accept(*acc),  # noqa: B023
+            device,
+            calls,
+            mismatches,
+        )
         lens = acc[3]
         rejected = int(((want.num_accepted < lens) & ~want.error).sum())
         # drafts + lens + uniforms read, tokens + counts + flags written, 2K gathered sectors
         io = B * (K + 1 + 2 * K + 1) * 8 + B * ((K + 1) * 8 + 8 + 8 + 1) + B * 2 * K * 32
         touched = (B + rejected) * V * elem + io
         all_rows = B * (2 * K + 1) * V * elem + io
-        rows.append({"op": "speculative_accept", "B": B, "K": K, "V": V,
-                     "dtype": args.sampling_dtype, "rejected_rows": rejected,
-                     "floor_ms": touched / bandwidth * 1e3,
-                     "floor_all_rows_ms": all_rows / bandwidth * 1e3, **times})
+        rows.append(
+            {
+                "op": "speculative_accept",
+                "B": B,
+                "K": K,
+                "V": V,
+                "dtype": args.sampling_dtype,
+                "rejected_rows": rejected,
+                "floor_ms": touched / bandwidth * 1e3,
+                "floor_all_rows_ms": all_rows / bandwidth * 1e3,
+                **times,
+            }
+        )
         probs, uc = acc[0][:, 0].contiguous(), acc[4][:, 0].contiguous()
         acc = None  # free p and q before the categorical inputs are used
-        _, times = compare_and_time(f"categorical B={B}",
-                                    lambda: categorical(probs, uc),  # noqa: B023
-                                    device, calls, mismatches)
+        _, times = compare_and_time(
+            f"categorical B={B}",
+            lambda: categorical(probs, uc),  # noqa: B023
+            device,
+            calls,
+            mismatches,
+        )
         floor = (B * V * elem + B * 16) / bandwidth * 1e3
-        rows.append({"op": "categorical", "B": B, "K": 0, "V": V, "dtype": args.sampling_dtype,
-                     "rejected_rows": 0, "floor_ms": floor, "floor_all_rows_ms": floor,
-                     "multinomial_ms": steady_ms(lambda: torch.multinomial(probs, 1),  # noqa: B023
-                                                 device, calls), **times})
+        rows.append(
+            {
+                "op": "categorical",
+                "B": B,
+                "K": 0,
+                "V": V,
+                "dtype": args.sampling_dtype,
+                "rejected_rows": 0,
+                "floor_ms": floor,
+                "floor_all_rows_ms": floor,
+                "multinomial_ms": steady_ms(
+                    lambda: torch.multinomial(probs, 1),  # noqa: B023
+                    device,
+                    calls,
+                ),
+                **times,
+            }
+        )
         if device.type == "cuda":
             torch.cuda.empty_cache()
     for entry in rows:
@@ -176,22 +208,40 @@ def sampling_section(args, device, bandwidth: float) -> tuple[list[dict], list[s
 
 def print_table(rows: list[dict], bandwidth: float) -> None:
     print(f"\ncopy bandwidth (read + write): {bandwidth / 1e9:.0f} GB/s")
-    head = ("op", "B", "floor ms", "all-rows ms", "torch ms", "triton ms", "torch/floor",
-            "triton/floor", "triton/torch", "multinomial ms")
+    head = (
+        "op",
+        "B",
+        "floor ms",
+        "all-rows ms",
+        "torch ms",
+        "triton ms",
+        "torch/floor",
+        "triton/floor",
+        "triton/torch",
+        "multinomial ms",
+    )
     print(" | ".join(head))
     print(" | ".join("---" for _ in head))
     for r in rows:
-        cells = (r["op"], str(r["B"]), f"{r['floor_ms']:.4f}", f"{r['floor_all_rows_ms']:.4f}",
-                 f"{r['torch_ms']:.4f}", f"{r.get('triton_ms', float('nan')):.4f}",
-                 f"{r['torch_ratio']:.2f}", f"{r.get('triton_ratio', float('nan')):.2f}",
-                 f"{r.get('triton_over_torch', float('nan')):.2f}",
-                 f"{r['multinomial_ms']:.4f}" if "multinomial_ms" in r else "")
+        cells = (
+            r["op"],
+            str(r["B"]),
+            f"{r['floor_ms']:.4f}",
+            f"{r['floor_all_rows_ms']:.4f}",
+            f"{r['torch_ms']:.4f}",
+            f"{r.get('triton_ms', float('nan')):.4f}",
+            f"{r['torch_ratio']:.2f}",
+            f"{r.get('triton_ratio', float('nan')):.2f}",
+            f"{r.get('triton_over_torch', float('nan')):.2f}",
+            f"{r['multinomial_ms']:.4f}" if "multinomial_ms" in r else "",
+        )
         print(" | ".join(cells))
 
 
 def sweep_section(args, device) -> list[dict]:
     """The Triton accept kernel at the largest B under each --sweep launch configuration."""
     from engine_under_test.sampling import triton_categorical
+
     B = max(args.sampling_rows)
     acc = accept_inputs(B, args.draft_k, args.vocab, device, getattr(torch, args.sampling_dtype))
     saved = dict(triton_categorical.SAMPLING_CONFIG)
@@ -201,8 +251,11 @@ def sweep_section(args, device) -> list[dict]:
     try:
         for text in args.sweep:
             triton_categorical.SAMPLING_CONFIG.update(
-                {k: int(v) for k, v in (item.split("=") for item in text.split(",") if item)})
-            ms = with_backend("auto", lambda: steady_ms(lambda: speculative_accept(*acc), device, 20))
+                {k: int(v) for k, v in (item.split("=") for item in text.split(",") if item)}
+            )
+            ms = with_backend(
+                "auto", lambda: steady_ms(lambda: speculative_accept(*acc), device, 20)
+            )
             out.append({"config": dict(triton_categorical.SAMPLING_CONFIG), "accept_ms": ms})
             print(f"sweep {text or 'default'}: accept {ms:.4f} ms")
             triton_categorical.SAMPLING_CONFIG.clear()
@@ -225,18 +278,30 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: torch's default)")
     ap.add_argument("--check", action="store_true", help="compare with the CPU path")
-    ap.add_argument("--kernel-config", default="",
-                    help="KEY=VALUE,... overrides of triton_kernels.PROBS_CONFIG")
-    ap.add_argument("--sampling-rows", type=lambda t: [int(x) for x in t.split(",")],
-                    default=None, help="B values for accept/categorical (default 1,64,4096 "
-                    "on CUDA, 1,16 on CPU; 0: skip)")
+    ap.add_argument(
+        "--kernel-config", default="", help="KEY=VALUE,... overrides of triton_kernels.PROBS_CONFIG"
+    )
+    ap.add_argument(
+        "--sampling-rows",
+        type=lambda t: [int(x) for x in t.split(",")],
+        default=None,
+        help="B values for accept/categorical (default 1,64,4096 on CUDA, 1,16 on CPU; 0: skip)",
+    )
     ap.add_argument("--draft-k", type=int, default=3)
     ap.add_argument("--sampling-dtype", default="float32", choices=["float32", "bfloat16"])
-    ap.add_argument("--sweep", nargs="*", default=None,
-                    help="KEY=VALUE,... triton_categorical.SAMPLING_CONFIG overrides to time "
-                    "the accept kernel under at the largest B ('' = default)")
-    ap.add_argument("--split-below", type=int, default=None,
-                    help="triton_categorical.SPLIT_CONFIG['BELOW'] (0: one program per row)")
+    ap.add_argument(
+        "--sweep",
+        nargs="*",
+        default=None,
+        help="KEY=VALUE,... triton_categorical.SAMPLING_CONFIG overrides to time "
+        "the accept kernel under at the largest B ('' = default)",
+    )
+    ap.add_argument(
+        "--split-below",
+        type=int,
+        default=None,
+        help="triton_categorical.SPLIT_CONFIG['BELOW'] (0: one program per row)",
+    )
     ap.add_argument("--json", default="", help="also write the results to this file")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
@@ -245,16 +310,26 @@ def main(argv=None) -> int:
     args.sampling_rows = [b for b in args.sampling_rows if b > 0]
     if args.split_below is not None:
         from engine_under_test.sampling import triton_categorical
+
         triton_categorical.SPLIT_CONFIG["BELOW"] = args.split_below
     result = probabilities_section(args, device)
     bandwidth = copy_bandwidth(device, 20)
     rows, mismatches = sampling_section(args, device, bandwidth) if args.sampling_rows else ([], [])
     if rows:
         print_table(rows, bandwidth)
-    sweep = sweep_section(args, device) if (args.sweep is not None and device.type == "cuda"
-                                            and args.sampling_rows) else []
-    result.update({"copy_bandwidth_GBps": bandwidth / 1e9, "sampling": rows, "sweep": sweep,
-                   "mismatches": mismatches})
+    sweep = (
+        sweep_section(args, device)
+        if (args.sweep is not None and device.type == "cuda" and args.sampling_rows)
+        else []
+    )
+    result.update(
+        {
+            "copy_bandwidth_GBps": bandwidth / 1e9,
+            "sampling": rows,
+            "sweep": sweep,
+            "mismatches": mismatches,
+        }
+    )
     print(json.dumps(result))
     if args.json:
         with open(args.json, "w") as fh:
@@ -270,6 +345,7 @@ def probabilities_section(args, device) -> dict:
         torch.set_num_threads(args.threads)
     if args.kernel_config:
         from engine_under_test.sampling import triton_kernels
+
         for item in args.kernel_config.split(","):
             key, value = item.split("=")
             triton_kernels.PROBS_CONFIG[key] = int(value)
@@ -284,22 +360,31 @@ def probabilities_section(args, device) -> dict:
     # Bandwidth floor: read logits, write float32 probabilities, as one copy each.
     out = torch.empty(B, V, dtype=torch.float32, device=device)
     floor = timed(lambda: out.copy_(logits), device, args.repeats)
-    probs_t = timed(lambda: batched_probabilities(logits, temperature, top_k, top_p),
-                    device, args.repeats)
-    hints = {"max_top_k": args.top_k if args.top_k > 0 else None,
-             "any_top_p": args.top_p < 1.0}
-    hinted_t = timed(lambda: batched_probabilities(logits, temperature, top_k, top_p, **hints),
-                     device, args.repeats)
+    probs_t = timed(
+        lambda: batched_probabilities(logits, temperature, top_k, top_p), device, args.repeats
+    )
+    hints = {"max_top_k": args.top_k if args.top_k > 0 else None, "any_top_p": args.top_p < 1.0}
+    hinted_t = timed(
+        lambda: batched_probabilities(logits, temperature, top_k, top_p, **hints),
+        device,
+        args.repeats,
+    )
     probs = batched_probabilities(logits, temperature, top_k, top_p)
     check = {}
     if args.check:
-        cpu = batched_probabilities(logits.cpu(), temperature.cpu(), top_k.cpu(), top_p.cpu(),
-                                    **hints)
+        cpu = batched_probabilities(
+            logits.cpu(), temperature.cpu(), top_k.cpu(), top_p.cpu(), **hints
+        )
         got = probs.cpu()
-        check = {"support_equal_cpu": bool(torch.equal(got > 0, cpu > 0)),
-                 "max_abs_diff_cpu": float((got - cpu).abs().max()),
-                 "hinted_equal": bool(torch.equal(
-                     batched_probabilities(logits, temperature, top_k, top_p, **hints), probs))}
+        check = {
+            "support_equal_cpu": bool(torch.equal(got > 0, cpu > 0)),
+            "max_abs_diff_cpu": float((got - cpu).abs().max()),
+            "hinted_equal": bool(
+                torch.equal(
+                    batched_probabilities(logits, temperature, top_k, top_p, **hints), probs
+                )
+            ),
+        }
     u = torch.rand(B, generator=gen, dtype=torch.float64).to(device)
     cat_t = timed(lambda: categorical(probs, u), device, args.repeats)
     K = 3
@@ -311,16 +396,24 @@ def probabilities_section(args, device) -> dict:
     acc_t = timed(lambda: speculative_accept(p, q, drafts, lens, uni), device, args.repeats)
     result = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "torch": torch.__version__, "rows": B, "vocab": V, "dtype": args.dtype,
-        "top_k": args.top_k, "top_p": args.top_p,
-        "floor_ms": floor * 1e3, "batched_probabilities_ms": probs_t * 1e3,
+        "torch": torch.__version__,
+        "rows": B,
+        "vocab": V,
+        "dtype": args.dtype,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "floor_ms": floor * 1e3,
+        "batched_probabilities_ms": probs_t * 1e3,
         "ratio_to_floor": probs_t / floor,
         "batched_probabilities_hinted_ms": hinted_t * 1e3,
-        "hinted_ratio_to_floor": hinted_t / floor, "categorical_ms": cat_t * 1e3,
-        "speculative_accept_K3_ms": acc_t * 1e3, **check,
+        "hinted_ratio_to_floor": hinted_t / floor,
+        "categorical_ms": cat_t * 1e3,
+        "speculative_accept_K3_ms": acc_t * 1e3,
+        **check,
     }
     if device.type == "cuda":
         from engine_under_test.sampling import triton_kernels
+
         result["kernel_config"] = dict(triton_kernels.PROBS_CONFIG)
     for k, v in result.items():
         print(f"{k:>32}: {v:.4g}" if isinstance(v, float) else f"{k:>32}: {v}")

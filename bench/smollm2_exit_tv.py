@@ -9,6 +9,7 @@ second self-written corpus (seed 1, every position, same sampling).
 
     OMP_NUM_THREADS=1 .venv/bin/python bench/smollm2_exit_tv.py [--layers 20,22,...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,7 @@ from engine_under_test.model import exit_head
 from engine_under_test.model.gguf import load_llama_gguf
 from engine_under_test.sampling import Sampler
 
-PROMPT = [5965, 20334, 7302, 314]   # "My favourite colour is"
+PROMPT = [5965, 20334, 7302, 314]  # "My favourite colour is"
 PARAMS = SamplingParams(temperature=1.0, top_k=20)
 
 
@@ -41,9 +42,11 @@ def main() -> None:
     t1 = time.perf_counter()
     exit_head.fit_exit_heads(model)
     t2 = time.perf_counter()
-    print(f"load {t1 - t0:.1f}s, fit {t2 - t1:.1f}s (corpus {exit_head.CORPUS_SEQS} x "
-          f"{exit_head.CORPUS_LEN} tokens)")
-    law = lambda lg: Sampler.probabilities(lg, PARAMS)   # noqa: E731
+    print(
+        f"load {t1 - t0:.1f}s, fit {t2 - t1:.1f}s (corpus {exit_head.CORPUS_SEQS} x "
+        f"{exit_head.CORPUS_LEN} tokens)"
+    )
+    law = lambda lg: Sampler.probabilities(lg, PARAMS)  # noqa: E731
     p1 = law(model.reference_logits(PROMPT)[-1])
     top = p1.topk(args.t1)
     held = exit_head.stage_states(model, exit_head.self_written_corpus(model, 16, 24, seed=1))
@@ -65,8 +68,10 @@ def main() -> None:
             row.append(acc / float(top.values.sum()))
         held_plain = tv(P_held, law(model.logits(held[d - 1].float())))
         held_fit = tv(P_held, law(model.exit_logits(held[d - 1].float(), d)))
-        print(f"{e:5d}  {row[0]:12.3f}  {row[1]:13.3f}  {held_plain:15.3f}  {held_fit:16.3f}",
-              flush=True)
+        print(
+            f"{e:5d}  {row[0]:12.3f}  {row[1]:13.3f}  {held_plain:15.3f}  {held_fit:16.3f}",
+            flush=True,
+        )
         model.exit_maps.clear()
         model.exit_maps.update(maps)
 

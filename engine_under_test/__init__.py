@@ -5,6 +5,7 @@ round. Public API (docs/contracts.md, section 2)::
 
     from engine_under_test import LLM, SamplingParams, SpeculativeConfig, ModelConfig
 """
+
 from .config import DEFAULT_PROMPT, PRESET_NAMES, InitConfig, ModelConfig, SpeculativeConfig
 from .llm import LLM
 from .params import SamplingParams

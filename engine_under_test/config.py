@@ -20,6 +20,7 @@ For a looped model a stage is one loop (S = R = ``total_ut_steps``).
 ``DEFAULT_PROMPT`` is the fixed token list the protocols start from; its ids are below
 512, so it is valid for every preset.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -41,14 +42,14 @@ class InitConfig:
     the draft (loops 0..d-1) approximate the target (loops 0..R-1).
     """
 
-    anchor_frac: float = 0.5        # share of hidden dims in A (the rest is S)
-    bias_coord: float = 1.0         # embedding value on A's constant direction e0
-    loop_contraction: float = 4.0   # per-loop factor (1 + step)^layers of the contraction
-    pull_ratio: float = 1.0         # S-target step / anchor step (sandwich norm weights)
-    mlp_noise: float = 0.1          # random MLP units' output, relative to the copy units
-    attn_self: float = 4.0          # attention score of a position on itself
-    lm_scale: float = 8.0           # logit sharpness (std of logits over the vocabulary)
-    lm_s_share: float = 0.7         # share of the lm_head reading S (the rest reads A)
+    anchor_frac: float = 0.5  # share of hidden dims in A (the rest is S)
+    bias_coord: float = 1.0  # embedding value on A's constant direction e0
+    loop_contraction: float = 4.0  # per-loop factor (1 + step)^layers of the contraction
+    pull_ratio: float = 1.0  # S-target step / anchor step (sandwich norm weights)
+    mlp_noise: float = 0.1  # random MLP units' output, relative to the copy units
+    attn_self: float = 4.0  # attention score of a position on itself
+    lm_scale: float = 8.0  # logit sharpness (std of logits over the vocabulary)
+    lm_s_share: float = 0.7  # share of the lm_head reading S (the rest reads A)
 
 
 @dataclass(frozen=True)
@@ -70,13 +71,13 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     eos_token_id: int = 0
     seed: int = 0
-    checkpoint: str | None = None   # local directory in Ouro's HF layout, or None
+    checkpoint: str | None = None  # local directory in Ouro's HF layout, or None
     init: InitConfig = field(default_factory=InitConfig)
     # Llama-family checkpoints (architecture "llama"); unused by the looped model.
-    architecture: str = "looped"    # "looped" (Ouro-style) | "llama" (plain pre-norm)
-    gguf: str | None = None         # GGUF file holding the weights (llama)
-    stage_layers: tuple[int, ...] = ()   # llama: cumulative layer ends, e.g. (24, 30)
-    draft_head: str = "plain"       # llama: "plain" early exit | "fitted" exit heads
+    architecture: str = "looped"  # "looped" (Ouro-style) | "llama" (plain pre-norm)
+    gguf: str | None = None  # GGUF file holding the weights (llama)
+    stage_layers: tuple[int, ...] = ()  # llama: cumulative layer ends, e.g. (24, 30)
+    draft_head: str = "plain"  # llama: "plain" early exit | "fitted" exit heads
 
     def __post_init__(self) -> None:
         if self.num_attention_heads % self.num_key_value_heads:
@@ -91,10 +92,16 @@ class ModelConfig:
             raise ValueError(f"unknown draft_head {self.draft_head!r} (plain | fitted)")
         if self.architecture == "llama":
             ends = self.stage_layers
-            if (not ends or ends[-1] != self.num_hidden_layers or ends[0] < 1
-                    or any(b <= a for a, b in zip(ends, ends[1:], strict=False))):
-                raise ValueError(f"stage_layers must rise strictly from >= 1 to "
-                                 f"num_hidden_layers={self.num_hidden_layers}, got {ends}")
+            if (
+                not ends
+                or ends[-1] != self.num_hidden_layers
+                or ends[0] < 1
+                or any(b <= a for a, b in zip(ends, ends[1:], strict=False))
+            ):
+                raise ValueError(
+                    f"stage_layers must rise strictly from >= 1 to "
+                    f"num_hidden_layers={self.num_hidden_layers}, got {ends}"
+                )
 
     @property
     def num_loops(self) -> int:
@@ -106,20 +113,33 @@ class ModelConfig:
         return len(self.stage_layers) if self.architecture == "llama" else self.total_ut_steps
 
     @classmethod
-    def from_gguf(cls, path: str | Path, stage_layers: tuple[int, ...] | None = None,
-                  draft_head: str = "plain", name: str | None = None) -> ModelConfig:
+    def from_gguf(
+        cls,
+        path: str | Path,
+        stage_layers: tuple[int, ...] | None = None,
+        draft_head: str = "plain",
+        name: str | None = None,
+    ) -> ModelConfig:
         """A Llama-family GGUF file's shape; ``stage_layers`` None: one stage per layer."""
         from .model.gguf import read_llama_config
-        return read_llama_config(Path(path), stage_layers=stage_layers,
-                                 draft_head=draft_head, name=name)
+
+        return read_llama_config(
+            Path(path), stage_layers=stage_layers, draft_head=draft_head, name=name
+        )
 
     @classmethod
-    def packaged(cls, name: str = "smollm2-135m", stage_layers: tuple[int, ...] | None = None,
-                 draft_head: str = "plain") -> ModelConfig:
+    def packaged(
+        cls,
+        name: str = "smollm2-135m",
+        stage_layers: tuple[int, ...] | None = None,
+        draft_head: str = "plain",
+    ) -> ModelConfig:
         """A model shipped by a package (``models_pkg``), sha256-checked before use."""
         from .models_pkg import locate
-        return cls.from_gguf(locate(name), stage_layers=stage_layers,
-                             draft_head=draft_head, name=name)
+
+        return cls.from_gguf(
+            locate(name), stage_layers=stage_layers, draft_head=draft_head, name=name
+        )
 
     def replace(self, **changes) -> ModelConfig:
         return dataclasses.replace(self, **changes)
@@ -145,7 +165,7 @@ class ModelConfig:
         eos = raw.get("eos_token_id", 0)
         if isinstance(eos, list):  # HF allows a list; the engine stops on the first
             eos = eos[0] if eos else 0
-        llama = raw.get("model_type") == "llama"   # HF LlamaForCausalLM layout (SmolLM2)
+        llama = raw.get("model_type") == "llama"  # HF LlamaForCausalLM layout (SmolLM2)
         layers = int(raw["num_hidden_layers"])
         return cls(
             architecture="llama" if llama else "looped",
@@ -192,15 +212,32 @@ class ModelConfig:
 _PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig(),
     "small": ModelConfig(
-        name="small", vocab_size=49152, hidden_size=1024, num_hidden_layers=8,
-        num_attention_heads=16, num_key_value_heads=8, head_dim=64,
-        intermediate_size=2816, total_ut_steps=4, max_position_embeddings=8192,
-        init=InitConfig(lm_scale=9.0)),
+        name="small",
+        vocab_size=49152,
+        hidden_size=1024,
+        num_hidden_layers=8,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=64,
+        intermediate_size=2816,
+        total_ut_steps=4,
+        max_position_embeddings=8192,
+        init=InitConfig(lm_scale=9.0),
+    ),
     "ouro-1.4b": ModelConfig(
-        name="ouro-1.4b", vocab_size=49152, hidden_size=2048, num_hidden_layers=24,
-        num_attention_heads=16, num_key_value_heads=16, head_dim=128,
-        intermediate_size=5632, total_ut_steps=4, rope_theta=1000000.0,
-        max_position_embeddings=65536, init=InitConfig(lm_scale=7.0)),
+        name="ouro-1.4b",
+        vocab_size=49152,
+        hidden_size=2048,
+        num_hidden_layers=24,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        head_dim=128,
+        intermediate_size=5632,
+        total_ut_steps=4,
+        rope_theta=1000000.0,
+        max_position_embeddings=65536,
+        init=InitConfig(lm_scale=7.0),
+    ),
 }
 
 PRESET_NAMES = tuple(_PRESETS)

@@ -22,6 +22,7 @@ ids reusable once a request has finished or been aborted.
 fresh full forward of one prefix (no batch, no shared cache), then
 ``Sampler.probabilities`` -- never the batched path the engine decodes with.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -44,13 +45,20 @@ from .sampling import Sampler
 
 
 class LLM:
-    def __init__(self, model_config: ModelConfig | str | None = None,
-                 speculative_config: SpeculativeConfig | None = None,
-                 async_scheduling: bool = False, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32, mutant: str | None = None,
-                 max_num_seqs: int = 1024, max_model_len: int | None = None,
-                 use_cuda_graphs: bool = True, seed: int = 0,
-                 model: LoopedLM | None = None):
+    def __init__(
+        self,
+        model_config: ModelConfig | str | None = None,
+        speculative_config: SpeculativeConfig | None = None,
+        async_scheduling: bool = False,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        mutant: str | None = None,
+        max_num_seqs: int = 1024,
+        max_model_len: int | None = None,
+        use_cuda_graphs: bool = True,
+        seed: int = 0,
+        model: LoopedLM | None = None,
+    ):
         """
         model_config: a ModelConfig, a preset name ("tiny", "small", "ouro-1.4b") or a
             checkpoint directory in Ouro's HF layout; default "tiny".
@@ -61,38 +69,49 @@ class LLM:
         if model_config is None:
             model_config = ModelConfig.preset("tiny")
         elif isinstance(model_config, str):
-            model_config = (ModelConfig.preset(model_config) if model_config in PRESET_NAMES
-                            else ModelConfig.from_pretrained(Path(model_config)))
+            model_config = (
+                ModelConfig.preset(model_config)
+                if model_config in PRESET_NAMES
+                else ModelConfig.from_pretrained(Path(model_config))
+            )
         self.device = torch.device(device)
         self.dtype = dtype
-        self.model = model if model is not None else build_model(model_config, self.device,
-                                                                  dtype)
+        self.model = model if model is not None else build_model(model_config, self.device, dtype)
         self.model_config = self.model.cfg
         self.speculative_config = speculative_config
         self.async_scheduling = bool(async_scheduling)
         self.mutant = mutant
         self.hooks = MutantHooks(mutant, device=self.device)
-        R = self.model.num_stages   # loops of a looped model, stages of a Llama one
+        R = self.model.num_stages  # loops of a looped model, stages of a Llama one
         if speculative_config is not None and not 1 <= speculative_config.draft_loops < R:
-            raise ValueError(f"draft_loops must be in [1, S={R}), got "
-                             f"{speculative_config.draft_loops}")
+            raise ValueError(
+                f"draft_loops must be in [1, S={R}), got {speculative_config.draft_loops}"
+            )
         limit = max_model_len or self.model_config.max_position_embeddings
-        kw = dict(device=self.device, max_num_seqs=max_num_seqs, max_model_len=limit,
-                  hooks=self.hooks)
+        kw = dict(
+            device=self.device, max_num_seqs=max_num_seqs, max_model_len=limit, hooks=self.hooks
+        )
         spec = speculative_config
         if spec is None:
-            self.runner: RunnerBase = NospecRunner(self.model, **kw,
-                                                   use_cuda_graphs=use_cuda_graphs)
+            self.runner: RunnerBase = NospecRunner(
+                self.model, **kw, use_cuda_graphs=use_cuda_graphs
+            )
         elif spec.mode == "block" and self.async_scheduling:
-            self.runner = AsyncBlockRunner(self.model, **kw,
-                                           num_speculative_tokens=spec.num_speculative_tokens,
-                                           draft_loops=spec.draft_loops,
-                                           use_cuda_graphs=use_cuda_graphs)
+            self.runner = AsyncBlockRunner(
+                self.model,
+                **kw,
+                num_speculative_tokens=spec.num_speculative_tokens,
+                draft_loops=spec.draft_loops,
+                use_cuda_graphs=use_cuda_graphs,
+            )
         else:  # sync block, and pipeline (greedy only, checked per request)
-            self.runner = SyncBlockRunner(self.model, **kw,
-                                          num_speculative_tokens=spec.num_speculative_tokens,
-                                          draft_loops=spec.draft_loops,
-                                          use_cuda_graphs=use_cuda_graphs)
+            self.runner = SyncBlockRunner(
+                self.model,
+                **kw,
+                num_speculative_tokens=spec.num_speculative_tokens,
+                draft_loops=spec.draft_loops,
+                use_cuda_graphs=use_cuda_graphs,
+            )
         self._seed_rng = np.random.default_rng(seed)
         self._requests: dict[object, Request] = {}
         self._next_id = 0
@@ -112,16 +131,19 @@ class LLM:
             return
         spec = self.speculative_config
         if spec is not None and spec.mode == "pipeline":
-            raise ValueError("mode='pipeline' supports greedy decoding only (temperature=0); "
-                             "use mode='block' for random sampling")
+            raise ValueError(
+                "mode='pipeline' supports greedy decoding only (temperature=0); "
+                "use mode='block' for random sampling"
+            )
         if spec is None and self.async_scheduling:
-            raise ValueError("async_scheduling without speculation supports greedy decoding "
-                             "only (temperature=0); use a SpeculativeConfig with mode='block' "
-                             "or async_scheduling=False for random sampling")
+            raise ValueError(
+                "async_scheduling without speculation supports greedy decoding "
+                "only (temperature=0); use a SpeculativeConfig with mode='block' "
+                "or async_scheduling=False for random sampling"
+            )
 
     # ------------------------------------------------------------------ requests
-    def add_request(self, request_id, prompt: Sequence[int],
-                    params: SamplingParams) -> object:
+    def add_request(self, request_id, prompt: Sequence[int], params: SamplingParams) -> object:
         """Queue a request; ``request_id`` None picks a fresh one. Returns the id."""
         if not isinstance(params, SamplingParams):
             raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
@@ -135,11 +157,15 @@ class LLM:
             raise ValueError(f"request id {request_id!r} is still running")
         seed = None
         if not params.greedy:
-            seed = params.seed if params.seed is not None else int(
-                self._seed_rng.integers(0, 2**63 - 1))
+            seed = (
+                params.seed
+                if params.seed is not None
+                else int(self._seed_rng.integers(0, 2**63 - 1))
+            )
         eos = self.model_config.eos_token_id
-        stops = tuple(dict.fromkeys(
-            ([] if params.ignore_eos else [eos]) + list(params.stop_token_ids)))
+        stops = tuple(
+            dict.fromkeys(([] if params.ignore_eos else [eos]) + list(params.stop_token_ids))
+        )
         req = Request(request_id, [int(t) for t in prompt], params, seed, stops)
         self.runner.add(req)
         self._requests[request_id] = req
@@ -162,9 +188,12 @@ class LLM:
         done = [rid for rid, r in self._requests.items() if r.finished]
         return [self._requests.pop(rid).output for rid in done]
 
-    def generate(self, prompts: Sequence[Sequence[int]],
-                 params: SamplingParams | Sequence[SamplingParams] | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> GenerateOutputs:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams | Sequence[SamplingParams] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> GenerateOutputs:
         """Run every prompt to completion (continuous batching); outputs in input order.
 
         The result is a list of RequestOutput with ``.report``, a GenerateReport of this
@@ -179,8 +208,7 @@ class LLM:
             raise ValueError(f"{len(prompts)} prompts but {len(params)} SamplingParams")
         for p in params:
             self._check_supported(p)
-        ids = [self.add_request(None, list(pr), p) for pr, p in zip(prompts, params,
-                                                                   strict=True)]
+        ids = [self.add_request(None, list(pr), p) for pr, p in zip(prompts, params, strict=True)]
         rounds0, failed0 = self.runner.rounds_run, len(self.runner.failures)
         wanted = set(ids)
         results: dict[object, RequestOutput] = {}
@@ -191,8 +219,9 @@ class LLM:
                     results[out.request_id] = out
             if progress is not None:
                 progress(len(results), total)
-        report = GenerateReport(self.runner.rounds_run - rounds0,
-                                tuple(self.runner.failures[failed0:]))
+        report = GenerateReport(
+            self.runner.rounds_run - rounds0, tuple(self.runner.failures[failed0:])
+        )
         return GenerateOutputs([results[i] for i in ids], report)
 
     # ------------------------------------------------------------------ references
@@ -201,8 +230,9 @@ class LLM:
         shared). Rounds still in flight for finished or aborted requests are collected
         first. The engine can still serve requests afterwards; it reallocates."""
         if self.has_unfinished_requests():
-            raise RuntimeError("close() with unfinished requests: abort them or run them "
-                               "to the end first")
+            raise RuntimeError(
+                "close() with unfinished requests: abort them or run them to the end first"
+            )
         self.runner.drain()
         self.runner.release()
 
@@ -217,8 +247,9 @@ class LLM:
         return Sampler.probabilities(self._serial_logits(prefix, self.model.num_loops), params)
 
     @torch.no_grad()
-    def draft_probabilities(self, prefix: Sequence[int], params: SamplingParams,
-                            draft_loops: int | None = None) -> torch.Tensor:
+    def draft_probabilities(
+        self, prefix: Sequence[int], params: SamplingParams, draft_loops: int | None = None
+    ) -> torch.Tensor:
         """q(. | prefix) at depth ``draft_loops`` (the configured d by default). [V] f32."""
         if draft_loops is None:
             if self.speculative_config is None:

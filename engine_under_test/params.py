@@ -7,6 +7,7 @@ afterwards. Every check raises a `ValueError` that names the offending field.
 Conventions (docs/contracts.md, section 1): ``temperature == 0`` means greedy,
 ``top_k <= 0`` means top-k is off, ``top_p == 1.0`` means top-p is off.
 """
+
 from __future__ import annotations
 
 import math

@@ -21,6 +21,7 @@ Set ``options.plant: wrong_residual`` to draw corrections from p instead of
 max(p - q, 0): a real bug class (the committed law is then wrong) that the protocol
 must FAIL.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -53,8 +54,13 @@ def factory(spec, *, mutant=None, log=print):
         raise UsageError(f"engine.options.plant: unknown bug {options.plant!r}")
     if spec.top_p != 1.0:
         raise UsageError("engine.top_p: this toy engine supports temperature and top_k only")
-    return ToyEngine(options, temperature=spec.temperature, top_k=spec.top_k,
-                     K=spec.num_speculative_tokens, max_tokens=spec.max_tokens)
+    return ToyEngine(
+        options,
+        temperature=spec.temperature,
+        top_k=spec.top_k,
+        K=spec.num_speculative_tokens,
+        max_tokens=spec.max_tokens,
+    )
 
 
 def _prefix_rng(prefix, salt: int) -> np.random.Generator:
@@ -63,18 +69,26 @@ def _prefix_rng(prefix, salt: int) -> np.random.Generator:
 
 
 class ToyEngine:
-    def __init__(self, options: Options, *, temperature: float, top_k: int, K: int,
-                 max_tokens: int):
+    def __init__(
+        self, options: Options, *, temperature: float, top_k: int, K: int, max_tokens: int
+    ):
         self.options = options
         self.vocab_size = options.vocab
         self.prompt = [1, 2, 3]
         self.T, self.top_k, self.K, self.max_tokens = temperature, top_k, K, max_tokens
 
     def describe(self) -> dict:
-        return {"name": "toy-numpy-engine", "version": "1.0",
-                "packages": {"numpy": np.__version__},
-                "capabilities": {"draft_law": True, "round_telemetry": True,
-                                 "token_events": True, "black_box": True}}
+        return {
+            "name": "toy-numpy-engine",
+            "version": "1.0",
+            "packages": {"numpy": np.__version__},
+            "capabilities": {
+                "draft_law": True,
+                "round_telemetry": True,
+                "token_events": True,
+                "black_box": True,
+            },
+        }
 
     # -- the model -------------------------------------------------------------------
     def _law(self, logits: np.ndarray) -> np.ndarray:
@@ -92,8 +106,9 @@ class ToyEngine:
         return self._law(self._logits(prefix))
 
     def draft_law(self, prefix, depth: int) -> np.ndarray:  # [V] float64, q at depth
-        noise = _prefix_rng(prefix, depth).normal(0.0, self.options.draft_noise / depth,
-                                                  self.vocab_size)
+        noise = _prefix_rng(prefix, depth).normal(
+            0.0, self.options.draft_noise / depth, self.vocab_size
+        )
         return self._law(self._logits(prefix) + noise)
 
     # -- generation ------------------------------------------------------------------
@@ -122,12 +137,15 @@ class ToyEngine:
             committed, accepted = self._round(rng, seq, depth)
             rounds.append((self.K, accepted))
             for j, tok in enumerate(committed):
-                kind = "accepted" if j < accepted else ("bonus" if accepted == self.K
-                                                        else "correction")
+                kind = (
+                    "accepted"
+                    if j < accepted
+                    else ("bonus" if accepted == self.K else "correction")
+                )
                 events.append(TokenEvent(r, j, kind))
                 seq.append(tok)
         n = self.max_tokens
-        tokens = tuple(seq[len(self.prompt):len(self.prompt) + n])
+        tokens = tuple(seq[len(self.prompt) : len(self.prompt) + n])
         first = int(rounds[0][1] >= 1) if rounds else -1
         return SeedRecord(seed, tokens, first, tuple(rounds), "length", tuple(events[:n]))
 

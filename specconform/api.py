@@ -259,9 +259,14 @@ def _silent(description: str, total: int, log=None) -> _SilentContext:
     return _SilentContext()
 
 
-def plan_protocol(protocol: str | os.PathLike[str], *, seeds: int | None = None,
-                  tv: float | None = None, reference: str | os.PathLike[str] | None = None,
-                  power: float | None = None) -> list:
+def plan_protocol(
+    protocol: str | os.PathLike[str],
+    *,
+    seeds: int | None = None,
+    tv: float | None = None,
+    reference: str | os.PathLike[str] | None = None,
+    power: float | None = None,
+) -> list:
     """What a protocol can detect, as ``specconform plan`` prints it.
 
     Parameters
@@ -292,8 +297,7 @@ def plan_protocol(protocol: str | os.PathLike[str], *, seeds: int | None = None,
         raise UsageError("plan_protocol: give seeds or tv, not both")
     loaded = load_protocol(Path(protocol))
     if loaded.kind != "distribution":
-        raise UsageError(f"{protocol}: plan applies to distribution protocols, not "
-                         f"{loaded.kind}")
+        raise UsageError(f"{protocol}: plan applies to distribution protocols, not {loaded.kind}")
     ref = load_reference(Path(reference)) if reference is not None else replay_laws(loaded)
     power = DEFAULT_POWER if power is None else power
     if tv is not None:

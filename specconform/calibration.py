@@ -16,6 +16,7 @@ speculative groups share t1 — the worst case the combination rules must surviv
 
 Mutants (``MUTANTS``) are wrong samplers for the power side. Numpy/scipy/pandas only.
 """
+
 from __future__ import annotations
 
 import io
@@ -63,6 +64,7 @@ def evaluate_frames(protocol: dict, samples: pd.DataFrame, reference):
 
 # --- exact laws ----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class World:
     """Exact laws as dense tables for fast sampling, plus the reference.json dict.
@@ -74,13 +76,13 @@ class World:
     """
 
     reference: dict
-    t1_tokens: np.ndarray   # [A] int64
-    p1: np.ndarray          # [A] float64
-    u_tokens: np.ndarray    # [A, M] int64
-    p2: np.ndarray          # [A, M] float64
-    q2: dict                # depth -> [A, M] float64
-    p3_tokens: np.ndarray   # [A, M, S] int64: t3 support given (t1 row, t2 column)
-    p3: np.ndarray          # [A, M, S] float64
+    t1_tokens: np.ndarray  # [A] int64
+    p1: np.ndarray  # [A] float64
+    u_tokens: np.ndarray  # [A, M] int64
+    p2: np.ndarray  # [A, M] float64
+    q2: dict  # depth -> [A, M] float64
+    p3_tokens: np.ndarray  # [A, M, S] int64: t3 support given (t1 row, t2 column)
+    p3: np.ndarray  # [A, M, S] float64
 
 
 def world_from_reference(ref: dict) -> World:
@@ -88,36 +90,50 @@ def world_from_reference(ref: dict) -> World:
     law = {int(k): float(v) for k, v in ref["p_t1"].items() if float(v) > 0}
     t1_tokens = np.array(sorted(law), dtype=np.int64)
     depths = sorted(int(d) for d in ref.get("q_t2", {}))
-    missing = [int(t) for t in t1_tokens if str(t) not in ref["p_t2"]
-               or any(str(t) not in ref["q_t2"][str(d)] for d in depths)]
+    missing = [
+        int(t)
+        for t in t1_tokens
+        if str(t) not in ref["p_t2"] or any(str(t) not in ref["q_t2"][str(d)] for d in depths)
+    ]
     if missing:
-        raise ValueError(f"reference has no p_t2/q_t2 for first tokens {missing[:5]}: "
-                         "simulation and planning need the laws of every possible t1")
+        raise ValueError(
+            f"reference has no p_t2/q_t2 for first tokens {missing[:5]}: "
+            "simulation and planning need the laws of every possible t1"
+        )
     sparse = {}
     for t1 in t1_tokens:
-        sparse[t1] = [_sparse(ref["p_t2"][str(t1)])] + \
-            [_sparse(ref["q_t2"][str(d)][str(t1)]) for d in depths]
-    unions = {t1: np.unique(np.concatenate([s[0] for s in laws]))
-              for t1, laws in sparse.items()}
+        sparse[t1] = [_sparse(ref["p_t2"][str(t1)])] + [
+            _sparse(ref["q_t2"][str(d)][str(t1)]) for d in depths
+        ]
+    unions = {t1: np.unique(np.concatenate([s[0] for s in laws])) for t1, laws in sparse.items()}
     a, m = t1_tokens.size, max(u.size for u in unions.values())
-    p3_laws = {tuple(int(x) for x in k.split(",")): _sparse(v)
-               for k, v in ref.get("p_t3", {}).items()}
+    p3_laws = {
+        tuple(int(x) for x in k.split(",")): _sparse(v) for k, v in ref.get("p_t3", {}).items()
+    }
     s = max((t.size for t, _ in p3_laws.values()), default=1)
     u_tokens = np.full((a, m), -1, dtype=np.int64)
     tables = np.zeros((1 + len(depths), a, m))
     p3_tokens, p3 = np.zeros((a, m, s), dtype=np.int64), np.zeros((a, m, s))
     for i, t1 in enumerate(t1_tokens):
         toks = unions[t1]
-        u_tokens[i, :toks.size] = toks
+        u_tokens[i, : toks.size] = toks
         for j, (t, p) in enumerate(sparse[t1]):
             tables[j, i, np.searchsorted(toks, t)] = p
         for c, t2 in enumerate(toks):
             if (int(t1), int(t2)) in p3_laws:
                 t, p = p3_laws[int(t1), int(t2)]
-                p3_tokens[i, c, :t.size], p3[i, c, :t.size] = t, p
+                p3_tokens[i, c, : t.size], p3[i, c, : t.size] = t, p
     p1 = np.array([law[int(t)] for t in t1_tokens])
-    return World(ref, t1_tokens, p1, u_tokens, tables[0],
-                 {d: tables[1 + j] for j, d in enumerate(depths)}, p3_tokens, p3)
+    return World(
+        ref,
+        t1_tokens,
+        p1,
+        u_tokens,
+        tables[0],
+        {d: tables[1 + j] for j, d in enumerate(depths)},
+        p3_tokens,
+        p3,
+    )
 
 
 def load_reference(path: str | Path) -> dict:
@@ -145,8 +161,13 @@ def _topk_law(logits: np.ndarray, k: int) -> np.ndarray:
     return w / w.sum()
 
 
-def make_world(seed: int = 0, vocab: int = 512, top_k: int = 20, spread: float = 2.4,
-               tv_targets: dict | None = None) -> World:
+def make_world(
+    seed: int = 0,
+    vocab: int = 512,
+    top_k: int = 20,
+    spread: float = 2.4,
+    tv_targets: dict | None = None,
+) -> World:
     """Deterministic synthetic laws (a test fixture): top-k supports; q at depth d is p's
     logits plus noise scaled so that the p_t1-weighted mean TV is ``tv_targets[d]``
     (default {2: 0.1, 1: 0.35}); ``spread`` 2.4 gives five first tokens above 4 % mass."""
@@ -162,22 +183,27 @@ def make_world(seed: int = 0, vocab: int = 512, top_k: int = 20, spread: float =
         lo, hi = 0.0, 10.0
         for _ in range(50):  # bisection on the noise scale: mean TV is increasing in it
             mid = (lo + hi) / 2
-            q = np.array([_topk_law(z + mid * e, top_k)
-                          for z, e in zip(logits2, noise[d], strict=True)])
+            q = np.array(
+                [_topk_law(z + mid * e, top_k) for z, e in zip(logits2, noise[d], strict=True)]
+            )
             tv = 0.5 * np.abs(p2_dense - q).sum(1) @ p1_dense[t1_tokens]
             lo, hi = (mid, hi) if tv < target else (lo, mid)
         q2_dense[d] = q
     support = (p2_dense > 0) | np.any([q > 0 for q in q2_dense.values()], axis=0)
-    ref = {"vocab_size": vocab, "p_t1": _as_dict(p1_dense), "p_t2": {}, "p_t3": {},
-           "q_t2": {str(d): {} for d in q2_dense}}
+    ref = {
+        "vocab_size": vocab,
+        "p_t1": _as_dict(p1_dense),
+        "p_t2": {},
+        "p_t3": {},
+        "q_t2": {str(d): {} for d in q2_dense},
+    }
     for i, t1 in enumerate(t1_tokens):
         ref["p_t2"][str(t1)] = _as_dict(p2_dense[i])
         for d, q in q2_dense.items():
             ref["q_t2"][str(d)][str(t1)] = _as_dict(q[i])
         for t2 in np.flatnonzero(support[i]):
             if p2_dense[i, t2] > 0:
-                ref["p_t3"][f"{t1},{t2}"] = _as_dict(_topk_law(rng.normal(0, spread, vocab),
-                                                               top_k))
+                ref["p_t3"][f"{t1},{t2}"] = _as_dict(_topk_law(rng.normal(0, spread, vocab), top_k))
     return world_from_reference(ref)
 
 
@@ -186,6 +212,7 @@ def _as_dict(law: np.ndarray) -> dict:
 
 
 # --- sampling ------------------------------------------------------------------------------
+
 
 def _draw(weights: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Inverse-CDF draw per row: weights [N, M] >= 0, u [N] in [0, 1) -> column [N].
@@ -200,13 +227,19 @@ def _draw(weights: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.minimum(idx, last)  # u within rounding of 1 lands on the last positive cell
 
 
-def simulate(world: World, n_seeds: int, rng: np.random.Generator, *, offset: int = 0,
-             mutant: str | None = None, groups=STANDARD_GROUPS) -> pd.DataFrame:
+def simulate(
+    world: World,
+    n_seeds: int,
+    rng: np.random.Generator,
+    *,
+    offset: int = 0,
+    mutant: str | None = None,
+    groups=STANDARD_GROUPS,
+) -> pd.DataFrame:
     """samples.csv for ``groups`` over seeds ``offset + seed_offset + i`` (i < n_seeds)."""
     if mutant is not None and mutant not in MUTANTS:
         raise ValueError(f"unknown mutant {mutant!r}; known: {sorted(MUTANTS)}")
-    seeds = {g["name"]: offset + (g.get("seed_offset") or 0) + np.arange(n_seeds)
-             for g in groups}
+    seeds = {g["name"]: offset + (g.get("seed_offset") or 0) + np.arange(n_seeds) for g in groups}
     all_seeds = np.unique(np.concatenate(list(seeds.values())))
     # One row of uniforms per seed: groups sharing a seed share its randomness exactly.
     uniforms = rng.random((all_seeds.size, 6))
@@ -214,8 +247,11 @@ def simulate(world: World, n_seeds: int, rng: np.random.Generator, *, offset: in
     for g in groups:
         u = uniforms[np.searchsorted(all_seeds, seeds[g["name"]])]
         cols = _sample_group(world, u, g.get("draft_loops"), mutant)
-        frames.append(pd.DataFrame({"group": g["name"], "seed": seeds[g["name"]], **cols,
-                                    "finish_reason": "length"}))  # exact laws: no errors
+        frames.append(
+            pd.DataFrame(
+                {"group": g["name"], "seed": seeds[g["name"]], **cols, "finish_reason": "length"}
+            )
+        )  # exact laws: no errors
     return pd.concat(frames, ignore_index=True)
 
 
@@ -262,8 +298,14 @@ def _sample_group(w: World, u: np.ndarray, d: int | None, mutant: str | None) ->
     if mutant == "bonus_off_by_one" and d is not None:
         wrong = first == 1
         t3[wrong] = w.u_tokens[i[wrong], _draw(w.p2[i[wrong]], u[wrong, 4])]
-    return {"t1": w.t1_tokens[i], "t2": w.u_tokens[i, j], "t3": t3, "first_accepted": first,
-            "drafted": drafted, "accepted": accepted}
+    return {
+        "t1": w.t1_tokens[i],
+        "t2": w.u_tokens[i, j],
+        "t3": t3,
+        "first_accepted": first,
+        "drafted": drafted,
+        "accepted": accepted,
+    }
 
 
 # --- replications --------------------------------------------------------------------------
@@ -271,9 +313,16 @@ def _sample_group(w: World, u: np.ndarray, d: int | None, mutant: str | None) ->
 RUN_COLUMNS = ["replication", "test", "role", "pvalue", "passed", "rejected", "verdict"]
 
 
-def replicate(world: World, protocol: dict, replications: int, seed: int, *,
-              mutant: str | None = None, start: int = 0, n_seeds: int | None = None
-              ) -> pd.DataFrame:
+def replicate(
+    world: World,
+    protocol: dict,
+    replications: int,
+    seed: int,
+    *,
+    mutant: str | None = None,
+    start: int = 0,
+    n_seeds: int | None = None,
+) -> pd.DataFrame:
     """One row per replication and test (``RUN_COLUMNS``), the verdict as evaluated.
 
     ``protocol`` is the validated protocol data (its groups, tests, strata, α and
@@ -286,15 +335,18 @@ def replicate(world: World, protocol: dict, replications: int, seed: int, *,
     out = []
     for r in range(start, start + replications):
         rng = np.random.default_rng([seed, r])
-        samples = simulate(world, n_seeds, rng, offset=r * 10 * n_seeds, mutant=mutant,
-                           groups=protocol["groups"])
+        samples = simulate(
+            world, n_seeds, rng, offset=r * 10 * n_seeds, mutant=mutant, groups=protocol["groups"]
+        )
         ev = evaluate_frames(protocol, samples, world.reference)
         for row in ev.tests:
             # Rejection: a failed row; exploratory rows (never deciding) at p < alpha.
-            rejected = row.passed is False or (row.passed is None and row.pvalue is not None
-                                               and row.pvalue < alpha)
-            out.append((r, row.test, row.role, row.pvalue, row.passed, rejected,
-                        ev.verdict.verdict))
+            rejected = row.passed is False or (
+                row.passed is None and row.pvalue is not None and row.pvalue < alpha
+            )
+            out.append(
+                (r, row.test, row.role, row.pvalue, row.passed, rejected, ev.verdict.verdict)
+            )
     return pd.DataFrame(out, columns=RUN_COLUMNS)
 
 
@@ -303,14 +355,18 @@ def summarize(runs: pd.DataFrame, alpha: float, level: float = 0.99) -> pd.DataF
     and whether the nominal ``alpha`` lies inside it. The verdict's row is 'VERDICT'."""
     from statsmodels.stats.proportion import proportion_confint
 
-    per = runs.groupby("test", sort=False).agg(role=("role", "first"),
-                                               rejections=("rejected", "sum"),
-                                               replications=("rejected", "size"))
+    per = runs.groupby("test", sort=False).agg(
+        role=("role", "first"), rejections=("rejected", "sum"), replications=("rejected", "size")
+    )
     verdict = runs.drop_duplicates("replication")
     per.loc["VERDICT"] = ["verdict", int((verdict["verdict"] == "FAIL").sum()), len(verdict)]
     per["rate"] = per["rejections"] / per["replications"]
-    lo, hi = proportion_confint(per["rejections"].astype(int), per["replications"].astype(int),
-                                alpha=1 - level, method="beta")
+    lo, hi = proportion_confint(
+        per["rejections"].astype(int),
+        per["replications"].astype(int),
+        alpha=1 - level,
+        method="beta",
+    )
     per["ci_low"], per["ci_high"] = np.asarray(lo), np.asarray(hi)
     per["alpha_inside"] = (per["ci_low"] <= alpha) & (alpha <= per["ci_high"])
     return per.reset_index()
@@ -346,8 +402,17 @@ def second_level(runs: pd.DataFrame, alpha: float) -> list[SecondLevel]:
         bins = np.bincount(np.minimum((p * 10).astype(int), 9), minlength=10)
         chi = float(sps.chisquare(bins).pvalue)
         half = 3 * np.sqrt(alpha * (1 - alpha) / p.size)
-        out.append(SecondLevel(str(test), int(p.size), ks, chi, float(np.mean(p >= alpha)),
-                               1 - alpha - half, min(1.0, 1 - alpha + half)))
+        out.append(
+            SecondLevel(
+                str(test),
+                int(p.size),
+                ks,
+                chi,
+                float(np.mean(p >= alpha)),
+                1 - alpha - half,
+                min(1.0, 1 - alpha + half),
+            )
+        )
     return out
 
 
@@ -368,5 +433,8 @@ def stated_verdict_rate(protocol: dict) -> float:
     """The false-fail rate the protocol file states for its verdict: the family-wise α of
     a ``verdict:`` block when it has one, else its ``alpha``."""
     block = protocol.get("verdict") or {}
-    return float(block.get("alpha", protocol["alpha"])) if isinstance(block, dict) \
+    return (
+        float(block.get("alpha", protocol["alpha"]))
+        if isinstance(block, dict)
         else float(protocol["alpha"])
+    )

@@ -4,6 +4,7 @@ Exit codes (also in the README and `specconform --help`): 0 protocol passed / ev
 valid, 1 protocol failed, 2 bad input or usage, 3 evidence invalid, 130 interrupted
 (Ctrl-C). Every error is one line on stderr.
 """
+
 from __future__ import annotations
 
 import os
@@ -79,36 +80,75 @@ def _int_option(name: str, help_text: str):
 def run_options(f):
     options = [
         click.argument("protocol", type=click.Path(dir_okay=False, path_type=Path)),
-        _int_option("--seeds", "Seeds per group (exact integer, '5e3' accepted); only where "
-                    "the protocol marks it overridable."),
+        _int_option(
+            "--seeds",
+            "Seeds per group (exact integer, '5e3' accepted); only where "
+            "the protocol marks it overridable.",
+        ),
         _int_option("--offset", "First seed (exact integer, '2e6' accepted)."),
         _int_option("--batch-size", "Concurrent requests per engine batch."),
-        click.option("--mutant", default=None,
-                     help="Plant a bug (see `specconform mutants`): kernel mutants on kernel "
-                          "and distribution protocols, engine mutants on distribution "
-                          "protocols."),
-        click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
-                     help="Override the protocol's device."),
-        click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-                     default=DEFAULT_OUT, show_default=True, help="Output folder."),
-        click.option("--key", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="Ed25519 signing key (PEM); default $SPECCONFORM_SIGNING_KEY, "
-                          "else the user key in ~/.config/specconform (created on first use)."),
+        click.option(
+            "--mutant",
+            default=None,
+            help="Plant a bug (see `specconform mutants`): kernel mutants on kernel "
+            "and distribution protocols, engine mutants on distribution "
+            "protocols.",
+        ),
+        click.option(
+            "--device",
+            type=click.Choice(["cpu", "cuda"]),
+            default=None,
+            help="Override the protocol's device.",
+        ),
+        click.option(
+            "--out",
+            "out_dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=DEFAULT_OUT,
+            show_default=True,
+            help="Output folder.",
+        ),
+        click.option(
+            "--key",
+            type=click.Path(dir_okay=False, path_type=Path),
+            default=None,
+            help="Ed25519 signing key (PEM); default $SPECCONFORM_SIGNING_KEY, "
+            "else the user key in ~/.config/specconform (created on first use).",
+        ),
         click.option("--no-sign", is_flag=True, help="Write an archive marked unsigned."),
-        click.option("--ledger", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="Seed ledger (distribution protocols); default OUT/seed-ledger.jsonl."),
-        click.option("--resume", type=click.Path(file_okay=False, path_type=Path), default=None,
-                     help="Continue an interrupted distribution run from its checkpoint folder."),
-        click.option("--nproc", type=click.IntRange(min=1), default=None,
-                     help="Shard a distribution run's seed batches over N processes on this "
-                          "host (launches torchrun; see docs/scaling.md). Exit 4: a process "
-                          "died, continue with --resume."),
-        click.option("--base-ref", default=None,
-                     help="Equality protocols: compare this tree's greedy outputs with those "
-                          "of git commit REF (e.g. HEAD~1, main)."),
-        click.option("--verbose", "-v", is_flag=True,
-                     help="Also print `timing:` lines (wall times of engine builds, groups "
-                          "and the reference replay) on stderr."),
+        click.option(
+            "--ledger",
+            type=click.Path(dir_okay=False, path_type=Path),
+            default=None,
+            help="Seed ledger (distribution protocols); default OUT/seed-ledger.jsonl.",
+        ),
+        click.option(
+            "--resume",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=None,
+            help="Continue an interrupted distribution run from its checkpoint folder.",
+        ),
+        click.option(
+            "--nproc",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Shard a distribution run's seed batches over N processes on this "
+            "host (launches torchrun; see docs/scaling.md). Exit 4: a process "
+            "died, continue with --resume.",
+        ),
+        click.option(
+            "--base-ref",
+            default=None,
+            help="Equality protocols: compare this tree's greedy outputs with those "
+            "of git commit REF (e.g. HEAD~1, main).",
+        ),
+        click.option(
+            "--verbose",
+            "-v",
+            is_flag=True,
+            help="Also print `timing:` lines (wall times of engine builds, groups "
+            "and the reference replay) on stderr.",
+        ),
     ]
     for option in reversed(options):
         f = option(f)
@@ -137,25 +177,45 @@ def _default_user_key() -> Path:
         with os.fdopen(fd, "wb") as fh:
             fh.write(private_pem)
         (home / "signing.pub").write_bytes(public_pem)
-        click.echo(f"note: created signing key {key} (public key {home / 'signing.pub'})",
-                   err=True)
+        click.echo(f"note: created signing key {key} (public key {home / 'signing.pub'})", err=True)
     return key
 
 
-def _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_sign,
-             ledger, resume, verbose, base_ref=None):
+def _execute(
+    protocol,
+    seeds,
+    offset,
+    batch_size,
+    mutant,
+    device,
+    out_dir,
+    key,
+    no_sign,
+    ledger,
+    resume,
+    verbose,
+    base_ref=None,
+):
     from specconform.progress import progress, set_verbose
     from specconform.protocol.load import apply_overrides, load_protocol
     from specconform.runner.execute import execute
 
     set_verbose(verbose)
     loaded = load_protocol(protocol)
-    loaded = apply_overrides(loaded, {"--seeds": seeds, "--offset": offset,
-                                      "--batch-size": batch_size, "--device": device,
-                                      "--base-ref": base_ref})
+    loaded = apply_overrides(
+        loaded,
+        {
+            "--seeds": seeds,
+            "--offset": offset,
+            "--batch-size": batch_size,
+            "--device": device,
+            "--base-ref": base_ref,
+        },
+    )
     if loaded.kind != "distribution" and (ledger or resume):
-        raise UsageError(f"{protocol}: --ledger and --resume apply to distribution "
-                         f"protocols, not {loaded.kind}")
+        raise UsageError(
+            f"{protocol}: --ledger and --resume apply to distribution protocols, not {loaded.kind}"
+        )
     signing_key = _signing_key(key, no_sign)
     context = {"ledger": ledger, "resume": resume, "out_dir": out_dir}
     if resume is not None:
@@ -170,15 +230,36 @@ def _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, 
     from specconform.extras import missing_extra
 
     with missing_extra(f"running protocol {loaded.name}"):  # no torch: name the extra, exit 2
-        return execute(loaded, out_dir=out_dir, argv=["specconform"] + sys.argv[1:],
-                       mutant=mutant, key=signing_key, sign=not no_sign, progress=progress,
-                       run_context=context)
+        return execute(
+            loaded,
+            out_dir=out_dir,
+            argv=["specconform"] + sys.argv[1:],
+            mutant=mutant,
+            key=signing_key,
+            sign=not no_sign,
+            progress=progress,
+            run_context=context,
+        )
 
 
 @cli.command()
 @run_options
-def run(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_sign, ledger,
-        resume, nproc, verbose, base_ref):
+def run(
+    protocol,
+    seeds,
+    offset,
+    batch_size,
+    mutant,
+    device,
+    out_dir,
+    key,
+    no_sign,
+    ledger,
+    resume,
+    nproc,
+    verbose,
+    base_ref,
+):
     """Run a pre-registered PROTOCOL and write a signed evidence archive.
 
     Prints a table of every check, then `result: PASS|FAIL` and `archive: PATH`.
@@ -188,8 +269,21 @@ def run(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_si
     from specconform.runner.execute import print_table
 
     _launch_shards(nproc)
-    outcome = _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key,
-                       no_sign, ledger, resume, verbose, base_ref)
+    outcome = _execute(
+        protocol,
+        seeds,
+        offset,
+        batch_size,
+        mutant,
+        device,
+        out_dir,
+        key,
+        no_sign,
+        ledger,
+        resume,
+        verbose,
+        base_ref,
+    )
     _exit_follower(outcome)
     print_table(outcome.evaluation)
     verdict = outcome.evaluation.verdict.verdict
@@ -210,7 +304,7 @@ def _launch_shards(nproc: int | None) -> None:
     argv = sys.argv[1:]
     cut = [i for i, a in enumerate(argv) if a == "--nproc" or a.startswith("--nproc=")]
     for i in reversed(cut):
-        del argv[i: i + (1 if "=" in argv[i] else 2)]
+        del argv[i : i + (1 if "=" in argv[i] else 2)]
     sys.exit(launch(nproc, argv))
 
 
@@ -227,18 +321,50 @@ def _exit(code: int) -> None:
 
 @cli.command()
 @run_options
-@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write JUnit XML of every test here.")
-def gate(protocol, seeds, offset, batch_size, mutant, device, out_dir, key, no_sign, ledger,
-         resume, nproc, verbose, base_ref, junit):
+@click.option(
+    "--junit",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write JUnit XML of every test here.",
+)
+def gate(
+    protocol,
+    seeds,
+    offset,
+    batch_size,
+    mutant,
+    device,
+    out_dir,
+    key,
+    no_sign,
+    ledger,
+    resume,
+    nproc,
+    verbose,
+    base_ref,
+    junit,
+):
     """A run meant for CI: like `run`, plus JUnit XML (--junit) and the Markdown summary
     appended to $GITHUB_STEP_SUMMARY when set. Exit 0/1/2/3/130 as documented."""
     from specconform.report import junit_xml, step_summary_markdown
     from specconform.runner.execute import print_table
 
     _launch_shards(nproc)
-    outcome = _execute(protocol, seeds, offset, batch_size, mutant, device, out_dir, key,
-                       no_sign, ledger, resume, verbose, base_ref)
+    outcome = _execute(
+        protocol,
+        seeds,
+        offset,
+        batch_size,
+        mutant,
+        device,
+        out_dir,
+        key,
+        no_sign,
+        ledger,
+        resume,
+        verbose,
+        base_ref,
+    )
     _exit_follower(outcome)
     print_table(outcome.evaluation)
     verdict = outcome.evaluation.verdict.verdict

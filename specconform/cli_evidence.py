@@ -4,6 +4,7 @@ Each command prints one line on stderr for an error and exits with the documente
 (0 valid/done, 2 usage, 3 evidence invalid); output files are written to a temporary
 file and renamed, so a failure leaves no partial output. None of them imports torch.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,10 +51,17 @@ def _fail(error: SpecconformError) -> None:
 
 @click.command("verify", help=_VERIFY_HELP)
 @click.argument("archive", type=click.Path(path_type=Path))
-@click.option("--pubkey", type=click.Path(path_type=Path), default=None,
-              help="Ed25519 public key (PEM) the archive must be signed with.")
-@click.option("--skip-signature", is_flag=True,
-              help="Do not check who signed: digests and recomputation only.")
+@click.option(
+    "--pubkey",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Ed25519 public key (PEM) the archive must be signed with.",
+)
+@click.option(
+    "--skip-signature",
+    is_flag=True,
+    help="Do not check who signed: digests and recomputation only.",
+)
 def verify_command(archive: Path, pubkey: Path | None, skip_signature: bool) -> None:
     from specconform.evidence.verify import verify_archive
 
@@ -61,8 +69,10 @@ def verify_command(archive: Path, pubkey: Path | None, skip_signature: bool) -> 
         if pubkey is not None and skip_signature:
             raise UsageError("--pubkey and --skip-signature contradict each other")
         if pubkey is None and not skip_signature:
-            raise UsageError("pass --pubkey FILE to check the signature, or --skip-signature "
-                             "to check digests and recomputation only")
+            raise UsageError(
+                "pass --pubkey FILE to check the signature, or --skip-signature "
+                "to check digests and recomputation only"
+            )
         report = verify_archive(archive, pubkey)
     except SpecconformError as error:
         _fail(error)
@@ -71,16 +81,32 @@ def verify_command(archive: Path, pubkey: Path | None, skip_signature: bool) -> 
 
 @click.command("report")
 @click.argument("archives", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["md", "html"]), default="md",
-              show_default=True, help="Markdown for a pull request, or HTML with plots.")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Write to FILE (atomically) instead of standard output.")
-@click.option("--details", is_flag=True,
-              help="Append every test, per-group tables, seed ranges and coverage.")
-@click.option("--pubkey", type=click.Path(path_type=Path), default=None,
-              help="Verify every archive against this Ed25519 public key first.")
-def report_command(archives: tuple[Path, ...], fmt: str, out: Path | None, details: bool,
-                   pubkey: Path | None) -> None:
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["md", "html"]),
+    default="md",
+    show_default=True,
+    help="Markdown for a pull request, or HTML with plots.",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write to FILE (atomically) instead of standard output.",
+)
+@click.option(
+    "--details", is_flag=True, help="Append every test, per-group tables, seed ranges and coverage."
+)
+@click.option(
+    "--pubkey",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Verify every archive against this Ed25519 public key first.",
+)
+def report_command(
+    archives: tuple[Path, ...], fmt: str, out: Path | None, details: bool, pubkey: Path | None
+) -> None:
     """Turn one or more archives (primary run first, then replications) into a report.
 
     \b
@@ -107,8 +133,13 @@ def report_command(archives: tuple[Path, ...], fmt: str, out: Path | None, detai
 
 
 @click.command("keygen")
-@click.option("--out", "prefix", required=True, type=click.Path(path_type=Path),
-              help="Writes PREFIX.key (private, mode 0600) and PREFIX.pub.")
+@click.option(
+    "--out",
+    "prefix",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Writes PREFIX.key (private, mode 0600) and PREFIX.pub.",
+)
 def keygen_command(prefix: Path) -> None:
     """Create an Ed25519 signing key pair: PREFIX.key (PEM PKCS#8, mode 0600) and
     PREFIX.pub (PEM), creating PREFIX's folder if needed. Never overwrites: exit 2 if
@@ -134,13 +165,15 @@ def write_key_pair(prefix: Path) -> tuple[Path, Path]:
         if path.exists() or path.is_symlink():
             raise UsageError(f"{path}: already exists; keygen never overwrites a key")
     if not prefix.name or prefix.name in (".", ".."):
-        raise UsageError(f"--out {prefix}: give a file prefix such as DIR/ci (writes "
-                         "DIR/ci.key and DIR/ci.pub)")
+        raise UsageError(
+            f"--out {prefix}: give a file prefix such as DIR/ci (writes DIR/ci.key and DIR/ci.pub)"
+        )
     try:
         prefix.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"{prefix.parent}: cannot create the key folder: "
-                         f"{exc.strerror or exc}") from None
+        raise UsageError(
+            f"{prefix.parent}: cannot create the key folder: {exc.strerror or exc}"
+        ) from None
     private_pem, public_pem = generate_key_pem()
     written: list[Path] = []
     try:
@@ -149,8 +182,7 @@ def write_key_pair(prefix: Path) -> tuple[Path, Path]:
             written.append(path)
     except FileExistsError as exc:
         _remove(written)
-        raise UsageError(f"{exc.filename}: already exists; keygen never overwrites a key") \
-            from None
+        raise UsageError(f"{exc.filename}: already exists; keygen never overwrites a key") from None
     except OSError as exc:
         _remove(written)
         raise UsageError(f"{prefix}: cannot write key pair: {exc.strerror}") from None
@@ -181,4 +213,3 @@ COMMANDS = (verify_command, report_command, keygen_command)
 verify = verify_command
 report = report_command
 keygen = keygen_command
-

@@ -6,6 +6,7 @@ or, without it, from a serial replay of p_t1, p_t2 and q_t2 through the bundled 
 on CPU (torch needed; the t3 laws are not replayed, so t3 is not planned).
 Exit codes: 0 done, 2 bad input (one line on stderr, nothing on stdout).
 """
+
 from __future__ import annotations
 
 import math
@@ -36,8 +37,13 @@ def replay_laws(loaded) -> dict:
     def sparse(law):
         return {str(int(i)): float(law[i]) for i in law.nonzero()[0]}
 
-    ref = {"vocab_size": engine.vocab_size, "p_t1": sparse(engine.target_law(prompt)),
-           "p_t2": {}, "q_t2": {str(d): {} for d in depths}, "p_t3": {}}
+    ref = {
+        "vocab_size": engine.vocab_size,
+        "p_t1": sparse(engine.target_law(prompt)),
+        "p_t2": {},
+        "q_t2": {str(d): {} for d in depths},
+        "p_t3": {},
+    }
     for t1 in sorted(int(t) for t in ref["p_t1"]):
         ref["p_t2"][str(t1)] = sparse(engine.target_law(prompt + [t1]))
         for d in depths:
@@ -51,18 +57,29 @@ def _fmt_tv(x: float) -> str:
 
 
 def _fmt_n(lo: float, hi: float) -> str:
-    return "—" if hi == 0 else (f"{lo:,.0f}" if round(lo) == round(hi) else
-                                f"{lo:,.0f}–{hi:,.0f}")
+    return "—" if hi == 0 else (f"{lo:,.0f}" if round(lo) == round(hi) else f"{lo:,.0f}–{hi:,.0f}")
 
 
 @click.command("plan")
 @click.argument("protocol", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--seeds", type=int, default=None, help="Seeds per group (default: the "
-              "protocol's seeds.count): print the TV each test detects.")
-@click.option("--tv", type=float, default=None,
-              help="Print the seeds per group each test needs to detect this TV.")
-@click.option("--reference", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="reference.json or evidence archive (.zip) with the exact laws.")
+@click.option(
+    "--seeds",
+    type=int,
+    default=None,
+    help="Seeds per group (default: the protocol's seeds.count): print the TV each test detects.",
+)
+@click.option(
+    "--tv",
+    type=float,
+    default=None,
+    help="Print the seeds per group each test needs to detect this TV.",
+)
+@click.option(
+    "--reference",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="reference.json or evidence archive (.zip) with the exact laws.",
+)
 @click.option("--power", type=float, default=0.99, show_default=True)
 def plan(protocol, seeds, tv, reference, power):
     """Sample-size plan of a distribution protocol (noncentral chi2, power 0.99)."""
@@ -90,34 +107,48 @@ def plan(protocol, seeds, tv, reference, power):
             rows = seeds_needed(data, ref, tv, power)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        lines = [f"# {data['name']}: seeds per group to detect TV {tv:g} per deciding "
-                 f"stratum at power {power:g}; {how}",
-                 "| test | role | deciding | df | strata | n per stratum | seeds needed |",
-                 "| --- | --- | --- | --- | --- | --- | --- |"]
+        lines = [
+            f"# {data['name']}: seeds per group to detect TV {tv:g} per deciding "
+            f"stratum at power {power:g}; {how}",
+            "| test | role | deciding | df | strata | n per stratum | seeds needed |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for r in rows:
             p = r.plan
-            cells = ("—", "—", "—") if p is None else (
-                str(p.df), str(len(p.strata)), _fmt_n(*p.n_per_stratum))
+            cells = (
+                ("—", "—", "—")
+                if p is None
+                else (str(p.df), str(len(p.strata)), _fmt_n(*p.n_per_stratum))
+            )
             need = "not reachable" if math.isinf(r.seeds) else f"{int(r.seeds):,}"
-            lines.append(f"| {r.test} | {r.role} | {'yes' if r.deciding else ''} | "
-                         + " | ".join(cells) + f" | {need} |")
+            lines.append(
+                f"| {r.test} | {r.role} | {'yes' if r.deciding else ''} | "
+                + " | ".join(cells)
+                + f" | {need} |"
+            )
     else:
         n = seeds or int(data["seeds"]["count"])
         try:
             rows = plan_tests(data, ref, n, power)
         except ValueError as exc:  # e.g. a reference without the laws of every t1
             raise UsageError(str(exc)) from None
-        lines = [f"# {data['name']}: TV detectable per deciding stratum at {n:,} seeds per "
-                 f"group, power {power:g}; {how}",
-                 "| test | role | deciding | level | df | strata | n per stratum | "
-                 "detectable TV | note |",
-                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines = [
+            f"# {data['name']}: TV detectable per deciding stratum at {n:,} seeds per "
+            f"group, power {power:g}; {how}",
+            "| test | role | deciding | level | df | strata | n per stratum | "
+            "detectable TV | note |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for p in rows:
-            lines.append(f"| {p.test} | {p.role} | {'yes' if p.deciding else ''} | "
-                         f"{p.level:.3g} | {p.df} | {len(p.strata)} | "
-                         f"{_fmt_n(*p.n_per_stratum)} | {_fmt_tv(p.detectable_tv)} | "
-                         f"{p.note} |")
-    lines.append("TV: least favourable bias on the test's final cells (chi2 >= 4 TV^2), "
-                 "every deciding stratum; acceptance: rate shift. Strata: expected size >= "
-                 "min_samples. Asymptotic noncentral chi2.")
+            lines.append(
+                f"| {p.test} | {p.role} | {'yes' if p.deciding else ''} | "
+                f"{p.level:.3g} | {p.df} | {len(p.strata)} | "
+                f"{_fmt_n(*p.n_per_stratum)} | {_fmt_tv(p.detectable_tv)} | "
+                f"{p.note} |"
+            )
+    lines.append(
+        "TV: least favourable bias on the test's final cells (chi2 >= 4 TV^2), "
+        "every deciding stratum; acceptance: rate shift. Strata: expected size >= "
+        "min_samples. Asymptotic noncentral chi2."
+    )
     sys.stdout.write("\n".join(lines) + "\n")

@@ -20,6 +20,7 @@ asymptotic; docs/kill-matrix.md checks it against replications.
 Numpy/scipy only; exact laws from a reference.json (no torch) or, in the CLI, a replay
 through the bundled engine.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,10 +38,10 @@ PLANNED_TYPES = ("t1_gof", "t2_gof", "t2_homogeneity", "acceptance", "joint", "t
 
 @dataclass(frozen=True)
 class StratumPlan:
-    key: str          # "t1=123" (or "t1=1,t2=2"; "all" for a t1 test)
-    n: float          # expected samples (per group; each side for two samples)
-    df: int           # final cells - 1 after pooling at the expected size
-    weight: float     # this stratum's noncentrality per unit x² (4 n_eff, or n/(r(1-r)))
+    key: str  # "t1=123" (or "t1=1,t2=2"; "all" for a t1 test)
+    n: float  # expected samples (per group; each side for two samples)
+    df: int  # final cells - 1 after pooling at the expected size
+    weight: float  # this stratum's noncentrality per unit x² (4 n_eff, or n/(r(1-r)))
 
 
 @dataclass(frozen=True)
@@ -65,13 +66,23 @@ class TestPlan:
 
     def to_json(self) -> dict:
         """Plain JSON for an archive (non-finite numbers as None)."""
+
         def num(x):
             return float(x) if math.isfinite(x) else None
-        return {"test": self.test, "type": self.type, "role": self.role,
-                "deciding": self.deciding, "level": self.level, "seeds": self.seeds,
-                "df": self.df, "detectable_tv": num(self.detectable_tv),
-                "power": num(self.power), "note": self.note,
-                "strata": [{"key": s.key, "n": s.n, "df": s.df} for s in self.strata]}
+
+        return {
+            "test": self.test,
+            "type": self.type,
+            "role": self.role,
+            "deciding": self.deciding,
+            "level": self.level,
+            "seeds": self.seeds,
+            "df": self.df,
+            "detectable_tv": num(self.detectable_tv),
+            "power": num(self.power),
+            "note": self.note,
+            "strata": [{"key": s.key, "n": s.n, "df": s.df} for s in self.strata],
+        }
 
     @property
     def n_per_stratum(self) -> tuple[float, float]:
@@ -85,7 +96,7 @@ class SeedsNeeded:
     role: str
     deciding: bool
     tv: float
-    seeds: float      # inf: not reachable (e.g. a t1 law whose strata never form)
+    seeds: float  # inf: not reachable (e.g. a t1 law whose strata never form)
     plan: TestPlan | None
 
 
@@ -97,15 +108,20 @@ def planning_level(protocol: dict) -> tuple[float, str]:
     rule = str(block.get("rule") or block.get("method") or block.get("combine") or "").lower()
     if rule in ("holm", "bonferroni"):
         fam = float(block.get("alpha", alpha))
-        return fam / m, (f"{rule.capitalize()} over {m} deciding tests at family-wise "
-                         f"alpha {fam:g}: planned at alpha/m = {fam / m:.4g}"
-                         + (" (conservative for Holm)" if rule == "holm" else ""))
-    return alpha, (f"each deciding test at alpha = {alpha:g} (verdict false-fail rate only "
-                   f"union-bounded by {m} x {alpha:g})")
+        return fam / m, (
+            f"{rule.capitalize()} over {m} deciding tests at family-wise "
+            f"alpha {fam:g}: planned at alpha/m = {fam / m:.4g}"
+            + (" (conservative for Holm)" if rule == "holm" else "")
+        )
+    return alpha, (
+        f"each deciding test at alpha = {alpha:g} (verdict false-fail rate only "
+        f"union-bounded by {m} x {alpha:g})"
+    )
 
 
-def plan_tests(protocol: dict, reference: dict | World, seeds: int,
-               power: float = DEFAULT_POWER) -> list[TestPlan]:
+def plan_tests(
+    protocol: dict, reference: dict | World, seeds: int, power: float = DEFAULT_POWER
+) -> list[TestPlan]:
     """Detectable TV of every planned test (deciding, secondary, mechanism; exploratory
     t3 too when the reference has its laws) at ``seeds`` per group."""
     world = reference if isinstance(reference, World) else world_from_reference(reference)
@@ -115,8 +131,9 @@ def plan_tests(protocol: dict, reference: dict | World, seeds: int,
     for spec in protocol["tests"]:
         if spec["type"] not in PLANNED_TYPES:
             continue
-        out.append(_plan_one(protocol, world, spec, int(seeds), level, power,
-                             spec["name"] in deciding))
+        out.append(
+            _plan_one(protocol, world, spec, int(seeds), level, power, spec["name"] in deciding)
+        )
     return out
 
 
@@ -125,8 +142,13 @@ def detectable_tv_for_run(protocol: dict, reference: dict, seeds: int) -> list[T
     return [p for p in plan_tests(protocol, reference, seeds) if p.deciding]
 
 
-def seeds_needed(protocol: dict, reference: dict | World, tv: float,
-                 power: float = DEFAULT_POWER, max_seeds: int = 10**9) -> list[SeedsNeeded]:
+def seeds_needed(
+    protocol: dict,
+    reference: dict | World,
+    tv: float,
+    power: float = DEFAULT_POWER,
+    max_seeds: int = 10**9,
+) -> list[SeedsNeeded]:
     """Smallest seeds per group at which each test detects a TV ``tv`` with ``power``
     (bisection on N; strata and pooling are recomputed at every N)."""
     if not 0 < tv <= 1:
@@ -159,8 +181,10 @@ def seeds_needed(protocol: dict, reference: dict | World, tv: float,
 
 # --- one test --------------------------------------------------------------------------------
 
-def _plan_one(protocol, w: World, spec, n: int, level: float, power: float,
-              deciding: bool) -> TestPlan:
+
+def _plan_one(
+    protocol, w: World, spec, n: int, level: float, power: float, deciding: bool
+) -> TestPlan:
     rule = protocol.get("strata") or {}
     min_samples = int(rule.get("min_samples", 200))
     min_expected = float(rule.get("min_expected", 5.0))
@@ -179,8 +203,9 @@ def _plan_one(protocol, w: World, spec, n: int, level: float, power: float,
             if kind == "t2_gof":
                 strata.append(_gof_stratum(key, n_s, w.p2[i], min_expected))
             elif kind == "joint":
-                strata.append(_gof_stratum(key, n_s, joint_cells(w.p2[i], w.q2[d][i]),
-                                           min_expected))
+                strata.append(
+                    _gof_stratum(key, n_s, joint_cells(w.p2[i], w.q2[d][i]), min_expected)
+                )
             else:
                 r = total_variation(w.p2[i], w.q2[d][i])
                 pooling = pool_cells(n_s * np.array([1 - r, r]), min_expected)
@@ -197,31 +222,69 @@ def _plan_one(protocol, w: World, spec, n: int, level: float, power: float,
             n_s = n * half * w.p1[i]
             pooling = pool_cells(n_s * w.p2[i], min_expected)  # min(n_a, n_b) x pooled law
             df = max(pooling.cells - 1, 0)
-            strata.append(StratumPlan(f"t1={w.t1_tokens[i]}", n_s, df,
-                                      4 * n_s / 2 if df else 0.0))
+            strata.append(StratumPlan(f"t1={w.t1_tokens[i]}", n_s, df, 4 * n_s / 2 if df else 0.0))
     elif kind == "t3_gof":
         for i in range(w.t1_tokens.size):
             for c in range(w.u_tokens.shape[1]):
                 n_s = n * w.p1[i] * w.p2[i, c]
                 if n_s >= min_samples and w.p3[i, c].sum() > 0:
-                    strata.append(_gof_stratum(f"t1={w.t1_tokens[i]},t2={w.u_tokens[i, c]}",
-                                               n_s, w.p3[i, c], min_expected))
+                    strata.append(
+                        _gof_stratum(
+                            f"t1={w.t1_tokens[i]},t2={w.u_tokens[i, c]}",
+                            n_s,
+                            w.p3[i, c],
+                            min_expected,
+                        )
+                    )
         note = "strata with a p_t3 law in the reference only"
     df = sum(s.df for s in strata)
     weight = sum(s.weight for s in strata)
     if kind == "t3_gof" and not w.p3.any():
-        return TestPlan(spec["name"], kind, spec["role"], deciding, level_t, n, 0, (),
-                        math.inf, math.nan, "not planned: the reference has no p_t3 laws")
+        return TestPlan(
+            spec["name"],
+            kind,
+            spec["role"],
+            deciding,
+            level_t,
+            n,
+            0,
+            (),
+            math.inf,
+            math.nan,
+            "not planned: the reference has no p_t3 laws",
+        )
     if df < 1 or weight <= 0:
-        return TestPlan(spec["name"], kind, spec["role"], deciding, level_t, n, df,
-                        tuple(strata), math.inf, math.nan,
-                        "no evidence: no stratum expected to reach min_samples"
-                        if not strata else "no evidence: every stratum pools to one cell")
+        return TestPlan(
+            spec["name"],
+            kind,
+            spec["role"],
+            deciding,
+            level_t,
+            n,
+            df,
+            tuple(strata),
+            math.inf,
+            math.nan,
+            "no evidence: no stratum expected to reach min_samples"
+            if not strata
+            else "no evidence: every stratum pools to one cell",
+        )
     req = required_noncentrality(df, level_t, power)
     tv = math.sqrt(req / weight)
     achieved = chi2_power(df, weight * tv**2, level_t).power
-    return TestPlan(spec["name"], kind, spec["role"], deciding, level_t, n, df,
-                    tuple(strata), tv, achieved, note)
+    return TestPlan(
+        spec["name"],
+        kind,
+        spec["role"],
+        deciding,
+        level_t,
+        n,
+        df,
+        tuple(strata),
+        tv,
+        achieved,
+        note,
+    )
 
 
 def _rows(w: World, n: float, min_samples: int) -> list[int]:
@@ -238,6 +301,7 @@ def _gof_stratum(key: str, n_s: float, law: np.ndarray, min_expected: float) -> 
 
 # --- power against a planted bug (exact first-position laws) ---------------------------------
 
+
 @dataclass(frozen=True)
 class MutantPower:
     """Predicted power of one test against a bug at ``seeds`` per group: noncentral χ² at
@@ -251,11 +315,15 @@ class MutantPower:
     noncentrality: float
     out_of_support: float
     power: float
-    exact: bool   # False: the test's input is untouched by the bug (power = its size)
+    exact: bool  # False: the test's input is untouched by the bug (power = its size)
 
 
-def mutant_power(protocol: dict, reference: dict | World, mutant: str | None, seeds: int,
-                 ) -> list[MutantPower]:
+def mutant_power(
+    protocol: dict,
+    reference: dict | World,
+    mutant: str | None,
+    seeds: int,
+) -> list[MutantPower]:
     """Power of every planned t1/t2/acceptance/joint test against ``mutant`` (an exact
     law of :mod:`specconform.stats.mutant_laws`; speculative groups only)."""
     from specconform.stats.power import homogeneity_noncentrality
@@ -274,11 +342,16 @@ def mutant_power(protocol: dict, reference: dict | World, mutant: str | None, se
             continue
         names = spec["groups"]
         if kind == "t1_gof":  # the bugs act after t1: the test sees the exact law
-            out.append(MutantPower(spec["name"], spec["name"] in deciding, seeds, 0, 0.0, 0.0,
-                                   level, False))
+            out.append(
+                MutantPower(
+                    spec["name"], spec["name"] in deciding, seeds, 0, 0.0, 0.0, level, False
+                )
+            )
             continue
-        shared = kind == "t2_homogeneity" and len({groups[g].get("seed_offset") or 0
-                                                   for g in names}) == 1
+        shared = (
+            kind == "t2_homogeneity"
+            and len({groups[g].get("seed_offset") or 0 for g in names}) == 1
+        )
         n_g = seeds * (0.5 if shared else 1.0)
         df, lam, log_clean = 0, 0.0, 0.0
         for i in _rows(w, n_g, min_samples):
@@ -291,15 +364,13 @@ def mutant_power(protocol: dict, reference: dict | World, mutant: str | None, se
                 null, alt = joint_cells(p, q), law.joint
             elif kind == "acceptance":
                 r0 = total_variation(p, q)
-                null, alt = np.array([1 - r0, r0]), np.array([1 - law.reject_rate,
-                                                              law.reject_rate])
+                null, alt = np.array([1 - r0, r0]), np.array([1 - law.reject_rate, law.reject_rate])
             else:  # homogeneity of two groups' committed t2 laws
                 a, b = law.committed, laws[1][2].committed
                 pooling = pool_cells(n_s * (a + b) / 2, min_expected)
                 df += max(pooling.cells - 1, 0)
                 if pooling.cells > 1:
-                    lam += homogeneity_noncentrality(pooling.apply(a), pooling.apply(b),
-                                                     n_s, n_s)
+                    lam += homogeneity_noncentrality(pooling.apply(a), pooling.apply(b), n_s, n_s)
                 continue
             pooling = pool_cells(n_s * null / null.sum(), min_expected)
             df += max(pooling.cells - 1, 0)
@@ -310,8 +381,18 @@ def mutant_power(protocol: dict, reference: dict | World, mutant: str | None, se
                 lam += n_s * float(np.sum((pa - pn) ** 2 / pn))
         oos_p = float(-np.expm1(log_clean))
         chi = chi2_power(df, lam, level).power if df >= 1 else 0.0
-        out.append(MutantPower(spec["name"], spec["name"] in deciding, seeds, df, lam, oos_p,
-                               1 - (1 - oos_p) * (1 - chi), mutant is not None))
+        out.append(
+            MutantPower(
+                spec["name"],
+                spec["name"] in deciding,
+                seeds,
+                df,
+                lam,
+                oos_p,
+                1 - (1 - oos_p) * (1 - chi),
+                mutant is not None,
+            )
+        )
     return out
 
 
@@ -330,8 +411,9 @@ def _group_law(w: World, i: int, d, mutant):
     return p, q, first_position_law(p, q, mutant, q_other=q_other)
 
 
-def oracle_seeds(reference: dict | World, mutant: str, d: int, alpha: float,
-                 power: float = DEFAULT_POWER) -> float:
+def oracle_seeds(
+    reference: dict | World, mutant: str, d: int, alpha: float, power: float = DEFAULT_POWER
+) -> float:
     """Seeds for a 1-df noncentral-χ² oracle that sees the joint (accept/reject, t2) cells
     of every t1 stratum at depth d, unpooled: λ = N Σ_t1 p1 χ²(bug ‖ exact); with mass
     where the exact joint law is 0, the sooner of that and the first impossible sample."""
@@ -343,7 +425,8 @@ def oracle_seeds(reference: dict | World, mutant: str, d: int, alpha: float,
         oos += w.p1[i] * float(alt[null <= 0].sum())
         keep = null > 0
         per_seed += w.p1[i] * float(np.sum((alt[keep] - null[keep]) ** 2 / null[keep]))
-    n_chi = math.ceil(required_noncentrality(1, alpha, power) / per_seed) if per_seed > 0 \
-        else math.inf
+    n_chi = (
+        math.ceil(required_noncentrality(1, alpha, power) / per_seed) if per_seed > 0 else math.inf
+    )
     n_oos = math.ceil(math.log(1 - power) / math.log1p(-oos)) if oos > 0 else math.inf
     return float(min(n_chi, n_oos))

@@ -6,6 +6,7 @@ Wall-clock timings (`timing(line)`) are for people tuning a run: printed to stde
 `set_verbose(True)`), and never written to the archive's log.txt (two runs with the
 same inputs must give byte-identical evidence).
 """
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,10 @@ class _PlainProgress:
         self.done += n
         frac = self.done / self.total
         if frac >= self._next or self.done >= self.total:
-            line = (f"{self.description}: {self.done}/{self.total} "
-                    f"({100 * frac:.0f}%, {time.monotonic() - self._t0:.1f}s)")
+            line = (
+                f"{self.description}: {self.done}/{self.total} "
+                f"({100 * frac:.0f}%, {time.monotonic() - self._t0:.1f}s)"
+            )
             print(line, file=sys.stderr, flush=True)
             if self._log:
                 self._log(line)
@@ -80,6 +83,12 @@ def progress(description: str, total: int, log=None):
         TimeRemainingColumn,
     )
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TimeRemainingColumn(), transient=False) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        transient=False,
+    ) as bar:
         yield _RichProgress(bar, bar.add_task(description, total=total))

@@ -19,6 +19,7 @@ FAIL and NO_EVIDENCE, None for INFO.
 
 Imports no torch: a reviewer recomputes verdicts from raw data with numpy/scipy/pandas.
 """
+
 from __future__ import annotations
 
 import io
@@ -84,16 +85,23 @@ class TestRow:
         passed = row.get("passed")
         if passed is not None and not isinstance(passed, bool):
             raise TypeError(f"passed is {passed!r}, not a boolean")
-        return cls(test=str(row["test"]), role=str(row["role"]),
-                   statistic=_float(row.get("statistic")), df=_float(row.get("df")),
-                   pvalue=_float(row.get("pvalue")), n=int(row["n"]),
-                   alpha=float(row["alpha"]), passed=passed, detail=detail,
-                   status=str(row.get("status") or ""),
-                   pvalue_method=str(row.get("pvalue_method") or ""),
-                   adjusted_pvalue=_float(row.get("adjusted_pvalue")),
-                   adjusted_method=str(row.get("adjusted_method") or ""),
-                   deciding=bool(row.get("deciding", False)),
-                   reason=str(row.get("reason") or ""))
+        return cls(
+            test=str(row["test"]),
+            role=str(row["role"]),
+            statistic=_float(row.get("statistic")),
+            df=_float(row.get("df")),
+            pvalue=_float(row.get("pvalue")),
+            n=int(row["n"]),
+            alpha=float(row["alpha"]),
+            passed=passed,
+            detail=detail,
+            status=str(row.get("status") or ""),
+            pvalue_method=str(row.get("pvalue_method") or ""),
+            adjusted_pvalue=_float(row.get("adjusted_pvalue")),
+            adjusted_method=str(row.get("adjusted_method") or ""),
+            deciding=bool(row.get("deciding", False)),
+            reason=str(row.get("reason") or ""),
+        )
 
 
 @dataclass(frozen=True)
@@ -114,23 +122,37 @@ class Verdict:
     schema: int = 1
 
     def to_json(self) -> dict[str, Any]:
-        out = {"verdict": self.verdict, "alpha": self.alpha, "rule": self.rule,
-               "failed": list(self.failed)}
+        out = {
+            "verdict": self.verdict,
+            "alpha": self.alpha,
+            "rule": self.rule,
+            "failed": list(self.failed),
+        }
         if self.schema >= 2:
-            out.update({"combine": self.combine, "family_size": self.family_size,
-                        "statement": self.statement, "reasons": dict(self.reasons),
-                        "schema": self.schema})
+            out.update(
+                {
+                    "combine": self.combine,
+                    "family_size": self.family_size,
+                    "statement": self.statement,
+                    "reasons": dict(self.reasons),
+                    "schema": self.schema,
+                }
+            )
         return out
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Verdict:
-        return cls(verdict=str(obj["verdict"]), alpha=float(obj["alpha"]),
-                   rule=str(obj.get("rule", "")), failed=tuple(obj.get("failed", ())),
-                   combine=str(obj.get("combine", "")),
-                   family_size=int(obj.get("family_size", 0)),
-                   statement=str(obj.get("statement", "")),
-                   reasons=tuple(sorted((obj.get("reasons") or {}).items())),
-                   schema=int(obj.get("schema", 1)))
+        return cls(
+            verdict=str(obj["verdict"]),
+            alpha=float(obj["alpha"]),
+            rule=str(obj.get("rule", "")),
+            failed=tuple(obj.get("failed", ())),
+            combine=str(obj.get("combine", "")),
+            family_size=int(obj.get("family_size", 0)),
+            statement=str(obj.get("statement", "")),
+            reasons=tuple(sorted((obj.get("reasons") or {}).items())),
+            schema=int(obj.get("schema", 1)),
+        )
 
 
 @dataclass(frozen=True)
@@ -139,8 +161,12 @@ class Evaluation:
     verdict: Verdict
 
 
-def decide(tests: list[TestRow] | tuple[TestRow, ...], alpha: float,
-           deciding_roles: tuple[str, ...], rule: str) -> Verdict:
+def decide(
+    tests: list[TestRow] | tuple[TestRow, ...],
+    alpha: float,
+    deciding_roles: tuple[str, ...],
+    rule: str,
+) -> Verdict:
     """Schema-1 rule: PASS iff every test whose role is in `deciding_roles` passed, each
     at its own level (no family-wise statement). Kept for the toy kind of the evidence
     tests and for archives written before family-wise verdicts; protocol kinds use

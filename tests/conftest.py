@@ -1,4 +1,5 @@
 """Shared pytest configuration: GPU tests skip cleanly on machines without CUDA."""
+
 import pytest
 
 

@@ -1,6 +1,7 @@
 """The models: the looped (Ouro-style) decoder with its per-depth KV cache, seeded
 initialisation and loader, and Llama-family checkpoints read from GGUF (``llama.py``,
 ``gguf.py``, fitted draft exit heads in ``exit_head.py``)."""
+
 from __future__ import annotations
 
 import torch
@@ -13,26 +14,33 @@ from .model import LoopedLM
 __all__ = ["KVCache", "LoopedLM", "build_model", "init_weights"]
 
 
-def build_model(cfg: ModelConfig, device: torch.device | str = "cpu",
-                dtype: torch.dtype = torch.float32) -> LoopedLM:  # or a LlamaLM
+def build_model(
+    cfg: ModelConfig, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+) -> LoopedLM:  # or a LlamaLM
     """The model of ``cfg``: a Llama-family GGUF (architecture "llama"), else the looped
     model with weights from ``cfg.checkpoint`` when set, else from the seed."""
     if cfg.architecture == "llama":
         if cfg.gguf is not None:
             from .gguf import load_llama_gguf
+
             model = load_llama_gguf(cfg, device=device, dtype=dtype)
-        elif cfg.checkpoint is not None:   # HF Llama layout: config.json + safetensors
+        elif cfg.checkpoint is not None:  # HF Llama layout: config.json + safetensors
             from .loader import load_checkpoint
+
             model = load_checkpoint(cfg, device=device, dtype=dtype)
         else:
-            raise ValueError("a llama ModelConfig needs gguf= or checkpoint= "
-                             "(ModelConfig.packaged / from_gguf / from_pretrained)")
+            raise ValueError(
+                "a llama ModelConfig needs gguf= or checkpoint= "
+                "(ModelConfig.packaged / from_gguf / from_pretrained)"
+            )
         if cfg.draft_head == "fitted":
             from .exit_head import fit_exit_heads
+
             fit_exit_heads(model)
         return model
     if cfg.checkpoint is not None:
         from .loader import load_checkpoint
+
         return load_checkpoint(cfg, device=device, dtype=dtype)
     with torch.device("meta"):
         model = LoopedLM(cfg, dtype=dtype)

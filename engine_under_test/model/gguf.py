@@ -21,6 +21,7 @@ blk.{i}.ffn_{gate,up,down}     layers.{i}.mlp.{gate,up,down}_proj.weight
 output_norm.weight             norm.weight
 output.weight                  lm_head.weight
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,10 +32,15 @@ import torch
 from ..config import ModelConfig
 
 _LAYER_NAMES = {
-    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
 }
 _TOP_NAMES = {"token_embd": "embed_tokens", "output_norm": "norm", "output": "lm_head"}
 
@@ -52,33 +58,46 @@ def _field(reader, key: str, default=None):
     return default if f is None else f.contents()
 
 
-def read_llama_config(path: Path, stage_layers: tuple[int, ...] | None = None,
-                      draft_head: str = "plain", name: str | None = None) -> ModelConfig:
+def read_llama_config(
+    path: Path,
+    stage_layers: tuple[int, ...] | None = None,
+    draft_head: str = "plain",
+    name: str | None = None,
+) -> ModelConfig:
     """The ModelConfig of a Llama-family GGUF file (architecture "llama")."""
     r = _reader(path)
     arch = _field(r, "general.architecture")
     if arch != "llama":
         raise ValueError(f"{path}: GGUF architecture {arch!r}; only 'llama' is supported")
-    g = lambda k, d=None: _field(r, f"llama.{k}", d)   # noqa: E731
-    layers, hidden, heads = int(g("block_count")), int(g("embedding_length")), int(
-        g("attention.head_count"))
+    g = lambda k, d=None: _field(r, f"llama.{k}", d)  # noqa: E731
+    layers, hidden, heads = (
+        int(g("block_count")),
+        int(g("embedding_length")),
+        int(g("attention.head_count")),
+    )
     tokens = _field(r, "tokenizer.ggml.tokens")
     vocab = int(g("vocab_size", len(tokens) if tokens is not None else 0))
     names = {t.name for t in r.tensors}
     return ModelConfig(
-        name=name or str(_field(r, "general.name", path.stem)), architecture="llama",
-        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
+        name=name or str(_field(r, "general.name", path.stem)),
+        architecture="llama",
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
         num_attention_heads=heads,
         num_key_value_heads=int(g("attention.head_count_kv", heads)),
         head_dim=int(g("rope.dimension_count", hidden // heads)),
-        intermediate_size=int(g("feed_forward_length")), total_ut_steps=1,
+        intermediate_size=int(g("feed_forward_length")),
+        total_ut_steps=1,
         rope_theta=float(g("rope.freq_base", 10000.0)),
         rms_norm_eps=float(g("attention.layer_norm_rms_epsilon", 1e-5)),
         max_position_embeddings=int(g("context_length", 2048)),
         tie_word_embeddings="output.weight" not in names,
         eos_token_id=int(_field(r, "tokenizer.ggml.eos_token_id", 0)),
-        gguf=str(path), draft_head=draft_head,
-        stage_layers=tuple(stage_layers) if stage_layers else tuple(range(1, layers + 1)))
+        gguf=str(path),
+        draft_head=draft_head,
+        stage_layers=tuple(stage_layers) if stage_layers else tuple(range(1, layers + 1)),
+    )
 
 
 def unpermute_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -104,6 +123,7 @@ def engine_name(gguf_name: str) -> str | None:
 def dequantized_tensors(path: Path, cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """Every model weight of the file as float32, in HF layout, by engine name."""
     from gguf import dequantize
+
     out: dict[str, torch.Tensor] = {}
     for t in _reader(path).tensors:
         name = engine_name(t.name)
@@ -120,10 +140,12 @@ def dequantized_tensors(path: Path, cfg: ModelConfig) -> dict[str, torch.Tensor]
 
 
 @torch.no_grad()
-def load_llama_gguf(cfg: ModelConfig, device: torch.device | str = "cpu",
-                    dtype: torch.dtype = torch.float32):
+def load_llama_gguf(
+    cfg: ModelConfig, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+):
     """Build the LlamaLM of ``cfg`` with the weights of ``cfg.gguf``."""
     from .llama import LlamaLM
+
     with torch.device("meta"):
         model = LlamaLM(cfg, dtype=dtype)
     model = model.to_empty(device=device)
@@ -132,12 +154,15 @@ def load_llama_gguf(cfg: ModelConfig, device: torch.device | str = "cpu",
     missing = sorted(set(wanted) - set(tensors))
     unexpected = sorted(set(tensors) - set(wanted))
     if missing or unexpected:
-        raise ValueError(f"{cfg.gguf} does not match its config: missing {missing[:6]}, "
-                         f"unexpected {unexpected[:6]}")
+        raise ValueError(
+            f"{cfg.gguf} does not match its config: missing {missing[:6]}, "
+            f"unexpected {unexpected[:6]}"
+        )
     for name, param in wanted.items():
         t = tensors[name]
         if tuple(t.shape) != tuple(param.shape):
-            raise ValueError(f"{name}: GGUF shape {tuple(t.shape)} != model shape "
-                             f"{tuple(param.shape)}")
+            raise ValueError(
+                f"{name}: GGUF shape {tuple(t.shape)} != model shape {tuple(param.shape)}"
+            )
         param.copy_(t.to(device=param.device, dtype=param.dtype))
     return model.eval().requires_grad_(False)

@@ -34,6 +34,7 @@ tiny, p(t2 | t1) for the five likeliest t1 has top probabilities 0.62, 0.50, 0.2
 and 0.70. Over 800 random 12-token prompts and all their positions the mean TVs are tiny
 0.32 / 0.10 and small 0.35 / 0.12.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,8 +45,11 @@ from ..config import ModelConfig
 from .model import LoopedLM
 
 # First-position TV(p, q_d) for d = 1, 2, 3 on DEFAULT_PROMPT, T=1, fp32, seed 0.
-MEASURED_TV = {"tiny": (0.3488, 0.1017, 0.0343), "small": (0.3145, 0.0826, 0.0201),
-               "ouro-1.4b": (0.3425, 0.0981, 0.0249)}
+MEASURED_TV = {
+    "tiny": (0.3488, 0.1017, 0.0343),
+    "small": (0.3145, 0.0826, 0.0201),
+    "ouro-1.4b": (0.3425, 0.0981, 0.0249),
+}
 
 
 def _orthonormal(rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:
@@ -65,7 +69,7 @@ def init_weights(model: LoopedLM, cfg: ModelConfig) -> None:
     rep = H // G
     kA = min(max(2, int(round(ic.anchor_frac * D))), D - 1)
     basis = _orthonormal(D, D, gen)
-    e0, Ap, S = basis[:, 0], basis[:, 1:kA], basis[:, kA:]     # [D], [D, kA-1], [D, kS]
+    e0, Ap, S = basis[:, 0], basis[:, 1:kA], basis[:, kA:]  # [D], [D, kA-1], [D, kS]
     A = basis[:, :kA]
 
     def put(param: torch.nn.Parameter, value: torch.Tensor) -> None:
@@ -93,25 +97,34 @@ def init_weights(model: LoopedLM, cfg: ModelConfig) -> None:
         wk = unit_rows(G * hd, Ap) * math.sqrt(a2 * D / (kA - 1))
         put(attn.k_proj.weight, wk)
         put(attn.q_proj.weight, wk.view(G, 1, hd, D).expand(G, rep, hd, D).reshape(H * hd, D))
-        put(attn.v_proj.weight, torch.randn(G * hd, kA - 1, generator=gen) @ Ap.T
-            / math.sqrt(kA - 1))
-        put(attn.o_proj.weight, S @ torch.randn(S.shape[1], H * hd, generator=gen)
-            / math.sqrt(H * hd))
+        put(
+            attn.v_proj.weight,
+            torch.randn(G * hd, kA - 1, generator=gen) @ Ap.T / math.sqrt(kA - 1),
+        )
+        put(
+            attn.o_proj.weight,
+            S @ torch.randn(S.shape[1], H * hd, generator=gen) / math.sqrt(H * hd),
+        )
         gate = torch.zeros(inter, D)
         up = torch.zeros(inter, D)
         down = torch.zeros(D, inter)
-        c = A[:, :n_copy].T                                      # [n_copy, D]
-        gate[:n_copy], gate[n_copy:2 * n_copy] = c, -c
-        up[:2 * n_copy] = e0
-        down[:, :n_copy], down[:, n_copy:2 * n_copy] = c.T, -c.T
+        c = A[:, :n_copy].T  # [n_copy, D]
+        gate[:n_copy], gate[n_copy : 2 * n_copy] = c, -c
+        up[: 2 * n_copy] = e0
+        down[:, :n_copy], down[:, n_copy : 2 * n_copy] = c.T, -c.T
         n_noise = inter - 2 * n_copy
         if n_noise:
-            gate[2 * n_copy:] = torch.randn(n_noise, D, generator=gen) / math.sqrt(D)
-            up[2 * n_copy:] = torch.randn(n_noise, D, generator=gen) / math.sqrt(D)
+            gate[2 * n_copy :] = torch.randn(n_noise, D, generator=gen) / math.sqrt(D)
+            up[2 * n_copy :] = torch.randn(n_noise, D, generator=gen) / math.sqrt(D)
             # The copy output has norm ~ y |P_A x| ~ D/2 for a normalised x; scale the
             # random units' S output to mlp_noise of that.
-            down[:, 2 * n_copy:] = (S @ torch.randn(S.shape[1], n_noise, generator=gen)
-                                    * ic.mlp_noise * (D / 2) / math.sqrt(n_noise * D / 2))
+            down[:, 2 * n_copy :] = (
+                S
+                @ torch.randn(S.shape[1], n_noise, generator=gen)
+                * ic.mlp_noise
+                * (D / 2)
+                / math.sqrt(n_noise * D / 2)
+            )
         put(mlp.gate_proj.weight, gate)
         put(mlp.up_proj.weight, up)
         put(mlp.down_proj.weight, down)
@@ -125,7 +138,7 @@ def init_weights(model: LoopedLM, cfg: ModelConfig) -> None:
     # Logit std ~ lm_scale against a normalised state with ~half its energy in S.
     gS = torch.randn(V, S.shape[1], generator=gen) @ S.T
     gA = torch.randn(V, kA - 1, generator=gen) @ Ap.T
-    w = (math.sqrt(ic.lm_s_share) * gS + math.sqrt(1.0 - ic.lm_s_share) * gA)
+    w = math.sqrt(ic.lm_s_share) * gS + math.sqrt(1.0 - ic.lm_s_share) * gA
     w = w * ic.lm_scale / math.sqrt(D / 2)
     if model.lm_head is not None:
         put(model.lm_head.weight, w)

@@ -8,15 +8,24 @@ deep ones (loops d..R-1); nothing is shared across depths.
 Layout: ``k[r, l]`` is ``[S, G, Lmax, hd]`` (slot, kv head, position, head dim), so a
 decode batch over slots 0..B-1 attends to the view ``k[r, l][:B]`` without a copy.
 """
+
 from __future__ import annotations
 
 import torch
 
 
 class KVCache:
-    def __init__(self, num_loops: int, num_layers: int, num_slots: int, kv_heads: int,
-                 max_len: int, head_dim: int, device: torch.device | str,
-                 dtype: torch.dtype):
+    def __init__(
+        self,
+        num_loops: int,
+        num_layers: int,
+        num_slots: int,
+        kv_heads: int,
+        max_len: int,
+        head_dim: int,
+        device: torch.device | str,
+        dtype: torch.dtype,
+    ):
         shape = (num_loops, num_layers, num_slots, kv_heads, max_len, head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)  # [R, L, S, G, Lmax, hd]
         self.v = torch.zeros(shape, device=device, dtype=dtype)

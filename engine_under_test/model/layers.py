@@ -10,6 +10,7 @@ Attention reads and writes one KV namespace (one depth, one layer) of ``KVCache`
 which rows and positions it touches is described by an ``AttnContext`` built once per
 forward (shared by every layer and loop of that forward).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -74,8 +75,9 @@ class AttnContext:
 def rope_tables(positions: torch.Tensor, head_dim: int, theta: float):
     """positions [B, T] int64 -> (cos, sin) each [B, T, head_dim] float32."""
     half = head_dim // 2
-    inv_freq = 1.0 / (theta ** (torch.arange(0, half, device=positions.device,
-                                             dtype=torch.float32) / half))
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, half, device=positions.device, dtype=torch.float32) / half)
+    )
     angles = positions.to(torch.float32)[..., None] * inv_freq  # [B, T, half]
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos(), angles.sin()
@@ -91,8 +93,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 class Attention(nn.Module):
-    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int,
-                 device=None, dtype=None):
+    def __init__(
+        self, hidden: int, heads: int, kv_heads: int, head_dim: int, device=None, dtype=None
+    ):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
         kw = dict(bias=False, device=device, dtype=dtype)
@@ -101,10 +104,13 @@ class Attention(nn.Module):
         self.v_proj = Linear(hidden, kv_heads * head_dim, **kw)
         self.o_proj = Linear(heads * head_dim, hidden, **kw)
 
-    def forward(self, x: torch.Tensor,          # [B, T, D]
-                k_cache: torch.Tensor,          # [S, kv_heads, Lmax, hd] (one depth, one layer)
-                v_cache: torch.Tensor,          # [S, kv_heads, Lmax, hd]
-                ctx: AttnContext) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,  # [B, T, D]
+        k_cache: torch.Tensor,  # [S, kv_heads, Lmax, hd] (one depth, one layer)
+        v_cache: torch.Tensor,  # [S, kv_heads, Lmax, hd]
+        ctx: AttnContext,
+    ) -> torch.Tensor:
         B, T, _ = x.shape
         H, G, hd = self.heads, self.kv_heads, self.head_dim
         q = apply_rope(self.q_proj(x).view(B, T, H, hd), ctx.cos, ctx.sin)
@@ -116,9 +122,9 @@ class Attention(nn.Module):
         _write(k_cache, rows, ctx.write_pos, k)
         _write(v_cache, rows, ctx.write_pos, v)
         if ctx.prefix:
-            keys, values = k_cache[:B], v_cache[:B]               # views, no copy
+            keys, values = k_cache[:B], v_cache[:B]  # views, no copy
         else:
-            keys, values = k_cache[ctx.rows], v_cache[ctx.rows]   # gather
+            keys, values = k_cache[ctx.rows], v_cache[ctx.rows]  # gather
         # Grouped-query attention without repeating K/V: fold each group's query heads
         # into the query-length axis so every kv head serves its H/G query heads.
         rep = H // G
@@ -129,10 +135,12 @@ class Attention(nn.Module):
         return self.o_proj(out)
 
 
-def _write(cache: torch.Tensor,      # [S, G, Lmax, hd]
-           rows: torch.Tensor,       # [B, T] int64
-           pos: torch.Tensor,        # [B, T] int64
-           new: torch.Tensor) -> None:  # [B, T, G, hd]
+def _write(
+    cache: torch.Tensor,  # [S, G, Lmax, hd]
+    rows: torch.Tensor,  # [B, T] int64
+    pos: torch.Tensor,  # [B, T] int64
+    new: torch.Tensor,
+) -> None:  # [B, T, G, hd]
     # Advanced indices separated by a slice put their dims first: cache[rows, :, pos] is
     # [B, T, G, hd], exactly the layout of `new`.
     cache[rows, :, pos] = new.to(cache.dtype)
@@ -155,8 +163,17 @@ class MLP(nn.Module):
 class DecoderLayer(nn.Module):
     """One layer with Ouro's sandwich norms (parameter names as in the HF checkpoint)."""
 
-    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int,
-                 eps: float, device=None, dtype=None):
+    def __init__(
+        self,
+        hidden: int,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        inter: int,
+        eps: float,
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
         self.self_attn = Attention(hidden, heads, kv_heads, head_dim, **kw)
@@ -166,8 +183,9 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(hidden, eps, **kw)
         self.post_attention_layernorm_2 = RMSNorm(hidden, eps, **kw)
 
-    def forward(self, h: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                ctx: AttnContext) -> torch.Tensor:  # h [B, T, D]
+    def forward(
+        self, h: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ctx: AttnContext
+    ) -> torch.Tensor:  # h [B, T, D]
         a = self.self_attn(self.input_layernorm(h), k_cache, v_cache, ctx)
         h = h + self.input_layernorm_2(a)
         m = self.mlp(self.post_attention_layernorm(h))

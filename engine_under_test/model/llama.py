@@ -21,6 +21,7 @@ changes q; the states verification continues are the unmodified shallow states.
 The interface is the looped model's (``num_loops``, ``run_loops``, ``logits``,
 ``reference_logits``), with "loop" read as "stage", so every runner serves both.
 """
+
 from __future__ import annotations
 
 import torch
@@ -34,8 +35,17 @@ from .layers import MLP, Attention, AttnContext, Embedding, Linear, RMSNorm, rop
 class LlamaDecoderLayer(nn.Module):
     """Pre-norm layer; parameter names as in Hugging Face's LlamaDecoderLayer."""
 
-    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, inter: int,
-                 eps: float, device=None, dtype=None):
+    def __init__(
+        self,
+        hidden: int,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        inter: int,
+        eps: float,
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
         self.self_attn = Attention(hidden, heads, kv_heads, head_dim, **kw)
@@ -43,8 +53,9 @@ class LlamaDecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(hidden, eps, **kw)
         self.post_attention_layernorm = RMSNorm(hidden, eps, **kw)
 
-    def forward(self, h: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                ctx: AttnContext) -> torch.Tensor:  # h [B, T, D]
+    def forward(
+        self, h: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ctx: AttnContext
+    ) -> torch.Tensor:  # h [B, T, D]
         h = h + self.self_attn(self.input_layernorm(h), k_cache, v_cache, ctx)
         return h + self.mlp(self.post_attention_layernorm(h))
 
@@ -59,17 +70,26 @@ class LlamaLM(nn.Module):
         D = cfg.hidden_size
         self.embed_tokens = Embedding(cfg.vocab_size, D, **kw)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(D, cfg.num_attention_heads, cfg.num_key_value_heads,
-                              cfg.head_dim, cfg.intermediate_size, cfg.rms_norm_eps, **kw)
-            for _ in range(cfg.num_hidden_layers))
+            LlamaDecoderLayer(
+                D,
+                cfg.num_attention_heads,
+                cfg.num_key_value_heads,
+                cfg.head_dim,
+                cfg.intermediate_size,
+                cfg.rms_norm_eps,
+                **kw,
+            )
+            for _ in range(cfg.num_hidden_layers)
+        )
         self.norm = RMSNorm(D, cfg.rms_norm_eps, **kw)
-        self.lm_head = None if cfg.tie_word_embeddings else Linear(
-            D, cfg.vocab_size, bias=False, **kw)
+        self.lm_head = (
+            None if cfg.tie_word_embeddings else Linear(D, cfg.vocab_size, bias=False, **kw)
+        )
         # Fitted exit maps, keyed by the exit depth d (str: ModuleDict keys); empty when
         # the draft head is "plain". Filled by exit_head.fit_exit_heads.
         self.exit_maps = nn.ModuleDict()
         ends = cfg.stage_layers
-        self._bounds = list(zip((0, *ends[:-1]), ends, strict=True))   # [(first, end)] per stage
+        self._bounds = list(zip((0, *ends[:-1]), ends, strict=True))  # [(first, end)] per stage
 
     # ------------------------------------------------------------------ pieces
     @property
@@ -85,25 +105,47 @@ class LlamaLM(nn.Module):
 
     def new_cache(self, num_slots: int, max_len: int) -> KVCache:
         p = self.embed_tokens.weight
-        return KVCache(1, len(self.layers), num_slots, self.cfg.num_key_value_heads,
-                       max_len, self.cfg.head_dim, p.device, p.dtype)
+        return KVCache(
+            1,
+            len(self.layers),
+            num_slots,
+            self.cfg.num_key_value_heads,
+            max_len,
+            self.cfg.head_dim,
+            p.device,
+            p.dtype,
+        )
 
-    def context(self, positions: torch.Tensor,   # [B, T] int64 position of each new token
-                rows: torch.Tensor,              # [B] int64 cache slots
-                max_len: int, prefix: bool) -> AttnContext:
+    def context(
+        self,
+        positions: torch.Tensor,  # [B, T] int64 position of each new token
+        rows: torch.Tensor,  # [B] int64 cache slots
+        max_len: int,
+        prefix: bool,
+    ) -> AttnContext:
         keys = torch.arange(max_len, device=positions.device)
-        mask = (keys[None, None, :] <= positions[:, :, None])[:, None]   # [B, 1, T, Lmax]
+        mask = (keys[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, T, Lmax]
         cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
-        return AttnContext(rows=rows, prefix=prefix,
-                           write_pos=positions.clamp(0, max_len - 1), mask=mask,
-                           cos=cos, sin=sin)
+        return AttnContext(
+            rows=rows,
+            prefix=prefix,
+            write_pos=positions.clamp(0, max_len - 1),
+            mask=mask,
+            cos=cos,
+            sin=sin,
+        )
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:  # [B, T] int64 -> [B, T, D]
         return self.embed_tokens(tokens)
 
-    def run_loops(self, h: torch.Tensor,       # [B, T, D] residual entering stage `start`
-                  start: int, stop: int, cache: KVCache,
-                  ctx: AttnContext) -> torch.Tensor:
+    def run_loops(
+        self,
+        h: torch.Tensor,  # [B, T, D] residual entering stage `start`
+        start: int,
+        stop: int,
+        cache: KVCache,
+        ctx: AttnContext,
+    ) -> torch.Tensor:
         """Stages start..stop-1; returns the raw residual state [B, T, D] (no norm)."""
         for s in range(start, stop):
             for i in self.stage_layers(s):
@@ -129,15 +171,20 @@ class LlamaLM(nn.Module):
 
     # ------------------------------------------------------------------ reference
     @torch.no_grad()
-    def hidden_states(self, tokens: list[int] | torch.Tensor,
-                      cache: KVCache | None = None) -> list[torch.Tensor]:
+    def hidden_states(
+        self, tokens: list[int] | torch.Tensor, cache: KVCache | None = None
+    ) -> list[torch.Tensor]:
         """Residual states of one prefix after every stage: S tensors [T, D]."""
         dev = self.embed_tokens.weight.device
         ids = torch.as_tensor(tokens, dtype=torch.int64, device=dev).view(1, -1)
         T = ids.shape[1]
         cache = cache if cache is not None else self.new_cache(1, T)
-        ctx = self.context(torch.arange(T, device=dev).view(1, T),
-                           torch.zeros(1, dtype=torch.int64, device=dev), cache.max_len, True)
+        ctx = self.context(
+            torch.arange(T, device=dev).view(1, T),
+            torch.zeros(1, dtype=torch.int64, device=dev),
+            cache.max_len,
+            True,
+        )
         h, out = self.embed(ids), []
         for s in range(self.num_stages):
             h = self.run_loops(h, s, s + 1, cache, ctx)
@@ -145,8 +192,12 @@ class LlamaLM(nn.Module):
         return out
 
     @torch.no_grad()
-    def reference_logits(self, tokens: list[int] | torch.Tensor, loops: int | None = None,
-                         cache: KVCache | None = None) -> torch.Tensor:
+    def reference_logits(
+        self,
+        tokens: list[int] | torch.Tensor,
+        loops: int | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
         """Serial reference: logits [T, V] float32 of one prefix exiting after ``loops``
         stages (S when None; d < S reads the exit head of depth d)."""
         S = self.num_stages

@@ -22,6 +22,7 @@ A single ``model.safetensors`` or shards listed by ``model.safetensors.index.jso
 Tensors are converted to the requested dtype on load; rotary ``inv_freq`` buffers, if
 present, are ignored (recomputed from rope_theta).
 """
+
 from __future__ import annotations
 
 import json
@@ -55,11 +56,12 @@ def _files(path: Path) -> list[Path]:
 
 
 @torch.no_grad()
-def load_checkpoint(cfg: ModelConfig, device: torch.device | str = "cpu",
-                    dtype: torch.dtype = torch.float32) -> LoopedLM:
+def load_checkpoint(
+    cfg: ModelConfig, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+) -> LoopedLM:
     """Build the model of ``cfg`` with the weights stored in ``cfg.checkpoint``."""
     path = Path(cfg.checkpoint)
-    if cfg.architecture == "llama":   # HF LlamaForCausalLM names are LlamaLM's + "model."
+    if cfg.architecture == "llama":  # HF LlamaForCausalLM names are LlamaLM's + "model."
         from .llama import LlamaLM as cls
     else:
         cls = LoopedLM
@@ -76,21 +78,25 @@ def load_checkpoint(cfg: ModelConfig, device: torch.device | str = "cpu",
                     continue
                 param = wanted.get(key)
                 if param is None and key == "lm_head.weight" and cfg.tie_word_embeddings:
-                    continue   # a tied head saved anyway: the embeddings are the head
+                    continue  # a tied head saved anyway: the embeddings are the head
                 if param is None:
                     unexpected.append(key)
                     continue
                 t = f.get_tensor(key)
                 if tuple(t.shape) != tuple(param.shape):
-                    raise ValueError(f"{key}: checkpoint shape {tuple(t.shape)} != "
-                                     f"model shape {tuple(param.shape)}")
+                    raise ValueError(
+                        f"{key}: checkpoint shape {tuple(t.shape)} != "
+                        f"model shape {tuple(param.shape)}"
+                    )
                 param.copy_(t.to(device=param.device, dtype=param.dtype))
                 seen.add(key)
     missing = sorted(set(wanted) - seen)
     if missing or unexpected:
-        raise ValueError(f"checkpoint {path} does not match the config: missing "
-                         f"{missing[:8]}{'...' if len(missing) > 8 else ''}, unexpected "
-                         f"{unexpected[:8]}{'...' if len(unexpected) > 8 else ''}")
+        raise ValueError(
+            f"checkpoint {path} does not match the config: missing "
+            f"{missing[:8]}{'...' if len(missing) > 8 else ''}, unexpected "
+            f"{unexpected[:8]}{'...' if len(unexpected) > 8 else ''}"
+        )
     return model.eval().requires_grad_(False)
 
 
@@ -102,7 +108,9 @@ def save_checkpoint(model: LoopedLM, path: str | Path, dtype: torch.dtype | None
     dt = dtype or next(model.parameters()).dtype
     cfg["torch_dtype"] = str(dt).replace("torch.", "")
     (path / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
-    tensors = {hf_name(n): p.detach().to(device="cpu", dtype=dt).contiguous()
-               for n, p in model.named_parameters()}
+    tensors = {
+        hf_name(n): p.detach().to(device="cpu", dtype=dt).contiguous()
+        for n, p in model.named_parameters()
+    }
     save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
     return path

@@ -11,6 +11,7 @@ on the state after loop d-1 (``run_loops(h, 0, d)``); verification continues tha
 state through loops d..R-1 (``run_loops(h_d, d, R)``) for the target law p. Parameter
 names follow Ouro's Hugging Face checkpoint (``model.`` prefix added by the loader).
 """
+
 from __future__ import annotations
 
 import torch
@@ -29,49 +30,74 @@ class LoopedLM(nn.Module):
         D = cfg.hidden_size
         self.embed_tokens = Embedding(cfg.vocab_size, D, **kw)
         self.layers = nn.ModuleList(
-            DecoderLayer(D, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim,
-                         cfg.intermediate_size, cfg.rms_norm_eps, **kw)
-            for _ in range(cfg.num_hidden_layers))
+            DecoderLayer(
+                D,
+                cfg.num_attention_heads,
+                cfg.num_key_value_heads,
+                cfg.head_dim,
+                cfg.intermediate_size,
+                cfg.rms_norm_eps,
+                **kw,
+            )
+            for _ in range(cfg.num_hidden_layers)
+        )
         self.norm = RMSNorm(D, cfg.rms_norm_eps, **kw)
         # Ouro's learned early-exit gate: stored and loaded for checkpoint fidelity, unused
         # (the engine exits at a fixed depth: d for the draft, R for the target).
         self.early_exit_gate = Linear(D, 1, bias=True, **kw)
-        self.lm_head = None if cfg.tie_word_embeddings else Linear(
-            D, cfg.vocab_size, bias=False, **kw)
+        self.lm_head = (
+            None if cfg.tie_word_embeddings else Linear(D, cfg.vocab_size, bias=False, **kw)
+        )
 
     # ------------------------------------------------------------------ pieces
     @property
     def num_loops(self) -> int:
         return self.cfg.total_ut_steps
 
-    num_stages = num_loops   # a stage of a looped model is one loop
+    num_stages = num_loops  # a stage of a looped model is one loop
 
     def new_cache(self, num_slots: int, max_len: int) -> KVCache:
         p = self.embed_tokens.weight
-        return KVCache(self.num_loops, len(self.layers), num_slots,
-                       self.cfg.num_key_value_heads, max_len, self.cfg.head_dim,
-                       p.device, p.dtype)
+        return KVCache(
+            self.num_loops,
+            len(self.layers),
+            num_slots,
+            self.cfg.num_key_value_heads,
+            max_len,
+            self.cfg.head_dim,
+            p.device,
+            p.dtype,
+        )
 
-    def context(self, positions: torch.Tensor,   # [B, T] int64 position of each new token
-                rows: torch.Tensor,              # [B] int64 cache slots
-                max_len: int,
-                prefix: bool) -> AttnContext:
+    def context(
+        self,
+        positions: torch.Tensor,  # [B, T] int64 position of each new token
+        rows: torch.Tensor,  # [B] int64 cache slots
+        max_len: int,
+        prefix: bool,
+    ) -> AttnContext:
         """Rotary tables, causal mask and clamped write positions for one forward."""
         keys = torch.arange(max_len, device=positions.device)
-        mask = (keys[None, None, :] <= positions[:, :, None])[:, None]   # [B, 1, T, Lmax]
+        mask = (keys[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, T, Lmax]
         cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
         # Stale or padded tokens may sit past the end; clamping keeps their (ignored)
         # writes inside their own slot instead of raising or touching another slot.
         write_pos = positions.clamp(0, max_len - 1)
-        return AttnContext(rows=rows, prefix=prefix, write_pos=write_pos, mask=mask,
-                           cos=cos, sin=sin)
+        return AttnContext(
+            rows=rows, prefix=prefix, write_pos=write_pos, mask=mask, cos=cos, sin=sin
+        )
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:  # [B, T] int64 -> [B, T, D]
         return self.embed_tokens(tokens)
 
-    def run_loops(self, h: torch.Tensor,       # [B, T, D] state entering loop `start`
-                  start: int, stop: int, cache: KVCache,
-                  ctx: AttnContext) -> torch.Tensor:
+    def run_loops(
+        self,
+        h: torch.Tensor,  # [B, T, D] state entering loop `start`
+        start: int,
+        stop: int,
+        cache: KVCache,
+        ctx: AttnContext,
+    ) -> torch.Tensor:
         """Loops start..stop-1 (each writes its own KV namespace); returns [B, T, D]."""
         for r in range(start, stop):
             for i, layer in enumerate(self.layers):
@@ -91,8 +117,12 @@ class LoopedLM(nn.Module):
 
     # ------------------------------------------------------------------ reference
     @torch.no_grad()
-    def reference_logits(self, tokens: list[int] | torch.Tensor, loops: int | None = None,
-                         cache: KVCache | None = None) -> torch.Tensor:
+    def reference_logits(
+        self,
+        tokens: list[int] | torch.Tensor,
+        loops: int | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
         """Serial reference: one full forward of one prefix, logits at every position.
 
         tokens: [T] ids; loops: exit depth (R when None). Returns [T, V] float32. Uses a

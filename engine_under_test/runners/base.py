@@ -15,6 +15,7 @@ aborted request still in flight) are never looked at, whatever their error flags
 Each failure is recorded in ``failures`` (a ``FailedRound``: which requests, which of
 their rounds, what was invalid), which ``LLM.generate`` reports to its caller.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -39,8 +40,16 @@ class RunnerBase:
     mode = "base"
     lookahead = 1  # KV positions a round may write past the last committed token
 
-    def __init__(self, model: LoopedLM, *, device: torch.device, max_num_seqs: int,
-                 max_model_len: int, num_draws: int, hooks: MutantHooks):
+    def __init__(
+        self,
+        model: LoopedLM,
+        *,
+        device: torch.device,
+        max_num_seqs: int,
+        max_model_len: int,
+        num_draws: int,
+        hooks: MutantHooks,
+    ):
         self.model = model
         self.device = torch.device(device)
         self.max_num_seqs = max_num_seqs
@@ -54,15 +63,15 @@ class RunnerBase:
         self._free = list(range(max_num_seqs))
         self.waiting: deque[Request] = deque()
         self.transfer = HostTransfer(self.device)
-        self.fault = None          # tests: fault(kind, logits) -> logits
-        self.trace: list | None = None   # tests: collected rounds when a list
-        self.failures: list[FailedRound] = []   # every failed prefill batch or round
-        self.rounds_run = 0      # decode rounds collected
-        self.prefills_run = 0    # prefill batches collected
+        self.fault = None  # tests: fault(kind, logits) -> logits
+        self.trace: list | None = None  # tests: collected rounds when a list
+        self.failures: list[FailedRound] = []  # every failed prefill batch or round
+        self.rounds_run = 0  # decode rounds collected
+        self.prefills_run = 0  # prefill batches collected
         self.graphs: GraphedRound | None = None
         self._graph_key = None
-        self.round_hints: dict = {}   # sampling_hints of the round being run (CPU only)
-        self._finished_slots: list[tuple[int, bool]] = []   # (slot, seeded) to clear
+        self.round_hints: dict = {}  # sampling_hints of the round being run (CPU only)
+        self._finished_slots: list[tuple[int, bool]] = []  # (slot, seeded) to clear
 
     # ------------------------------------------------------------------ CUDA Graphs
     def enable_cuda_graphs(self, round_fn) -> None:
@@ -75,8 +84,14 @@ class RunnerBase:
     def _mutable_state(self) -> list[torch.Tensor]:
         """Tensors a round may mutate; the capture's warm-up restores them."""
         s = self.state
-        return [s.next_token, s.next_pos, s.budget, s.live, self.rng.round,
-                *self.hooks.device_state()]
+        return [
+            s.next_token,
+            s.next_pos,
+            s.budget,
+            s.live,
+            self.rng.round,
+            *self.hooks.device_state(),
+        ]
 
     def release(self) -> None:
         """Drop the KV cache and every captured graph (with its memory pool). The graphs
@@ -102,7 +117,7 @@ class RunnerBase:
         if self.graphs is None or self.fault is not None:
             return round_fn(*key)
         version = (self.cache_version, self.state.version)
-        if version != self._graph_key:   # a reallocated tensor: captured graphs are stale
+        if version != self._graph_key:  # a reallocated tensor: captured graphs are stale
             self.graphs.invalidate()
             self._graph_key = version
         return tuple(t.clone() for t in self.graphs(*key))
@@ -117,7 +132,8 @@ class RunnerBase:
             raise ValueError(
                 f"prompt ({len(req.prompt)}) + max_tokens ({req.params.max_tokens}) + "
                 f"lookahead ({self.lookahead}) = {need} exceeds max_model_len "
-                f"{self.max_model_len}")
+                f"{self.max_model_len}"
+            )
         V = self.model.cfg.vocab_size
         if not req.prompt or any(not 0 <= t < V for t in req.prompt):
             raise ValueError(f"prompt must be a non-empty list of ids in [0, {V})")
@@ -161,8 +177,7 @@ class RunnerBase:
         if not admitted:
             return admitted
         live = [r for r in self.slots if r is not None]
-        self._ensure_cache(max(r.slot for r in live) + 1,
-                           max(self.max_len_needed(r) for r in live))
+        self._ensure_cache(max(r.slot for r in live) + 1, max(self.max_len_needed(r) for r in live))
         self.state.set_params([r.slot for r in admitted], admitted)
         seeded = [r for r in admitted if r.seed is not None]
         self.rng.bind_many([r.slot for r in seeded], [r.seed for r in seeded])
@@ -174,8 +189,16 @@ class RunnerBase:
         return len(self.failures)
 
     def run_prefill(self, admitted: list[Request]) -> PrefillOutputs:
-        return prefill(self.model, self.cache, self.state, self.rng, admitted, self.hooks,
-                       self.sampling_hints(admitted), self.fault)
+        return prefill(
+            self.model,
+            self.cache,
+            self.state,
+            self.rng,
+            admitted,
+            self.hooks,
+            self.sampling_hints(admitted),
+            self.fault,
+        )
 
     def finish(self, req: Request, reason: str, *, defer: bool = False) -> None:
         """Finish a request and free its slot (device state cleared, generator released).
@@ -233,27 +256,38 @@ class RunnerBase:
         if self.device.type == "cuda":
             return {}
         V = self.model.cfg.vocab_size
-        ps = [r.params for r in requests if r is not None and not r.finished
-              and r.seed is not None]
+        ps = [r.params for r in requests if r is not None and not r.finished and r.seed is not None]
         ks = [p.top_k for p in ps]
-        return {"max_top_k": max(ks, default=1) if all(0 < k < V for k in ks) else None,
-                "any_top_p": any(p.top_p < 1.0 for p in ps)}
+        return {
+            "max_top_k": max(ks, default=1) if all(0 < k < V for k in ks) else None,
+            "any_top_p": any(p.top_p < 1.0 for p in ps),
+        }
 
     def snapshot(self, B: int) -> list[Request | None]:
         """The request of each row 0..B-1 that a round submitted now may serve."""
         return [r if r is not None and r.budget_bound > 0 else None for r in self.slots[:B]]
 
     # ------------------------------------------------------------------ host commits
-    def _fail(self, stage: str, index: int, rows: list[Request | None], live,
-              invalid: np.ndarray, round_of) -> None:
+    def _fail(
+        self,
+        stage: str,
+        index: int,
+        rows: list[Request | None],
+        live,
+        invalid: np.ndarray,
+        round_of,
+    ) -> None:
         """Fatal cleanup: finish every live row with "error" and record the failure.
         round_of(req) is the request's round number of the failed round."""
         errors = []
         for b, req in enumerate(rows):
             if req is not None and not req.finished and live[b]:
                 code = int(invalid[b])
-                errors.append(RequestError(req.request_id, round_of(req),
-                                           INVALID_NAMES.get(code) if code else None))
+                errors.append(
+                    RequestError(
+                        req.request_id, round_of(req), INVALID_NAMES.get(code) if code else None
+                    )
+                )
                 self.finish(req, "error", defer=True)
         self.failures.append(FailedRound(stage, index, tuple(errors)))
         self.flush_finished()
@@ -262,8 +296,14 @@ class RunnerBase:
         """Commit t1 of one collected prefill batch (or fail the batch, contract 3)."""
         self.prefills_run += 1
         if bool(host["t1_failed"][0]):
-            self._fail("prefill", self.prefills_run - 1, admitted,
-                       [True] * len(admitted), host["t1_invalid"], lambda req: 0)
+            self._fail(
+                "prefill",
+                self.prefills_run - 1,
+                admitted,
+                [True] * len(admitted),
+                host["t1_invalid"],
+                lambda req: 0,
+            )
             return
         for req, tok in zip(admitted, host["t1"].tolist(), strict=True):
             if req.finished:
@@ -276,13 +316,23 @@ class RunnerBase:
         """Commit one collected round (spec or nospec) to the host records."""
         self.rounds_run += 1
         if self.trace is not None:  # copies: pinned ring buffers get reused
-            self.trace.append(([r.serial if r is not None else None for r in rows],
-                               {k: v.copy() for k, v in host.items()}))
+            self.trace.append(
+                (
+                    [r.serial if r is not None else None for r in rows],
+                    {k: v.copy() for k, v in host.items()},
+                )
+            )
         live = host["live"]
         if bool(host["failed"][0]):
             # Fatal cleanup, before any token or EOS of this round is looked at.
-            self._fail("decode", self.rounds_run - 1, rows, live, host["invalid"],
-                       lambda req: len(req.output.rounds) + 1)
+            self._fail(
+                "decode",
+                self.rounds_run - 1,
+                rows,
+                live,
+                host["invalid"],
+                lambda req: len(req.output.rounds) + 1,
+            )
             return
         tokens, n_commit = host["tokens"], host["num_committed"]
         drafted, accepted = host["draft_lens"], host["num_accepted"]
@@ -322,20 +372,46 @@ class BlockSpeculationRunner(RunnerBase):
     round, 2K+1 request-owned uniforms per round, K+1 KV positions of lookahead, and
     the round itself (``speculative_round``), graph-captured per (B, W) on CUDA."""
 
-    def __init__(self, model, *, device, max_num_seqs, max_model_len, hooks,
-                 num_speculative_tokens: int, draft_loops: int, use_cuda_graphs: bool = True):
+    def __init__(
+        self,
+        model,
+        *,
+        device,
+        max_num_seqs,
+        max_model_len,
+        hooks,
+        num_speculative_tokens: int,
+        draft_loops: int,
+        use_cuda_graphs: bool = True,
+    ):
         K = num_speculative_tokens
-        super().__init__(model, device=device, max_num_seqs=max_num_seqs,
-                         max_model_len=max_model_len, num_draws=2 * K + 1, hooks=hooks)
+        super().__init__(
+            model,
+            device=device,
+            max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len,
+            num_draws=2 * K + 1,
+            hooks=hooks,
+        )
         self.K, self.d = K, draft_loops
         self.lookahead = K + 1
         if use_cuda_graphs:
             self.enable_cuda_graphs(self._round)
 
     def _speculative_round(self, B: int, W: int) -> RoundOutputs:
-        return speculative_round(self.model, self.cache, self.state, self.rng, B, self.K,
-                                 self.d, self.hooks, self.fault, width=W,
-                                 hints=self.round_hints)
+        return speculative_round(
+            self.model,
+            self.cache,
+            self.state,
+            self.rng,
+            B,
+            self.K,
+            self.d,
+            self.hooks,
+            self.fault,
+            width=W,
+            hints=self.round_hints,
+        )
 
     def _round(self, B: int, W: int) -> tuple:
         return tuple(self._speculative_round(B, W))

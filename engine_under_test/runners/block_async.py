@@ -14,6 +14,7 @@ On CUDA the round (draft, verify, accept, state update) is captured once per bat
 bucket and replayed (``GraphedRound``); on CPU the same function runs eagerly, with the
 same semantics, so CI exercises this path.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -28,8 +29,9 @@ from .spec_round import RoundOutputs
 from .state import Request, SlotState, Ticket
 
 
-def advance_slots(state: SlotState, rng: RngRegistry, out: RoundOutputs,
-                  hooks: MutantHooks) -> None:
+def advance_slots(
+    state: SlotState, rng: RngRegistry, out: RoundOutputs, hooks: MutantHooks
+) -> None:
     """Device-side commit of one round into slots 0..B-1 (no host reads).
 
     A failed round (``out.failed``) advances no slot and rewinds the random rows'
@@ -40,14 +42,13 @@ def advance_slots(state: SlotState, rng: RngRegistry, out: RoundOutputs,
     """
     B, K1 = out.tokens.shape
     live = out.live
-    failed = out.failed                                              # [1] bool
+    failed = out.failed  # [1] bool
     advance = live & ~failed
     n = out.num_committed
     last = out.tokens.gather(1, (n - 1).clamp_min(0)[:, None]).squeeze(1)
     last = hooks.next_input(last, out.drafts, out.draft_lens, state.random[:B] & live)
     committed = torch.arange(K1, device=n.device)[None, :] < n[:, None]
-    stop_hit = ((out.tokens[:, :, None] == state.stop_ids[:B, None, :]).any(-1)
-                & committed).any(-1)
+    stop_hit = ((out.tokens[:, :, None] == state.stop_ids[:B, None, :]).any(-1) & committed).any(-1)
     budget = torch.where(advance, state.budget[:B] - n, state.budget[:B])
     state.next_token[:B] = torch.where(advance, last, state.next_token[:B])
     state.next_pos[:B] = torch.where(advance, out.pos + n, state.next_pos[:B])
@@ -60,8 +61,8 @@ def advance_slots(state: SlotState, rng: RngRegistry, out: RoundOutputs,
 @dataclass
 class InFlight:
     ticket: Ticket
-    rows: list[Request | None]     # the request of each row when submitted
-    admitted: list[Request]        # prefilled just before this round (t1 in the ticket)
+    rows: list[Request | None]  # the request of each row when submitted
+    admitted: list[Request]  # prefilled just before this round (t1 in the ticket)
 
 
 class AsyncBlockRunner(BlockSpeculationRunner):
@@ -101,8 +102,7 @@ class AsyncBlockRunner(BlockSpeculationRunner):
                 view.update(pre.host_view())
             self.inflight.append(InFlight(self.transfer.submit(view), rows, admitted))
         elif admitted:  # nothing to decode (all max_tokens == 1 or t1 failed): t1 alone
-            self.inflight.append(InFlight(self.transfer.submit(pre.host_view()), [],
-                                          admitted))
+            self.inflight.append(InFlight(self.transfer.submit(pre.host_view()), [], admitted))
         # Keep one round in flight while there is work; otherwise drain.
         while len(self.inflight) > (1 if B else 0):
             self.collect()

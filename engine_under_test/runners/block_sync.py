@@ -7,6 +7,7 @@ the round is captured once per (batch bucket, draft width) and replayed, as in t
 async runner; eager elsewhere. ``mode="pipeline"`` runs here too, greedy requests only
 (the LLM facade rejects random sampling for it).
 """
+
 from __future__ import annotations
 
 from .base import BlockSpeculationRunner

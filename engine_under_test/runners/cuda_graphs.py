@@ -15,6 +15,7 @@ Capture needs every shape static and no host synchronisation inside ``fn``; both
 properties of the round (see spec_round.py). ``invalidate()`` drops every graph, e.g.
 after the KV cache or a slot-state tensor was reallocated.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,8 +24,13 @@ import torch
 
 
 class GraphedRound:
-    def __init__(self, fn: Callable[..., tuple], protect: Callable[[], list[torch.Tensor]],
-                 device: torch.device, warmup: int = 2):
+    def __init__(
+        self,
+        fn: Callable[..., tuple],
+        protect: Callable[[], list[torch.Tensor]],
+        device: torch.device,
+        warmup: int = 2,
+    ):
         self.fn = fn
         self.protect = protect
         self.device = device

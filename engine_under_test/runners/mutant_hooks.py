@@ -15,6 +15,7 @@ costs nothing.
 the state a CUDA Graph capture restores) so that it fires in the engine's first decode
 round only, on the device, without a host read.
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,9 +28,11 @@ def default_law(logits: torch.Tensor) -> torch.Tensor:
     """Softmax at temperature 1, no top-k/top-p: [N, V] -> [N, V] float32."""
     n = logits.shape[0]
     return batched_probabilities(
-        logits, torch.ones(n, dtype=torch.float32, device=logits.device),
+        logits,
+        torch.ones(n, dtype=torch.float32, device=logits.device),
         torch.zeros(n, dtype=torch.int64, device=logits.device),
-        torch.ones(n, dtype=torch.float32, device=logits.device))
+        torch.ones(n, dtype=torch.float32, device=logits.device),
+    )
 
 
 class MutantHooks:
@@ -54,26 +57,35 @@ class MutantHooks:
         return self.name in ("target_default_params", "bonus_params")
 
     # ---------------------------------------------------------------- uniforms
-    def share(self, u: torch.Tensor,         # [B, n] float64 per-row uniforms
-              random: torch.Tensor) -> torch.Tensor:  # [B] bool
+    def share(
+        self,
+        u: torch.Tensor,  # [B, n] float64 per-row uniforms
+        random: torch.Tensor,
+    ) -> torch.Tensor:  # [B] bool
         """shared_rng: every random row gets the block of the first random row."""
         if self.name != "shared_rng":
             return u
-        first = torch.argmax(random.to(torch.int64))      # device index, no host read
+        first = torch.argmax(random.to(torch.int64))  # device index, no host read
         shared = u.index_select(0, first.view(1)).expand_as(u)
         return torch.where(random[:, None], shared, u)
 
     # ---------------------------------------------------------------- drafts
-    def draft(self, x: torch.Tensor,          # [B] int64 the clean draft, drawn from q
-              q: torch.Tensor,                # [B, V] float32 draft law at one position
-              random: torch.Tensor) -> torch.Tensor:  # -> [B] int64
+    def draft(
+        self,
+        x: torch.Tensor,  # [B] int64 the clean draft, drawn from q
+        q: torch.Tensor,  # [B, V] float32 draft law at one position
+        random: torch.Tensor,
+    ) -> torch.Tensor:  # -> [B] int64
         if self.name == "greedy_draft":  # argmax drafts, yet q stays the softmax
             return torch.where(random, torch.argmax(q, dim=-1), x)
         return x
 
     # ---------------------------------------------------------------- target logits
-    def target_logits(self, logits: torch.Tensor,   # [B, K+1, V] float32 verification
-                      random: torch.Tensor) -> torch.Tensor:  # [B] bool -> same shape
+    def target_logits(
+        self,
+        logits: torch.Tensor,  # [B, K+1, V] float32 verification
+        random: torch.Tensor,
+    ) -> torch.Tensor:  # [B] bool -> same shape
         """nan_target_once: the first random row's target logits at position 0 become
         NaN (the whole [V] row: a single NaN logit would be filtered out by top-k, whose
         threshold it fails), in the first decode round that has a random row; later
@@ -81,18 +93,21 @@ class MutantHooks:
         so the row's law at its stop point is invalid and the round fails."""
         if self.name != "nan_target_once":
             return logits
-        first = torch.argmax(random.to(torch.int64))      # device index, no host read
+        first = torch.argmax(random.to(torch.int64))  # device index, no host read
         hit = (torch.arange(logits.shape[0], device=logits.device) == first) & random
-        hit = hit & ~self.fired                            # [B] bool, at most one row
+        hit = hit & ~self.fired  # [B] bool, at most one row
         self.fired |= hit.any().view(1)
         poisoned = logits.clone()
         poisoned[:, 0] = float("nan")
         return torch.where(hit[:, None, None], poisoned, logits)
 
-    def q_for_accept(self, q: torch.Tensor,          # [B, K, V] float32 law drafts came from
-                     drafts: torch.Tensor,           # [B, K] int64
-                     draft_logits: torch.Tensor | None,  # [B, K, V] or None
-                     random: torch.Tensor) -> torch.Tensor:
+    def q_for_accept(
+        self,
+        q: torch.Tensor,  # [B, K, V] float32 law drafts came from
+        drafts: torch.Tensor,  # [B, K] int64
+        draft_logits: torch.Tensor | None,  # [B, K, V] or None
+        random: torch.Tensor,
+    ) -> torch.Tensor:
         """The q handed to the verifier (the law the drafts came from, unless mutated)."""
         name = self.name
         if q.shape[1] == 0:  # an effective-K=0 round: no drafts, q unused
@@ -115,10 +130,13 @@ class MutantHooks:
             return torch.where(r, q.to(torch.bfloat16).to(torch.float32), q)
         return q
 
-    def p_for_accept(self, p: torch.Tensor,                 # [B, K+1, V] float32
-                     target_logits: torch.Tensor | None,    # [B, K+1, V] or None
-                     draft_lens: torch.Tensor,              # [B] int64
-                     random: torch.Tensor) -> torch.Tensor:
+    def p_for_accept(
+        self,
+        p: torch.Tensor,  # [B, K+1, V] float32
+        target_logits: torch.Tensor | None,  # [B, K+1, V] or None
+        draft_lens: torch.Tensor,  # [B] int64
+        random: torch.Tensor,
+    ) -> torch.Tensor:
         name = self.name
         if name not in ("target_default_params", "bonus_params"):
             return p
@@ -128,14 +146,17 @@ class MutantHooks:
         if name == "target_default_params":
             return torch.where(r, plain, p)
         # bonus_params: p at the bonus position L = draft_len only (used for nothing else)
-        at_bonus = (torch.arange(K1, device=p.device)[None, :] == draft_lens[:, None])
+        at_bonus = torch.arange(K1, device=p.device)[None, :] == draft_lens[:, None]
         return torch.where(r & at_bonus[..., None], plain, p)
 
     # ---------------------------------------------------------------- inputs
-    def next_input(self, committed_last: torch.Tensor,  # [B] int64
-                   drafts: torch.Tensor,                # [B, K] int64
-                   draft_lens: torch.Tensor,            # [B] int64
-                   random: torch.Tensor) -> torch.Tensor:  # [B] bool -> [B] int64
+    def next_input(
+        self,
+        committed_last: torch.Tensor,  # [B] int64
+        drafts: torch.Tensor,  # [B, K] int64
+        draft_lens: torch.Tensor,  # [B] int64
+        random: torch.Tensor,
+    ) -> torch.Tensor:  # [B] bool -> [B] int64
         """async_stale_input: feed the last draft instead of the last committed token."""
         if self.name != "async_stale_input":
             return committed_last

@@ -1,4 +1,5 @@
 """What a request returns: committed tokens and per-round acceptance telemetry."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -85,9 +86,9 @@ class RequestError:
 class FailedRound:
     """One prefill batch or decode round that failed (contract 3)."""
 
-    stage: str                           # "prefill" | "decode"
-    index: int                           # 0-based count of this runner's rounds of that stage
-    requests: tuple[RequestError, ...]   # every live request it finished with "error"
+    stage: str  # "prefill" | "decode"
+    index: int  # 0-based count of this runner's rounds of that stage
+    requests: tuple[RequestError, ...]  # every live request it finished with "error"
 
     @property
     def causes(self) -> tuple[RequestError, ...]:

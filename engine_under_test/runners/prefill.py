@@ -16,6 +16,7 @@ The device state of each new slot is set here, on the device: next input t1 at
 position n, budget max_tokens - 1, and live unless t1 is a stop token, the budget is
 already spent or the batch failed -- the same rules the host applies when it reads t1.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -31,18 +32,25 @@ from .state import Request, SlotState
 class PrefillOutputs(NamedTuple):
     """Device outputs of one prefill batch (n admitted requests)."""
 
-    t1: torch.Tensor       # [n] int64 the first token (-1 where the law was invalid)
+    t1: torch.Tensor  # [n] int64 the first token (-1 where the law was invalid)
     invalid: torch.Tensor  # [n] int8 why the law was invalid (sampling.INVALID_NAMES)
-    failed: torch.Tensor   # [1] bool: an invalid law on any row fails the batch
+    failed: torch.Tensor  # [1] bool: an invalid law on any row fails the batch
 
     def host_view(self) -> dict[str, torch.Tensor]:
         return {"t1": self.t1, "t1_invalid": self.invalid, "t1_failed": self.failed}
 
 
 @torch.no_grad()
-def prefill(model: LoopedLM, cache: KVCache, state: SlotState, rng: RngRegistry,
-            requests: list[Request], hooks: MutantHooks,
-            hints: dict | None = None, fault=None) -> PrefillOutputs:
+def prefill(
+    model: LoopedLM,
+    cache: KVCache,
+    state: SlotState,
+    rng: RngRegistry,
+    requests: list[Request],
+    hooks: MutantHooks,
+    hints: dict | None = None,
+    fault=None,
+) -> PrefillOutputs:
     """Prefill ``requests`` (already bound to slots); outputs stay on the device.
 
     hints: host promises forwarded to ``batched_probabilities`` (see
@@ -53,23 +61,24 @@ def prefill(model: LoopedLM, cache: KVCache, state: SlotState, rng: RngRegistry,
     lengths = [len(r.prompt) for r in requests]
     T = max(lengths)
     padded = [r.prompt + [0] * (T - len(r.prompt)) for r in requests]
-    tokens = state.upload(padded, torch.int64)                          # [n, T]
-    slots = state.upload([r.slot for r in requests], torch.int64)       # [n]
-    last = state.upload([x - 1 for x in lengths], torch.int64)          # [n]
+    tokens = state.upload(padded, torch.int64)  # [n, T]
+    slots = state.upload([r.slot for r in requests], torch.int64)  # [n]
+    last = state.upload([x - 1 for x in lengths], torch.int64)  # [n]
     budget = state.upload([r.params.max_tokens - 1 for r in requests], torch.int64)
     positions = torch.arange(T, device=tokens.device)[None, :].expand(n, T)
     # Padding sits at positions >= the prompt length: those keys are rewritten by the
     # real tokens before any query at or past them exists.
     ctx = model.context(positions, slots, cache.max_len, prefix=False)
     h = model.run_loops(model.embed(tokens), 0, model.num_loops, cache, ctx)  # [n, T, D]
-    h_last = h[torch.arange(n, device=h.device), last]                  # [n, D]
-    logits = model.logits(h_last)                                       # [n, V] f32
+    h_last = h[torch.arange(n, device=h.device), last]  # [n, D]
+    logits = model.logits(h_last)  # [n, V] f32
     if fault is not None:
         logits = fault(("t1", None), logits)
-    p = batched_probabilities(logits, state.temperature[slots], state.top_k[slots],
-                              state.top_p[slots], **(hints or {}))
+    p = batched_probabilities(
+        logits, state.temperature[slots], state.top_k[slots], state.top_p[slots], **(hints or {})
+    )
     random = state.random[slots]
-    u = hooks.share(rng.draw(slots, random), random)                    # [n, 2K+1]
+    u = hooks.share(rng.draw(slots, random), random)  # [n, 2K+1]
     res = sample_target(p, u[:, 0])
     t1 = res.tokens[:, 0]
     failed = res.error.any().view(1)

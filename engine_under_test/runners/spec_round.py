@@ -33,6 +33,7 @@ Randomness (contract 2). A random request owns a Philox stream keyed by its seed
 Greedy rows (and dead rows) draw nothing: their uniforms are zeros and their one-hot
 p and q reduce the rule to greedy acceptance. No host reads anywhere in this module.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -58,37 +59,56 @@ DRAFT_ROUND_OFFSET = 1 << 62
 class RoundOutputs(NamedTuple):
     """Device outputs of one round (B rows)."""
 
-    tokens: torch.Tensor         # [B, K+1] int64 committed tokens, -1 padded
-    num_accepted: torch.Tensor   # [B] int64
+    tokens: torch.Tensor  # [B, K+1] int64 committed tokens, -1 padded
+    num_accepted: torch.Tensor  # [B] int64
     num_committed: torch.Tensor  # [B] int64 (0 on error)
-    error: torch.Tensor          # [B] bool, invalid law at the stop point
-    invalid: torch.Tensor        # [B] int8 why (sampling.INVALID_NAMES)
-    draft_lens: torch.Tensor     # [B] int64 L of each row
-    drafts: torch.Tensor         # [B, K] int64
-    live: torch.Tensor           # [B] bool rows live when the round ran
-    failed: torch.Tensor         # [1] bool: an error on a live row fails the round
-    pos: torch.Tensor            # [B] int64 position of each row's input token
-    input_token: torch.Tensor    # [B] int64 the round's input (last committed token)
+    error: torch.Tensor  # [B] bool, invalid law at the stop point
+    invalid: torch.Tensor  # [B] int8 why (sampling.INVALID_NAMES)
+    draft_lens: torch.Tensor  # [B] int64 L of each row
+    drafts: torch.Tensor  # [B, K] int64
+    live: torch.Tensor  # [B] bool rows live when the round ran
+    failed: torch.Tensor  # [1] bool: an error on a live row fails the round
+    pos: torch.Tensor  # [B] int64 position of each row's input token
+    input_token: torch.Tensor  # [B] int64 the round's input (last committed token)
 
     def host_view(self) -> dict[str, torch.Tensor]:
         """What the host needs to collect (drafts stay on the device)."""
-        return {"tokens": self.tokens, "num_accepted": self.num_accepted,
-                "num_committed": self.num_committed, "error": self.error,
-                "invalid": self.invalid, "draft_lens": self.draft_lens, "live": self.live, "failed": self.failed,
-                "pos": self.pos, "input_token": self.input_token}
+        return {
+            "tokens": self.tokens,
+            "num_accepted": self.num_accepted,
+            "num_committed": self.num_committed,
+            "error": self.error,
+            "invalid": self.invalid,
+            "draft_lens": self.draft_lens,
+            "live": self.live,
+            "failed": self.failed,
+            "pos": self.pos,
+            "input_token": self.input_token,
+        }
 
 
-def draft_uniforms(rng: RngRegistry, B: int, K: int,
-                   random: torch.Tensor) -> torch.Tensor:  # [B] bool -> [B, K] float64
+def draft_uniforms(
+    rng: RngRegistry, B: int, K: int, random: torch.Tensor
+) -> torch.Tensor:  # [B] bool -> [B, K] float64
     """The K draft uniforms of rows 0..B-1 for the round about to be drawn."""
     u = philox_uniforms(rng.seed[:B], rng.round[:B] + DRAFT_ROUND_OFFSET, K)
     return torch.where(random[:, None], u, 0.0)
 
 
 @torch.no_grad()
-def speculative_round(model: LoopedLM, cache: KVCache, state: SlotState, rng: RngRegistry,
-                      B: int, K: int, d: int, hooks: MutantHooks, fault=None,
-                      width: int | None = None, hints: dict | None = None) -> RoundOutputs:
+def speculative_round(
+    model: LoopedLM,
+    cache: KVCache,
+    state: SlotState,
+    rng: RngRegistry,
+    B: int,
+    K: int,
+    d: int,
+    hooks: MutantHooks,
+    fault=None,
+    width: int | None = None,
+    hints: dict | None = None,
+) -> RoundOutputs:
     """Run one round for slots 0..B-1, reading inputs from ``state`` (no host reads).
 
     width: drafts actually computed, W <= K (default K). The host passes an upper bound
@@ -113,17 +133,17 @@ def speculative_round(model: LoopedLM, cache: KVCache, state: SlotState, rng: Rn
 
     # Draft-domain uniforms first: they read the round counter that draw() advances.
     u_draft = hooks.share(draft_uniforms(rng, B, K, random), random)
-    u_block = hooks.share(rng.draw(rows, random), random)        # [B, 2K+1]
-    u_accept = torch.cat([u_block[:, :W], u_block[:, K:K + W], u_block[:, 2 * K:]], dim=1)
+    u_block = hooks.share(rng.draw(rows, random), random)  # [B, 2K+1]
+    u_accept = torch.cat([u_block[:, :W], u_block[:, K : K + W], u_block[:, 2 * K :]], dim=1)
 
     # ---- draft: W steps at depth d ------------------------------------------------
     x = tok
     shallow, qs, draft_logits, drafts = [], [], [], []
     for j in range(W):
         ctx = model.context((pos + j)[:, None], rows, cache.max_len, prefix=True)
-        h = model.run_loops(model.embed(x[:, None]), 0, d, cache, ctx)   # [B, 1, D]
+        h = model.run_loops(model.embed(x[:, None]), 0, d, cache, ctx)  # [B, 1, D]
         shallow.append(h)
-        logits_q = model.exit_logits(h[:, 0], d)                         # [B, V] f32
+        logits_q = model.exit_logits(h[:, 0], d)  # [B, V] f32
         if fault is not None:
             logits_q = fault(("q", j), logits_q)
         q_j = batched_probabilities(logits_q, temp, top_k, top_p, **hints)
@@ -133,28 +153,32 @@ def speculative_round(model: LoopedLM, cache: KVCache, state: SlotState, rng: Rn
         if hooks.needs_draft_logits:
             draft_logits.append(logits_q)
     V = model.cfg.vocab_size
-    drafts_t = torch.stack(drafts, dim=1) if drafts else tok.new_zeros((B, 0))   # [B, W]
-    q = torch.stack(qs, dim=1) if qs else torch.zeros(B, 0, V, device=dev)     # [B, W, V]
+    drafts_t = torch.stack(drafts, dim=1) if drafts else tok.new_zeros((B, 0))  # [B, W]
+    q = torch.stack(qs, dim=1) if qs else torch.zeros(B, 0, V, device=dev)  # [B, W, V]
 
     # ---- verify: shallow state of x_W, then loops d..R-1 over W+1 positions -------
     ctx = model.context((pos + W)[:, None], rows, cache.max_len, prefix=True)
     shallow.append(model.run_loops(model.embed(x[:, None]), 0, d, cache, ctx))
-    h = torch.cat(shallow, dim=1)                                       # [B, W+1, D]
+    h = torch.cat(shallow, dim=1)  # [B, W+1, D]
     offsets = torch.arange(W + 1, device=dev)
     ctx = model.context(pos[:, None] + offsets[None, :], rows, cache.max_len, prefix=True)
     h = model.run_loops(h, d, R, cache, ctx)
-    logits_p = hooks.target_logits(model.logits(h), random)            # [B, W+1, V]
+    logits_p = hooks.target_logits(model.logits(h), random)  # [B, W+1, V]
     if fault is not None:
         logits_p = fault(("p", None), logits_p)
-    per_position = lambda t: t[:, None].expand(B, W + 1).reshape(-1)   # noqa: E731
-    p = batched_probabilities(logits_p.reshape(B * (W + 1), V), per_position(temp),
-                              per_position(top_k), per_position(top_p),
-                              **hints).view(B, W + 1, V)
+    per_position = lambda t: t[:, None].expand(B, W + 1).reshape(-1)  # noqa: E731
+    p = batched_probabilities(
+        logits_p.reshape(B * (W + 1), V),
+        per_position(temp),
+        per_position(top_k),
+        per_position(top_p),
+        **hints,
+    ).view(B, W + 1, V)
 
-    q = hooks.q_for_accept(q, drafts_t,
-                           torch.stack(draft_logits, 1) if draft_logits else None, random)
-    p = hooks.p_for_accept(p, logits_p if hooks.needs_target_logits else None,
-                           draft_lens, random)
+    q = hooks.q_for_accept(
+        q, drafts_t, torch.stack(draft_logits, 1) if draft_logits else None, random
+    )
+    p = hooks.p_for_accept(p, logits_p if hooks.needs_target_logits else None, draft_lens, random)
     res = speculative_accept(p, q, drafts_t, draft_lens, u_accept, mutant=hooks.kernel)
     failed = (res.error & live).any().view(1)
     # Host format is static: [B, K+1] tokens and [B, K] drafts, -1 padded past W.
@@ -163,5 +187,16 @@ def speculative_round(model: LoopedLM, cache: KVCache, state: SlotState, rng: Rn
     invalid = res.invalid
     if invalid is None:  # an accept implementation that does not classify its errors
         invalid = torch.where(res.error, UNCLASSIFIED, 0).to(torch.int8)
-    return RoundOutputs(tokens, res.num_accepted, res.num_committed, res.error, invalid,
-                        draft_lens, drafts_t, live, failed, pos.clone(), tok.clone())
+    return RoundOutputs(
+        tokens,
+        res.num_accepted,
+        res.num_committed,
+        res.error,
+        invalid,
+        draft_lens,
+        drafts_t,
+        live,
+        failed,
+        pos.clone(),
+        tok.clone(),
+    )

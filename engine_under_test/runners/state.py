@@ -17,6 +17,7 @@ can capture. ``SlotState`` holds the per-slot device tensors a round reads:
 ``Request`` is the host record of one request; ``HostTransfer`` moves a round's outputs
 to the host (side stream into pinned memory on CUDA).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -44,12 +45,12 @@ class Request:
     request_id: object
     prompt: list[int]
     params: SamplingParams
-    seed: int | None                      # None: greedy (acquires no generator)
-    stop_ids: tuple[int, ...]             # EOS (unless ignore_eos) + stop_token_ids
+    seed: int | None  # None: greedy (acquires no generator)
+    stop_ids: tuple[int, ...]  # EOS (unless ignore_eos) + stop_token_ids
     serial: int = field(default_factory=itertools.count().__next__)
     slot: int = -1
     output: RequestOutput = None  # type: ignore[assignment]
-    inflight: int = 0      # submitted, not yet collected: prefill and rounds (async)
+    inflight: int = 0  # submitted, not yet collected: prefill and rounds (async)
 
     def __post_init__(self) -> None:
         if self.output is None:
@@ -124,20 +125,21 @@ class SlotState:
         """Write the sampling parameters and stop ids of newly admitted requests."""
         width = max([len(r.stop_ids) for r in requests] + [1])
         if width > self.stop_ids.shape[1]:
-            grown = torch.full((self.num_slots, width), -1, dtype=torch.int64,
-                               device=self.device)
-            grown[:, :self.stop_ids.shape[1]] = self.stop_ids
+            grown = torch.full((self.num_slots, width), -1, dtype=torch.int64, device=self.device)
+            grown[:, : self.stop_ids.shape[1]] = self.stop_ids
             self.stop_ids = grown
             self.version += 1
         W = self.stop_ids.shape[1]
         idx = self.upload(slots, torch.int64)
         ps = [r.params for r in requests]
-        self.temperature.index_copy_(0, idx, self.upload([p.temperature for p in ps],
-                                                         torch.float32))
+        self.temperature.index_copy_(
+            0, idx, self.upload([p.temperature for p in ps], torch.float32)
+        )
         self.top_k.index_copy_(0, idx, self.upload([p.top_k for p in ps], torch.int64))
         self.top_p.index_copy_(0, idx, self.upload([p.top_p for p in ps], torch.float32))
-        self.random.index_copy_(0, idx, self.upload([r.seed is not None for r in requests],
-                                                    torch.bool))
+        self.random.index_copy_(
+            0, idx, self.upload([r.seed is not None for r in requests], torch.bool)
+        )
         stops = [list(r.stop_ids) + [-1] * (W - len(r.stop_ids)) for r in requests]
         self.stop_ids.index_copy_(0, idx, self.upload(stops, torch.int64))
 
@@ -197,11 +199,15 @@ class HostTransfer:
 
     def _buffer(self, slot: dict, name: str, t: torch.Tensor) -> torch.Tensor:
         buf = slot.get(name)
-        if buf is None or buf.dtype != t.dtype or buf.shape[1:] != t.shape[1:] \
-                or buf.shape[0] < t.shape[0]:
+        if (
+            buf is None
+            or buf.dtype != t.dtype
+            or buf.shape[1:] != t.shape[1:]
+            or buf.shape[0] < t.shape[0]
+        ):
             buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
             slot[name] = buf
-        return buf[:t.shape[0]]
+        return buf[: t.shape[0]]
 
     def submit(self, tensors: dict[str, torch.Tensor]) -> Ticket:
         if not self.cuda:

@@ -23,6 +23,7 @@ step, and `sample_target`, the same step with no drafts: every draw from the tar
 law goes through it), `rng` (request-owned Philox uniforms), `triton_kernels` (CUDA-only fused
 kernels, imported lazily).
 """
+
 from engine_under_test.sampling._dispatch import set_triton_enabled
 from engine_under_test.sampling.accept import (
     INVALID_NAMES,

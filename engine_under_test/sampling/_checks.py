@@ -3,6 +3,7 @@
 Every check reads tensor metadata only (shape, dtype, device), never values: reading
 values would be a host sync, and these functions run on the async path too.
 """
+
 from __future__ import annotations
 
 import torch

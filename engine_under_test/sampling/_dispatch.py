@@ -17,6 +17,7 @@ committed tokens): ENGINE_UNDER_TEST_SAMPLING, or `set_sampling_backend` at run 
           TRITON_INTERPRET=1); an ImportError if triton is missing.
 Float64 p or q and the kernel mutants stay on the torch path in every mode.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -33,8 +34,10 @@ _state: dict[str, object] = {
 }
 SAMPLING_BACKENDS = ("auto", "torch", "triton")
 # op name -> (module, function): the Triton twins of accept.py / categorical.py.
-_SAMPLING_KERNELS = {"speculative_accept": ("triton_accept", "speculative_accept"),
-                     "categorical": ("triton_categorical", "categorical")}
+_SAMPLING_KERNELS = {
+    "speculative_accept": ("triton_accept", "speculative_accept"),
+    "categorical": ("triton_categorical", "categorical"),
+}
 _sampling_modules: dict[str, ModuleType | None] = {}
 
 
@@ -58,7 +61,7 @@ def triton_kernels_for(t: torch.Tensor) -> ModuleType | None:
 
 
 def set_sampling_backend(backend: str) -> None:
-    """"auto", "torch" or "triton" for speculative_accept and categorical (module doc)."""
+    """ "auto", "torch" or "triton" for speculative_accept and categorical (module doc)."""
     if backend not in SAMPLING_BACKENDS:
         raise ValueError(f"sampling backend must be one of {SAMPLING_BACKENDS}, got {backend!r}")
     _state["sampling"] = backend
@@ -67,8 +70,9 @@ def set_sampling_backend(backend: str) -> None:
 def sampling_backend() -> str:
     backend = str(_state["sampling"])
     if backend not in SAMPLING_BACKENDS:  # a bad ENGINE_UNDER_TEST_SAMPLING value
-        raise ValueError(f"ENGINE_UNDER_TEST_SAMPLING must be one of {SAMPLING_BACKENDS}, "
-                         f"got {backend!r}")
+        raise ValueError(
+            f"ENGINE_UNDER_TEST_SAMPLING must be one of {SAMPLING_BACKENDS}, got {backend!r}"
+        )
     return backend
 
 

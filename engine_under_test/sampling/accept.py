@@ -29,6 +29,7 @@ Kernel mutants (specconform's planted bugs, selected only by the explicit `mutan
 argument; the registry with their bug classes is engine_under_test.mutants):
 `residual_from_p`, `bonus_off_by_one`, `shared_uniform`.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -51,17 +52,21 @@ KERNEL_MUTANTS = ("residual_from_p", "bonus_off_by_one", "shared_uniform")
 # AcceptResult.invalid codes: what made the law at a row's stop point invalid.
 # UNCLASSIFIED: an error flag from an accept implementation that gives no reason.
 VALID, NON_FINITE, ZERO_MASS, ZERO_RESIDUAL, UNCLASSIFIED = 0, 1, 2, 3, -1
-INVALID_NAMES = {NON_FINITE: "non_finite", ZERO_MASS: "zero_mass",
-                 ZERO_RESIDUAL: "zero_residual", UNCLASSIFIED: "unclassified"}
+INVALID_NAMES = {
+    NON_FINITE: "non_finite",
+    ZERO_MASS: "zero_mass",
+    ZERO_RESIDUAL: "zero_residual",
+    UNCLASSIFIED: "unclassified",
+}
 
 
 class AcceptResult(NamedTuple):
     """What one round commits for each row."""
 
-    tokens: torch.Tensor         # [B, K+1] int64 committed tokens, -1 padded (all -1 on error)
-    num_accepted: torch.Tensor   # [B] int64 accepted drafts (0 on error)
+    tokens: torch.Tensor  # [B, K+1] int64 committed tokens, -1 padded (all -1 on error)
+    num_accepted: torch.Tensor  # [B] int64 accepted drafts (0 on error)
     num_committed: torch.Tensor  # [B] int64 == num_accepted + 1 (0 on error)
-    error: torch.Tensor          # [B] bool, invalid law at the stop point
+    error: torch.Tensor  # [B] bool, invalid law at the stop point
     # [B] int8 why (VALID, NON_FINITE, ZERO_MASS, ZERO_RESIDUAL; error == invalid != 0).
     # None only from an accept implementation that does not classify (callers then
     # report UNCLASSIFIED: the flag, not the reason).
@@ -69,8 +74,13 @@ class AcceptResult(NamedTuple):
 
 
 def _check(p, q, drafts, draft_lens, uniforms, mutant) -> None:
-    for name, t in (("p", p), ("q", q), ("drafts", drafts), ("draft_lens", draft_lens),
-                    ("uniforms", uniforms)):
+    for name, t in (
+        ("p", p),
+        ("q", q),
+        ("drafts", drafts),
+        ("draft_lens", draft_lens),
+        ("uniforms", uniforms),
+    ):
         require_tensor(name, t)
     require_ndim("drafts", drafts, 2, "[B, K]")
     require_integer("drafts", drafts)
@@ -87,8 +97,12 @@ def _check(p, q, drafts, draft_lens, uniforms, mutant) -> None:
     require_integer("draft_lens", draft_lens)
     require_shape("uniforms", uniforms, (B, 2 * K + 1), "[B, 2K+1]")
     require_float("uniforms", uniforms)
-    for name, t in (("q", q), ("drafts", drafts), ("draft_lens", draft_lens),
-                    ("uniforms", uniforms)):
+    for name, t in (
+        ("q", q),
+        ("drafts", drafts),
+        ("draft_lens", draft_lens),
+        ("uniforms", uniforms),
+    ):
         require_device(name, t, p.device, "p")
     if mutant is not None and mutant not in KERNEL_MUTANTS:
         raise ValueError(
@@ -96,9 +110,14 @@ def _check(p, q, drafts, draft_lens, uniforms, mutant) -> None:
         )
 
 
-def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
-                       draft_lens: torch.Tensor, uniforms: torch.Tensor,
-                       mutant: str | None = None) -> AcceptResult:
+def speculative_accept(
+    p: torch.Tensor,
+    q: torch.Tensor,
+    drafts: torch.Tensor,
+    draft_lens: torch.Tensor,
+    uniforms: torch.Tensor,
+    mutant: str | None = None,
+) -> AcceptResult:
     """Accept, correct or extend each row's drafts (rule in the module docstring).
 
     p,           # [B, K+1, V] float32 target law per position
@@ -124,9 +143,9 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
 
     # --- accept test at every draft position, float64 ---------------------------------
     in_range = (drafts >= 0) & (drafts < V)
-    safe_drafts = drafts.to(torch.int64).clamp(0, V - 1)[..., None]   # [B, K, 1]
-    p_draft = p[:, :K].gather(-1, safe_drafts).squeeze(-1).double()   # [B, K]
-    q_draft = q.gather(-1, safe_drafts).squeeze(-1).double()          # [B, K]
+    safe_drafts = drafts.to(torch.int64).clamp(0, V - 1)[..., None]  # [B, K, 1]
+    p_draft = p[:, :K].gather(-1, safe_drafts).squeeze(-1).double()  # [B, K]
+    q_draft = q.gather(-1, safe_drafts).squeeze(-1).double()  # [B, K]
     # NaN in p or q makes the comparison False: a rejection, and then the stop-point
     # law below holds the NaN and sets the error flag.
     accepted = (positions < lens[:, None]) & in_range & (u[:, :K] * q_draft < p_draft)
@@ -134,7 +153,7 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
     # The stop point is the number of leading accepts (a cumulative product stops
     # counting at the first non-accept, whatever comes after it).
     stop = accepted.to(torch.int64).cumprod(dim=-1).sum(dim=-1)  # [B] in [0, lens]
-    rejected = stop < lens                                        # [B] bool
+    rejected = stop < lens  # [B] bool
 
     # --- the law at the stop point ----------------------------------------------------
     # Only the stop point's rows of p and q are copied ([B, V] float32 each); float64
@@ -168,8 +187,7 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
     mass = torch.where(finite, law.sum(dim=-1), 0.0)
     error = ~(finite & (mass > 0))  # non-finite, or no positive mass (zero residual)
     no_mass = torch.where(rejected, ZERO_RESIDUAL, ZERO_MASS)
-    invalid = torch.where(finite, torch.where(mass > 0, VALID, no_mass),
-                          NON_FINITE).to(torch.int8)
+    invalid = torch.where(finite, torch.where(mass > 0, VALID, no_mass), NON_FINITE).to(torch.int8)
 
     # --- the correction or bonus draw -------------------------------------------------
     draw_index = torch.where(rejected, K + stop, 2 * K)
@@ -183,10 +201,12 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
 
     # --- committed tokens: accepted drafts, then the correction or bonus --------------
     slots = torch.arange(K + 1, device=device)
-    padded = torch.cat([drafts.to(torch.int64), drafts.new_full((B, 1), -1, dtype=torch.int64)],
-                       dim=1)
-    tokens = torch.where(slots < stop[:, None], padded,
-                         torch.where(slots == stop[:, None], token[:, None], -1))
+    padded = torch.cat(
+        [drafts.to(torch.int64), drafts.new_full((B, 1), -1, dtype=torch.int64)], dim=1
+    )
+    tokens = torch.where(
+        slots < stop[:, None], padded, torch.where(slots == stop[:, None], token[:, None], -1)
+    )
     tokens = torch.where(error[:, None], -1, tokens)
     num_accepted = torch.where(error, 0, stop)
     num_committed = torch.where(error, 0, stop + 1)
@@ -211,5 +231,10 @@ def sample_target(p: torch.Tensor, u: torch.Tensor) -> AcceptResult:
     require_ndim("u", u, 1, "[B]")
     B, V = p.shape
     no_drafts = torch.empty((B, 0), dtype=torch.int64, device=p.device)
-    return speculative_accept(p[:, None], p.new_empty((B, 0, V)), no_drafts,
-                              torch.zeros(B, dtype=torch.int64, device=p.device), u[:, None])
+    return speculative_accept(
+        p[:, None],
+        p.new_empty((B, 0, V)),
+        no_drafts,
+        torch.zeros(B, dtype=torch.int64, device=p.device),
+        u[:, None],
+    )

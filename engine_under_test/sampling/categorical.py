@@ -12,6 +12,7 @@ tails included, are never chosen. The one case the rule leaves open is a target 
 rounds to >= total (u just below 1): the draw then returns the last token of positive
 weight, never an index past the support or past V.
 """
+
 from __future__ import annotations
 
 import torch

@@ -48,6 +48,7 @@ Where the batched path runs:
     2**53 of them;
   - ``any_top_p=False`` (no non-greedy row has top_p < 1): the top-p step is skipped.
 """
+
 from __future__ import annotations
 
 import torch
@@ -68,8 +69,9 @@ NEG_INF = float("-inf")
 # --------------------------------------------------------------------------- reference
 
 
-def _reference_row(logits: torch.Tensor, temperature: float, top_k: int,
-                   top_p: float) -> torch.Tensor:
+def _reference_row(
+    logits: torch.Tensor, temperature: float, top_k: int, top_p: float
+) -> torch.Tensor:
     """One row of the law, written step by step.
 
     logits,       # [V] float32/bf16/fp16/float64
@@ -137,8 +139,12 @@ class Sampler:
 
 
 def _check_batched(logits, temperature, top_k, top_p) -> None:
-    for name, t in (("logits", logits), ("temperature", temperature), ("top_k", top_k),
-                    ("top_p", top_p)):
+    for name, t in (
+        ("logits", logits),
+        ("temperature", temperature),
+        ("top_k", top_k),
+        ("top_p", top_p),
+    ):
         require_tensor(name, t)
     require_ndim("logits", logits, 2, "[B, V]")
     require_float("logits", logits)
@@ -156,8 +162,9 @@ def _check_batched(logits, temperature, top_k, top_p) -> None:
 
 
 def _check_hints(max_top_k, any_top_p) -> None:
-    if max_top_k is not None and (isinstance(max_top_k, bool) or not isinstance(max_top_k, int)
-                                  or max_top_k < 1):
+    if max_top_k is not None and (
+        isinstance(max_top_k, bool) or not isinstance(max_top_k, int) or max_top_k < 1
+    ):
         raise ValueError(f"max_top_k must be None or an int >= 1, got {max_top_k!r}")
     if not isinstance(any_top_p, bool):
         raise ValueError(f"any_top_p must be a bool, got {any_top_p!r}")
@@ -217,21 +224,20 @@ def _top_p_cut_candidates(probs_k, kept, top_p, top_values, top_indices, top_k):
     B, V = probs_k.shape
     C = top_values.shape[-1]
     p64 = top_p.double()
-    cand_p = probs_k.gather(-1, top_indices)                                 # [B, C]
-    kth = top_values.gather(-1, (top_k - 1).clamp(0, C - 1)[:, None])        # [B, 1]
+    cand_p = probs_k.gather(-1, top_indices)  # [B, C]
+    kth = top_values.gather(-1, (top_k - 1).clamp(0, C - 1)[:, None])  # [B, 1]
     cand_kept = top_values >= kth
-    p_min = cand_p.gather(-1, (top_k - 1).clamp(0, C - 1)[:, None])          # [B, 1]
+    p_min = cand_p.gather(-1, (top_k - 1).clamp(0, C - 1)[:, None])  # [B, 1]
     # (prob desc, index asc): order by index, then a stable sort by prob.
     by_index, perm = torch.sort(top_indices, dim=-1)
-    sorted_p, order = torch.sort(cand_p.gather(-1, perm), dim=-1, descending=True,
-                                 stable=True)
+    sorted_p, order = torch.sort(cand_p.gather(-1, perm), dim=-1, descending=True, stable=True)
     sorted_index = by_index.gather(-1, order)
     cumulative = torch.cumsum(sorted_p.double(), dim=-1)
-    n_cand = cand_kept.sum(dim=-1)                                 # kept candidates
+    n_cand = cand_kept.sum(dim=-1)  # kept candidates
     positions = torch.arange(C, device=probs_k.device)
     below = ((cumulative < p64[:, None]) & (positions < n_cand[:, None])).sum(dim=-1)
-    g0 = (cand_kept & (cand_p > p_min)).sum(dim=-1)                # G starts here
-    n_group = kept.sum(dim=-1) - g0                                # |G| on the whole row
+    g0 = (cand_kept & (cand_p > p_min)).sum(dim=-1)  # G starts here
+    n_group = kept.sum(dim=-1) - g0  # |G| on the whole row
     # Cut before G, or inside G's candidate part: read it off the sorted candidates.
     at = below.clamp_max(C - 1)[:, None]
     last_prob = sorted_p.gather(-1, at).squeeze(-1)
@@ -246,8 +252,9 @@ def _top_p_cut_candidates(probs_k, kept, top_p, top_values, top_indices, top_k):
     pm = p_min.squeeze(-1).double()
     extra = torch.ceil(((p64 - s_last) / pm).clamp(0.0, float(V))).to(torch.int64)
     extra = torch.where(s_last + extra.double() * pm < p64, extra + 1, extra)
-    extra = torch.where((extra > 1) & (s_last + (extra - 1).double() * pm >= p64),
-                        extra - 1, extra).clamp_min(1)
+    extra = torch.where(
+        (extra > 1) & (s_last + (extra - 1).double() * pm >= p64), extra - 1, extra
+    ).clamp_min(1)
     c = torch.where(reached, below - g0 + 1, (n_cand - g0) + extra)
     in_group = below >= g0
     group = kept & (probs_k == p_min)
@@ -262,10 +269,15 @@ def _top_p_cut_candidates(probs_k, kept, top_p, top_values, top_indices, top_k):
     return last_prob, last_index
 
 
-def batched_probabilities(logits: torch.Tensor, temperature: torch.Tensor,
-                          top_k: torch.Tensor, top_p: torch.Tensor, *,
-                          max_top_k: int | None = None,
-                          any_top_p: bool = True) -> torch.Tensor:
+def batched_probabilities(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    top_k: torch.Tensor,
+    top_p: torch.Tensor,
+    *,
+    max_top_k: int | None = None,
+    any_top_p: bool = True,
+) -> torch.Tensor:
     """The law of `Sampler.probabilities` for every row at once, per-row parameters.
 
     logits,       # [B, V] float32/bf16/fp16 (never modified; float64 is rounded to float32)
@@ -317,13 +329,15 @@ def batched_probabilities(logits: torch.Tensor, temperature: torch.Tensor,
         probs_k = torch.softmax(x, dim=-1)
         p32 = top_p.to(torch.float32)
         if hint:
-            last_prob, last_index = _top_p_cut_candidates(probs_k, kept, p32, top_values,
-                                                          top_indices, k)
+            last_prob, last_index = _top_p_cut_candidates(
+                probs_k, kept, p32, top_values, top_indices, k
+            )
         else:
             last_prob, last_index = _top_p_cut_sorted(probs_k, p32)
         columns = torch.arange(V, device=logits.device)
         keep = (probs_k > last_prob[:, None]) | (
-            (probs_k == last_prob[:, None]) & (columns <= last_index[:, None]))
+            (probs_k == last_prob[:, None]) & (columns <= last_index[:, None])
+        )
         x.masked_fill_(keep.logical_not_(), NEG_INF)
     # Greedy rows (all -inf now): a 0 at the argmax, whose softmax is exactly the
     # one-hot of the argmax, whatever the logits' values (NaN and inf included).

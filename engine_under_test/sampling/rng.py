@@ -18,6 +18,7 @@ Stream layout:
   (w0, w1) and u[2*index + 1] from (w2, w3), each ((a >> 5) * 2**26 + (b >> 6)) / 2**53:
   53 random bits, exactly representable, in [0, 1).
 """
+
 from __future__ import annotations
 
 import torch
@@ -101,16 +102,24 @@ def philox_uniforms_torch(seeds: torch.Tensor, rounds: torch.Tensor, n: int) -> 
     B = seeds.shape[0]
     n_counters = (n + 1) // 2
     index = torch.arange(n_counters, dtype=torch.int64, device=seeds.device)
-    counter = torch.stack(torch.broadcast_tensors(
-        index[None, :],
-        (rounds & MASK32)[:, None],
-        ((rounds >> 32) & MASK32)[:, None],
-        torch.full((1, 1), DOMAIN, dtype=torch.int64, device=seeds.device),
-    ), dim=-1)                                                           # [B, C, 4]
+    counter = torch.stack(
+        torch.broadcast_tensors(
+            index[None, :],
+            (rounds & MASK32)[:, None],
+            ((rounds >> 32) & MASK32)[:, None],
+            torch.full((1, 1), DOMAIN, dtype=torch.int64, device=seeds.device),
+        ),
+        dim=-1,
+    )  # [B, C, 4]
     key = torch.stack([seeds & MASK32, (seeds >> 32) & MASK32], dim=-1)[:, None, :]  # [B,1,2]
-    words = philox4x32_10(counter, key)                                  # [B, C, 4]
-    pairs = torch.stack([words_to_uniforms(words[..., 0], words[..., 1]),
-                         words_to_uniforms(words[..., 2], words[..., 3])], dim=-1)
+    words = philox4x32_10(counter, key)  # [B, C, 4]
+    pairs = torch.stack(
+        [
+            words_to_uniforms(words[..., 0], words[..., 1]),
+            words_to_uniforms(words[..., 2], words[..., 3]),
+        ],
+        dim=-1,
+    )
     return pairs.reshape(B, 2 * n_counters)[:, :n].contiguous()
 
 
@@ -232,8 +241,9 @@ class RngRegistry:
         returns       # [B, num_draws] float64; zeros on greedy rows
         """
         mask = self._rows(slots, random_mask)
-        uniforms = philox_uniforms(self.seed.index_select(0, slots),
-                                   self.round.index_select(0, slots), self.num_draws)
+        uniforms = philox_uniforms(
+            self.seed.index_select(0, slots), self.round.index_select(0, slots), self.num_draws
+        )
         uniforms = torch.where(mask[:, None], uniforms, 0.0)
         self.round.index_add_(0, slots, mask.to(torch.int64))
         return uniforms

@@ -19,6 +19,7 @@ summation orders can round a boundary apart by ~1e-16 relative). The kernel muta
 float64 p or q stay on the torch path (`_dispatch.sampling_kernel_for`): a float64 row
 sum could overflow where every entry is finite.
 """
+
 from __future__ import annotations
 
 import torch
@@ -55,8 +56,9 @@ def _stop_point(p_row, q_row, d_row, u_row, lens_ptr, b, sp1, sq1, V, K: tl.cons
 
 
 @triton.jit
-def _write_round(tok_row, d_row, nacc_ptr, ncom_ptr, err_ptr, b, stop, token, error,
-                 K: tl.constexpr):
+def _write_round(
+    tok_row, d_row, nacc_ptr, ncom_ptr, err_ptr, b, stop, token, error, K: tl.constexpr
+):
     """Committed tokens (accepted drafts, then the draw, -1 after), counts, error flag."""
     for s in tl.static_range(K + 1):
         if s < K:
@@ -71,9 +73,28 @@ def _write_round(tok_row, d_row, nacc_ptr, ncom_ptr, err_ptr, b, stop, token, er
 
 
 @triton.jit
-def _accept_kernel(p_ptr, sp0, sp1, q_ptr, sq0, sq1, d_ptr, sd0, lens_ptr, u_ptr, su0,
-                   tok_ptr, st0, nacc_ptr, ncom_ptr, err_ptr, V,
-                   K: tl.constexpr, BLOCK: tl.constexpr, NTP: tl.constexpr):
+def _accept_kernel(
+    p_ptr,
+    sp0,
+    sp1,
+    q_ptr,
+    sq0,
+    sq1,
+    d_ptr,
+    sd0,
+    lens_ptr,
+    u_ptr,
+    su0,
+    tok_ptr,
+    st0,
+    nacc_ptr,
+    ncom_ptr,
+    err_ptr,
+    V,
+    K: tl.constexpr,
+    BLOCK: tl.constexpr,
+    NTP: tl.constexpr,
+):
     b = tl.program_id(0).to(tl.int64)
     p_row, q_row = p_ptr + b * sp0, q_ptr + b * sq0
     u_row, d_row = u_ptr + b * su0, d_ptr + b * sd0
@@ -88,15 +109,34 @@ def _accept_kernel(p_ptr, sp0, sp1, q_ptr, sq0, sq1, d_ptr, sd0, lens_ptr, u_ptr
 
 
 @triton.jit
-def _accept_stats_kernel(p_ptr, sp0, sp1, q_ptr, sq0, sq1, d_ptr, sd0, lens_ptr, u_ptr, su0,
-                         sums_ptr, bads_ptr, lasts_ptr, S, V, CH,
-                         K: tl.constexpr, BLOCK: tl.constexpr):
+def _accept_stats_kernel(
+    p_ptr,
+    sp0,
+    sp1,
+    q_ptr,
+    sq0,
+    sq1,
+    d_ptr,
+    sd0,
+    lens_ptr,
+    u_ptr,
+    su0,
+    sums_ptr,
+    bads_ptr,
+    lasts_ptr,
+    S,
+    V,
+    CH,
+    K: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """Split rows, pass 1: chunk s of row b's stop-point law (triton_categorical)."""
     b = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
     p_row, q_row = p_ptr + b * sp0, q_ptr + b * sq0
-    stop, rejected = _stop_point(p_row, q_row, d_ptr + b * sd0, u_ptr + b * su0, lens_ptr, b,
-                                 sp1, sq1, V, K)
+    stop, rejected = _stop_point(
+        p_row, q_row, d_ptr + b * sd0, u_ptr + b * su0, lens_ptr, b, sp1, sq1, V, K
+    )
     law_p = p_row + stop * sp1
     law_q = q_row + tl.maximum(tl.minimum(stop, K - 1), 0) * sq1
     total, n_bad, last_pos = _chunk_stats(law_p, law_q, V, rejected, s * CH, CH, K > 0, BLOCK)
@@ -106,10 +146,33 @@ def _accept_stats_kernel(p_ptr, sp0, sp1, q_ptr, sq0, sq1, d_ptr, sd0, lens_ptr,
 
 
 @triton.jit
-def _accept_split_kernel(p_ptr, sp0, sp1, q_ptr, sq0, sq1, d_ptr, sd0, lens_ptr, u_ptr, su0,
-                         tok_ptr, st0, nacc_ptr, ncom_ptr, err_ptr, sums_ptr, bads_ptr,
-                         lasts_ptr, S, V, CH, K: tl.constexpr, BLOCK: tl.constexpr,
-                         SP: tl.constexpr):
+def _accept_split_kernel(
+    p_ptr,
+    sp0,
+    sp1,
+    q_ptr,
+    sq0,
+    sq1,
+    d_ptr,
+    sd0,
+    lens_ptr,
+    u_ptr,
+    su0,
+    tok_ptr,
+    st0,
+    nacc_ptr,
+    ncom_ptr,
+    err_ptr,
+    sums_ptr,
+    bads_ptr,
+    lasts_ptr,
+    S,
+    V,
+    CH,
+    K: tl.constexpr,
+    BLOCK: tl.constexpr,
+    SP: tl.constexpr,
+):
     """Split rows, pass 2: the draw from the chunk statistics, then the outputs."""
     b = tl.program_id(0).to(tl.int64)
     p_row, q_row = p_ptr + b * sp0, q_ptr + b * sq0
@@ -118,15 +181,32 @@ def _accept_split_kernel(p_ptr, sp0, sp1, q_ptr, sq0, sq1, d_ptr, sd0, lens_ptr,
     draw_u = tl.load(u_row + tl.where(rejected, K + stop, 2 * K))
     law_p = p_row + stop * sp1
     law_q = q_row + tl.maximum(tl.minimum(stop, K - 1), 0) * sq1
-    token, n_bad, total = _split_search(law_p, law_q, V, rejected, draw_u, sums_ptr + b * S,
-                                        bads_ptr + b * S, lasts_ptr + b * S, S, CH, K > 0,
-                                        BLOCK, SP)
+    token, n_bad, total = _split_search(
+        law_p,
+        law_q,
+        V,
+        rejected,
+        draw_u,
+        sums_ptr + b * S,
+        bads_ptr + b * S,
+        lasts_ptr + b * S,
+        S,
+        CH,
+        K > 0,
+        BLOCK,
+        SP,
+    )
     error = (n_bad > 0) | (total <= 0.0)
     _write_round(tok_ptr + b * st0, d_row, nacc_ptr, ncom_ptr, err_ptr, b, stop, token, error, K)
 
 
-def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
-                       draft_lens: torch.Tensor, uniforms: torch.Tensor):
+def speculative_accept(
+    p: torch.Tensor,
+    q: torch.Tensor,
+    drafts: torch.Tensor,
+    draft_lens: torch.Tensor,
+    uniforms: torch.Tensor,
+):
     """`sampling.speculative_accept` (mutant None) in one launch; arguments checked by
     the caller.
 
@@ -153,17 +233,28 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
     error = torch.empty(B, dtype=torch.bool, device=device)
     if B == 0:
         return tokens, num_accepted, num_committed, error
-    inputs = (p, p.stride(0), p.stride(1), q_arg, q_arg.stride(0), q_arg.stride(1),
-              drafts, drafts.stride(0), lens, u, u.stride(0))
+    inputs = (
+        p,
+        p.stride(0),
+        p.stride(1),
+        q_arg,
+        q_arg.stride(0),
+        q_arg.stride(1),
+        drafts,
+        drafts.stride(0),
+        lens,
+        u,
+        u.stride(0),
+    )
     outputs = (tokens, tokens.stride(0), num_accepted, num_committed, error)
     split = split_shape(B, V)
     if split is not None:  # small batches: each row's law in S chunks, then the draw
         block, ch, S, sp, warps = split
         stats = chunk_buffers(B, S, device)
-        _accept_stats_kernel[(B, S)](*inputs, *stats, S, V, ch, K=K, BLOCK=block,
-                                     num_warps=warps)
-        _accept_split_kernel[(B,)](*inputs, *outputs, *stats, S, V, ch, K=K, BLOCK=block,
-                                   SP=sp, num_warps=warps)
+        _accept_stats_kernel[(B, S)](*inputs, *stats, S, V, ch, K=K, BLOCK=block, num_warps=warps)
+        _accept_split_kernel[(B,)](
+            *inputs, *outputs, *stats, S, V, ch, K=K, BLOCK=block, SP=sp, num_warps=warps
+        )
         return tokens, num_accepted, num_committed, error
     block, ntp, warps = launch_shape(B, V)
     _accept_kernel[(B,)](*inputs, *outputs, V, K=K, BLOCK=block, NTP=ntp, num_warps=warps)

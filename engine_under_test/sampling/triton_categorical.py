@@ -42,6 +42,7 @@ torch.multinomial 1.70-1.72 ms); speculative_accept (K = 3) 0.344-0.371 ms again
 q row once; torch path 9.08-9.14 ms). At B = 1 and 64: 0.026-0.097 ms, 0.05-0.16x the
 torch path.
 """
+
 from __future__ import annotations
 
 import torch
@@ -69,8 +70,7 @@ LARGE_BATCH = 1024
 # hides): accept 0.105 against 0.057 ms at B = 1 and 0.105 against 0.062 ms at B = 64,
 # categorical 0.059 against 0.026 ms at B = 64. Its GPU time alone (e.g. under CUDA
 # graphs) was not measured. It is tested like the default path (interpreter and GPU).
-SPLIT_CONFIG = {"BELOW": 0, "BLOCK": 1024, "num_warps": 4, "PROGRAMS": 528,
-                "MAX_CHUNKS": 64}
+SPLIT_CONFIG = {"BELOW": 0, "BLOCK": 1024, "num_warps": 4, "PROGRAMS": 528, "MAX_CHUNKS": 64}
 _BIG = tl.constexpr(2147483647)  # an index past every row
 
 
@@ -89,8 +89,9 @@ def _tile_weights(prow, qrow, cols, V, subtract, HAS_Q: tl.constexpr):
 
 
 @triton.jit
-def _inverse_cdf(prow, qrow, V, subtract, u, HAS_Q: tl.constexpr, BLOCK: tl.constexpr,
-                 NTP: tl.constexpr):
+def _inverse_cdf(
+    prow, qrow, V, subtract, u, HAS_Q: tl.constexpr, BLOCK: tl.constexpr, NTP: tl.constexpr
+):
     """(token int64, non-finite count int32, total float64) of one row's law.
 
     prow, qrow: pointers to the row's first element (last dimension contiguous);
@@ -147,8 +148,21 @@ def _chunk_stats(prow, qrow, V, subtract, c0, CH, HAS_Q: tl.constexpr, BLOCK: tl
 
 
 @triton.jit
-def _split_search(prow, qrow, V, subtract, u, sums_row, bads_row, lasts_row, S, CH,
-                  HAS_Q: tl.constexpr, BLOCK: tl.constexpr, SP: tl.constexpr):
+def _split_search(
+    prow,
+    qrow,
+    V,
+    subtract,
+    u,
+    sums_row,
+    bads_row,
+    lasts_row,
+    S,
+    CH,
+    HAS_Q: tl.constexpr,
+    BLOCK: tl.constexpr,
+    SP: tl.constexpr,
+):
     """`_inverse_cdf` from the S chunk statistics `_chunk_stats` wrote for this row.
 
     The prefix over chunks is taken in chunk order (prefix[s] = prefix[s-1] + sum[s]),
@@ -191,8 +205,9 @@ def _split_search(prow, qrow, V, subtract, u, sums_row, bads_row, lasts_row, S, 
 
 
 @triton.jit
-def _categorical_stats_kernel(probs_ptr, stride_p, sums_ptr, bads_ptr, lasts_ptr, S, V, CH,
-                              BLOCK: tl.constexpr):
+def _categorical_stats_kernel(
+    probs_ptr, stride_p, sums_ptr, bads_ptr, lasts_ptr, S, V, CH, BLOCK: tl.constexpr
+):
     b = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
     row = probs_ptr + b * stride_p
@@ -203,20 +218,46 @@ def _categorical_stats_kernel(probs_ptr, stride_p, sums_ptr, bads_ptr, lasts_ptr
 
 
 @triton.jit
-def _categorical_split_kernel(probs_ptr, stride_p, u_ptr, stride_u, out_ptr, sums_ptr,
-                              bads_ptr, lasts_ptr, S, V, CH, BLOCK: tl.constexpr,
-                              SP: tl.constexpr):
+def _categorical_split_kernel(
+    probs_ptr,
+    stride_p,
+    u_ptr,
+    stride_u,
+    out_ptr,
+    sums_ptr,
+    bads_ptr,
+    lasts_ptr,
+    S,
+    V,
+    CH,
+    BLOCK: tl.constexpr,
+    SP: tl.constexpr,
+):
     b = tl.program_id(0).to(tl.int64)
     row = probs_ptr + b * stride_p
     u = tl.load(u_ptr + b * stride_u)
-    token, _, _ = _split_search(row, row, V, False, u, sums_ptr + b * S, bads_ptr + b * S,
-                                lasts_ptr + b * S, S, CH, False, BLOCK, SP)
+    token, _, _ = _split_search(
+        row,
+        row,
+        V,
+        False,
+        u,
+        sums_ptr + b * S,
+        bads_ptr + b * S,
+        lasts_ptr + b * S,
+        S,
+        CH,
+        False,
+        BLOCK,
+        SP,
+    )
     tl.store(out_ptr + b, token)
 
 
 @triton.jit
-def _categorical_kernel(probs_ptr, stride_p, u_ptr, stride_u, out_ptr, V,
-                        BLOCK: tl.constexpr, NTP: tl.constexpr):
+def _categorical_kernel(
+    probs_ptr, stride_p, u_ptr, stride_u, out_ptr, V, BLOCK: tl.constexpr, NTP: tl.constexpr
+):
     b = tl.program_id(0).to(tl.int64)
     row = probs_ptr + b * stride_p
     u = tl.load(u_ptr + b * stride_u)
@@ -240,8 +281,9 @@ def split_shape(B: int, V: int) -> tuple[int, int, int, int, int] | None:
     if B >= int(cfg["BELOW"]):
         return None
     block = int(cfg["BLOCK"])
-    chunks = max(1, min(int(cfg["MAX_CHUNKS"]), triton.cdiv(int(cfg["PROGRAMS"]), B),
-                        triton.cdiv(V, block)))
+    chunks = max(
+        1, min(int(cfg["MAX_CHUNKS"]), triton.cdiv(int(cfg["PROGRAMS"]), B), triton.cdiv(V, block))
+    )
     ch = triton.cdiv(triton.cdiv(V, chunks), block) * block
     S = triton.cdiv(V, ch)
     return block, ch, S, triton.next_power_of_2(S), int(cfg["num_warps"])
@@ -249,9 +291,11 @@ def split_shape(B: int, V: int) -> tuple[int, int, int, int, int] | None:
 
 def chunk_buffers(B: int, S: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-chunk sums [B, S] float64, non-finite counts int32, last positives int64."""
-    return (torch.empty((B, S), dtype=torch.float64, device=device),
-            torch.empty((B, S), dtype=torch.int32, device=device),
-            torch.empty((B, S), dtype=torch.int64, device=device))
+    return (
+        torch.empty((B, S), dtype=torch.float64, device=device),
+        torch.empty((B, S), dtype=torch.int32, device=device),
+        torch.empty((B, S), dtype=torch.int64, device=device),
+    )
 
 
 def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -271,13 +315,28 @@ def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     if split is not None:
         block, ch, S, sp, warps = split
         sums, bads, lasts = chunk_buffers(B, S, probs.device)
-        _categorical_stats_kernel[(B, S)](probs, probs.stride(0), sums, bads, lasts, S, V, ch,
-                                          BLOCK=block, num_warps=warps)
-        _categorical_split_kernel[(B,)](probs, probs.stride(0), u, u.stride(0), out, sums,
-                                        bads, lasts, S, V, ch, BLOCK=block, SP=sp,
-                                        num_warps=warps)
+        _categorical_stats_kernel[(B, S)](
+            probs, probs.stride(0), sums, bads, lasts, S, V, ch, BLOCK=block, num_warps=warps
+        )
+        _categorical_split_kernel[(B,)](
+            probs,
+            probs.stride(0),
+            u,
+            u.stride(0),
+            out,
+            sums,
+            bads,
+            lasts,
+            S,
+            V,
+            ch,
+            BLOCK=block,
+            SP=sp,
+            num_warps=warps,
+        )
         return out
     block, ntp, warps = launch_shape(B, V)
-    _categorical_kernel[(B,)](probs, probs.stride(0), u, u.stride(0), out, V,
-                              BLOCK=block, NTP=ntp, num_warps=warps)
+    _categorical_kernel[(B,)](
+        probs, probs.stride(0), u, u.stride(0), out, V, BLOCK=block, NTP=ntp, num_warps=warps
+    )
     return out

@@ -50,6 +50,7 @@ Two kernels, each tested against the torch path (tests/engine/test_sampling_gpu.
   consistent with the probabilities it writes.
 * `philox_uniforms`: re-exported from `triton_philox` (the Philox4x32-10 kernel).
 """
+
 from __future__ import annotations
 
 import torch
@@ -65,8 +66,16 @@ from engine_under_test.sampling.triton_philox import philox_uniforms  # noqa: F4
 # of the threshold searches; num_warps: warps per row; maxnreg: register cap (0: none);
 # PREFETCH: 1 issues each streamed block's load one step ahead. The defaults are the
 # fastest of bench/probs_kernel_sweep.py's configurations on an H200 (docs/gpu-runs.md).
-PROBS_CONFIG = {"BLOCK": 4096, "GROUPS": 256, "CAP": 256, "SEARCH_BLOCK": 128,
-                "THRESHOLDS": 16, "num_warps": 8, "maxnreg": 128, "PREFETCH": 1}
+PROBS_CONFIG = {
+    "BLOCK": 4096,
+    "GROUPS": 256,
+    "CAP": 256,
+    "SEARCH_BLOCK": 128,
+    "THRESHOLDS": 16,
+    "num_warps": 8,
+    "maxnreg": 128,
+    "PREFETCH": 1,
+}
 _BIG_INDEX = tl.constexpr(2147483647)  # an index past every row
 
 
@@ -89,23 +98,26 @@ def _stream_start(row_ptr, cols, V, PREFETCH: tl.constexpr, EVICT: tl.constexpr)
 
 
 @triton.jit
-def _stream_raw(row_ptr, cols, V, nxt, BLOCK: tl.constexpr, PREFETCH: tl.constexpr,
-                EVICT: tl.constexpr):
+def _stream_raw(
+    row_ptr, cols, V, nxt, BLOCK: tl.constexpr, PREFETCH: tl.constexpr, EVICT: tl.constexpr
+):
     """Unscaled float32 logits of the block at `cols`. With PREFETCH the block was loaded
     one step earlier (`nxt`) and the next block's load is issued now, so a load is in
     flight while this block is worked on; returns (raw, in_row, nxt)."""
     if PREFETCH:
         raw = nxt
-        nxt = tl.load(row_ptr + cols + BLOCK, mask=cols + BLOCK < V, other=0.0,
-                      eviction_policy=EVICT)
+        nxt = tl.load(
+            row_ptr + cols + BLOCK, mask=cols + BLOCK < V, other=0.0, eviction_policy=EVICT
+        )
     else:
         raw = tl.load(row_ptr + cols, mask=cols < V, other=0.0, eviction_policy=EVICT)
     return raw.to(tl.float32), cols < V, nxt
 
 
 @triton.jit
-def _stream(row_ptr, cols, V, t, nxt, BLOCK: tl.constexpr, PREFETCH: tl.constexpr,
-            EVICT: tl.constexpr):
+def _stream(
+    row_ptr, cols, V, t, nxt, BLOCK: tl.constexpr, PREFETCH: tl.constexpr, EVICT: tl.constexpr
+):
     """Scaled logits of the block at `cols` (see `_stream_raw`); returns (x, in_row, nxt)."""
     raw, in_row, nxt = _stream_raw(row_ptr, cols, V, nxt, BLOCK, PREFETCH, EVICT)
     return tl.div_rn(raw, t), in_row, nxt
@@ -132,8 +144,19 @@ def _pick(values, positions, at, default):
 
 
 @triton.jit
-def _masked_sum(row_ptr, V, t, m, kth, s_k, lp, li, USE_P: tl.constexpr,
-                BLOCK: tl.constexpr, PREFETCH: tl.constexpr):
+def _masked_sum(
+    row_ptr,
+    V,
+    t,
+    m,
+    kth,
+    s_k,
+    lp,
+    li,
+    USE_P: tl.constexpr,
+    BLOCK: tl.constexpr,
+    PREFETCH: tl.constexpr,
+):
     """Sum of exp(x - m) over the kept set: x >= kth and, with USE_P, the top-p rule
     (prob bits > lp or (== lp and index <= li)) on prob = exp(x - m) / s_k."""
     total = tl.zeros([], tl.float32)
@@ -162,8 +185,9 @@ def _append(vbuf, ibuf, n, x, cols, sel, CAP: tl.constexpr):
 
 
 @triton.jit
-def _compact(row_ptr, vbuf, ibuf, V, t, lower, CAP: tl.constexpr, BLOCK: tl.constexpr,
-             PREFETCH: tl.constexpr):
+def _compact(
+    row_ptr, vbuf, ibuf, V, t, lower, CAP: tl.constexpr, BLOCK: tl.constexpr, PREFETCH: tl.constexpr
+):
     """Copy the scaled logits >= lower (and their indices) into the row's buffer, in
     index order, up to CAP of them; returns how many there are (may exceed CAP)."""
     n = tl.zeros([], tl.int32)
@@ -177,8 +201,7 @@ def _compact(row_ptr, vbuf, ibuf, V, t, lower, CAP: tl.constexpr, BLOCK: tl.cons
 
 
 @triton.jit
-def _gather(row_ptr, cbuf, vbuf, ibuf, V, t, lower, colmax, CAP: tl.constexpr,
-            BLOCK: tl.constexpr):
+def _gather(row_ptr, cbuf, vbuf, ibuf, V, t, lower, colmax, CAP: tl.constexpr, BLOCK: tl.constexpr):
     """`_compact` without streaming the row, when at most CAP columns can hold a logit
     >= lower. Column c holds the elements c, c + BLOCK, c + 2 BLOCK, ... and colmax[c]
     is their (scaled) maximum, so every logit >= lower lies in a column whose maximum is
@@ -206,8 +229,21 @@ def _gather(row_ptr, cbuf, vbuf, ibuf, V, t, lower, colmax, CAP: tl.constexpr,
 
 
 @triton.jit
-def _write_dense(orow, lrow, V, ts, m, kth, s_k, s_final, lp, li, top_p_on,
-                 BLOCK: tl.constexpr, PREFETCH: tl.constexpr):
+def _write_dense(
+    orow,
+    lrow,
+    V,
+    ts,
+    m,
+    kth,
+    s_k,
+    s_final,
+    lp,
+    li,
+    top_p_on,
+    BLOCK: tl.constexpr,
+    PREFETCH: tl.constexpr,
+):
     """The write pass that streams the row: exp(x - m) / s_final over the kept set (x >=
     kth and, with top-p, the (lp, li) rule on exp(x - m) / s_k). The output is zero
     already, so only kept tokens are stored."""
@@ -259,8 +295,19 @@ def _search_kth(row_ptr, V, t, k, lo, cnt_lo, hi, SB: tl.constexpr, NT: tl.const
 
 
 @triton.jit
-def _search_top_p(row_ptr, V, t, m, kth, s_k, p64, pmax_bits,
-                  SB: tl.constexpr, NT: tl.constexpr, BLOCK: tl.constexpr):
+def _search_top_p(
+    row_ptr,
+    V,
+    t,
+    m,
+    kth,
+    s_k,
+    p64,
+    pmax_bits,
+    SB: tl.constexpr,
+    NT: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """The top-p cut over prob = exp(x - m) / s_k on the kept set x >= kth, as the
     pair (lp, li): keep prob bits > lp, or == lp with index <= li.
 
@@ -346,10 +393,25 @@ def _nth_tie(row_ptr, V, t, m, kth, s_k, tie_bits, c, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _probs_kernel(logits_ptr, stride_l, out_ptr, stride_o, t_ptr, k_ptr, p_ptr,
-                  vbuf_ptr, ibuf_ptr, cbuf_ptr, V,
-                  BLOCK: tl.constexpr, GROUPS: tl.constexpr, CAP: tl.constexpr,
-                  SB: tl.constexpr, NT: tl.constexpr, PREFETCH: tl.constexpr):
+def _probs_kernel(
+    logits_ptr,
+    stride_l,
+    out_ptr,
+    stride_o,
+    t_ptr,
+    k_ptr,
+    p_ptr,
+    vbuf_ptr,
+    ibuf_ptr,
+    cbuf_ptr,
+    V,
+    BLOCK: tl.constexpr,
+    GROUPS: tl.constexpr,
+    CAP: tl.constexpr,
+    SB: tl.constexpr,
+    NT: tl.constexpr,
+    PREFETCH: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     lrow = logits_ptr + row * stride_l
     orow = out_ptr + row * stride_o
@@ -401,7 +463,7 @@ def _probs_kernel(logits_ptr, stride_l, out_ptr, stride_o, t_ptr, k_ptr, p_ptr,
         top_k_on = (k > 0) & (k < V)
 
         kth = tl.full([], NEG, tl.float32)
-        n_buf = tl.zeros([], tl.int32)     # entries in the buffer
+        n_buf = tl.zeros([], tl.int32)  # entries in the buffer
         n_kept = tl.zeros([], tl.int32) + V
         complete = tl.zeros([], tl.int32)  # 1: the buffer holds every kept token
         from_buffer = tl.zeros([], tl.int32)  # 1: kth still to be read from the buffer
@@ -466,12 +528,12 @@ def _probs_kernel(logits_ptr, stride_l, out_ptr, stride_o, t_ptr, k_ptr, p_ptr,
                 pmax_bits = tl.div_rn(tl.exp(m - m), s_k).to(tl.int32, bitcast=True)
                 lp, li = _search_top_p(lrow, V, ts, m, kth, s_k, p64, pmax_bits, SB, NT, BLOCK)
                 s_final = _masked_sum(lrow, V, ts, m, kth, s_k, lp, li, True, BLOCK, PREFETCH)
-            _write_dense(orow, lrow, V, ts, m, kth, s_k, s_final, lp, li, top_p_on,
-                         BLOCK, PREFETCH)
+            _write_dense(orow, lrow, V, ts, m, kth, s_k, s_final, lp, li, top_p_on, BLOCK, PREFETCH)
 
 
-def probabilities(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor,
-                  top_p: torch.Tensor) -> torch.Tensor:
+def probabilities(
+    logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor
+) -> torch.Tensor:
     """`batched_probabilities` in one fused launch (see the module docstring).
 
     logits,       # [B, V] float32/bf16/fp16 CUDA (read only; float64 is rounded first)
@@ -498,11 +560,24 @@ def probabilities(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.
     ibuf = torch.empty((B, cap), dtype=torch.int32, device=logits.device)
     cbuf = torch.empty((B, cap), dtype=torch.int32, device=logits.device)
     _probs_kernel[(B,)](
-        logits, logits.stride(0), out, out.stride(0),
-        temperature.to(torch.float32).contiguous(), top_k.to(torch.int64).contiguous(),
-        top_p.to(torch.float32).contiguous(), vbuf, ibuf, cbuf, V,
-        BLOCK=cfg["BLOCK"], GROUPS=min(cfg["GROUPS"], cfg["BLOCK"]), CAP=cap,
-        SB=cfg["SEARCH_BLOCK"], NT=cfg["THRESHOLDS"], PREFETCH=bool(cfg.get("PREFETCH", 0)),
-        num_warps=cfg["num_warps"], **extra,
+        logits,
+        logits.stride(0),
+        out,
+        out.stride(0),
+        temperature.to(torch.float32).contiguous(),
+        top_k.to(torch.int64).contiguous(),
+        top_p.to(torch.float32).contiguous(),
+        vbuf,
+        ibuf,
+        cbuf,
+        V,
+        BLOCK=cfg["BLOCK"],
+        GROUPS=min(cfg["GROUPS"], cfg["BLOCK"]),
+        CAP=cap,
+        SB=cfg["SEARCH_BLOCK"],
+        NT=cfg["THRESHOLDS"],
+        PREFETCH=bool(cfg.get("PREFETCH", 0)),
+        num_warps=cfg["num_warps"],
+        **extra,
     )
     return out

@@ -4,6 +4,7 @@ Native uint32 arithmetic, one program per (row, block of counters); integer ops 
 exact float64 conversion make it bit-identical to `rng.philox_uniforms_torch` and about
 100x faster (one launch instead of hundreds of small torch ops).
 """
+
 from __future__ import annotations
 
 import torch
@@ -23,9 +24,20 @@ _PHILOX_BLOCK = 128
 
 
 @triton.jit
-def _philox_kernel(seed_ptr, round_ptr, out_ptr, n, stride_out, BLOCK: tl.constexpr,
-                   M0: tl.constexpr, M1: tl.constexpr, W0: tl.constexpr, W1: tl.constexpr,
-                   ROUNDS: tl.constexpr, DOMAIN_WORD: tl.constexpr):
+def _philox_kernel(
+    seed_ptr,
+    round_ptr,
+    out_ptr,
+    n,
+    stride_out,
+    BLOCK: tl.constexpr,
+    M0: tl.constexpr,
+    M1: tl.constexpr,
+    W0: tl.constexpr,
+    W1: tl.constexpr,
+    ROUNDS: tl.constexpr,
+    DOMAIN_WORD: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     index = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)  # counter index, 2 uniforms each
     seed = tl.load(seed_ptr + row)
@@ -70,8 +82,17 @@ def philox_uniforms(seeds: torch.Tensor, rounds: torch.Tensor, n: int) -> torch.
         return out
     grid = (B, triton.cdiv(n_counters, _PHILOX_BLOCK))
     _philox_kernel[grid](
-        seeds.contiguous(), rounds.contiguous(), out, n, out.stride(0), BLOCK=_PHILOX_BLOCK,
-        M0=PHILOX_M0, M1=PHILOX_M1, W0=PHILOX_W0, W1=PHILOX_W1, ROUNDS=PHILOX_ROUNDS,
+        seeds.contiguous(),
+        rounds.contiguous(),
+        out,
+        n,
+        out.stride(0),
+        BLOCK=_PHILOX_BLOCK,
+        M0=PHILOX_M0,
+        M1=PHILOX_M1,
+        W0=PHILOX_W0,
+        W1=PHILOX_W1,
+        ROUNDS=PHILOX_ROUNDS,
         DOMAIN_WORD=DOMAIN,
     )
     return out

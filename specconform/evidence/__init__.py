@@ -12,6 +12,7 @@ Run directory layout: docs/contracts.md section 3. Public entry points:
 - `verify_archive(zip_path, pubkey)`, `compare_archives(a, b)`, `read_archive(zip_path)`;
 - `generate_key_pem()` for `keygen`.
 """
+
 from specconform.evidence.archive import seal, write_reproducible_zip
 from specconform.evidence.jsonio import canonical_json_bytes, write_json
 from specconform.evidence.manifest import environment_manifest, volatile_facts
@@ -23,8 +24,19 @@ from specconform.evidence.signing import generate_key_pem, resolve_signing_key
 from specconform.evidence.verify import VerifyReport, verify_archive
 
 __all__ = [
-    "ArchiveContents", "VerifyReport", "canonical_json_bytes", "compare_archives",
-    "environment_manifest", "generate_key_pem", "read_archive", "resolve_signing_key",
-    "seal", "verify_archive", "volatile_facts", "write_json", "write_reproducible_zip",
-    "write_results", "write_sha256sums",
+    "ArchiveContents",
+    "VerifyReport",
+    "canonical_json_bytes",
+    "compare_archives",
+    "environment_manifest",
+    "generate_key_pem",
+    "read_archive",
+    "resolve_signing_key",
+    "seal",
+    "verify_archive",
+    "volatile_facts",
+    "write_json",
+    "write_reproducible_zip",
+    "write_results",
+    "write_sha256sums",
 ]

@@ -24,6 +24,7 @@ unsigned archives and break "sha256sum -c covers every file".
 Unsigned archives carry an `UNSIGNED` marker file (listed in SHA256SUMS) so that an
 unsigned archive says so itself, instead of merely lacking a file.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,9 +53,11 @@ from specconform.evidence.signing import (
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can hold
 ZIP_FILE_MODE = 0o100644  # regular file, rw-r--r--
 ZIP_LEVEL = 9
-UNSIGNED_TEXT = (b"This evidence archive is UNSIGNED: it was sealed with --no-sign.\n"
-                 b"SHA256SUMS lists every file, but nothing binds the archive to a key;\n"
-                 b"verify it with: specconform verify ARCHIVE --skip-signature\n")
+UNSIGNED_TEXT = (
+    b"This evidence archive is UNSIGNED: it was sealed with --no-sign.\n"
+    b"SHA256SUMS lists every file, but nothing binds the archive to a key;\n"
+    b"verify it with: specconform verify ARCHIVE --skip-signature\n"
+)
 
 
 def seal(run_dir: Path, *, key: Path | None, sign: bool) -> Path:
@@ -69,9 +72,11 @@ def seal(run_dir: Path, *, key: Path | None, sign: bool) -> Path:
     private_key = load_private_key(resolve_signing_key(key, sign=True)) if sign else None
     run = _read_json(run_dir, "run.json")
     verdict = _read_json(run_dir, "verdict.json")
-    predicate = {"run_id": _field(run, "run_id", "run.json"),
-                 "protocol_hash": _field(run, "protocol_hash", "run.json"),
-                 "verdict": _field(verdict, "verdict", "verdict.json")}
+    predicate = {
+        "run_id": _field(run, "run_id", "run.json"),
+        "protocol_hash": _field(run, "protocol_hash", "run.json"),
+        "verdict": _field(verdict, "verdict", "verdict.json"),
+    }
 
     # Remove a previous seal so the new one covers exactly the run's files.
     for stale in (ATTESTATION_NAME, UNSIGNED_NAME, SUMS_NAME):

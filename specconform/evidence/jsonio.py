@@ -8,6 +8,7 @@
 - :func:`json_number`: a float as JSON can state it: non-finite values (an
   out-of-support χ², a p-value that does not exist) become None (null).
 """
+
 from __future__ import annotations
 
 import json

@@ -12,6 +12,7 @@ torch is never imported at module import time (verify and report run without it)
 manifest imports it lazily, inside a try, to record torch, CUDA and GPU facts when the
 run's environment has it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,8 +28,16 @@ from pathlib import Path
 from typing import Any
 
 # Packages whose versions can change a recomputed statistic or the archive's bytes.
-_RECORDED_PACKAGES = ("numpy", "scipy", "pandas", "statsmodels", "matplotlib",
-                      "cryptography", "pydantic", "pyyaml")
+_RECORDED_PACKAGES = (
+    "numpy",
+    "scipy",
+    "pandas",
+    "statsmodels",
+    "matplotlib",
+    "cryptography",
+    "pydantic",
+    "pyyaml",
+)
 
 
 def environment_manifest() -> dict[str, Any]:
@@ -39,11 +48,17 @@ def environment_manifest() -> dict[str, Any]:
         "specconform_version": specconform.__version__,
         "git": _git_state(_package_dir()),
         "code": _code_digest(),
-        "python": {"version": platform.python_version(),
-                   "implementation": platform.python_implementation(),
-                   "executable": sys.executable},
-        "platform": {"system": platform.system(), "release": platform.release(),
-                     "machine": platform.machine(), "platform": platform.platform()},
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "executable": sys.executable,
+        },
+        "platform": {
+            "system": platform.system(),
+            "release": platform.release(),
+            "machine": platform.machine(),
+            "platform": platform.platform(),
+        },
         "cpu": {"model": _cpu_model(), "logical_cores": os.cpu_count()},
         "packages": {name: _package_version(name) for name in _RECORDED_PACKAGES},
         "torch": _torch_facts(),
@@ -75,8 +90,9 @@ def _utc(moment: datetime) -> datetime:
 def _run(argv: list[str], cwd: Path | None = None) -> str | None:
     """stdout of a helper program, or None if it is missing or fails."""
     try:
-        done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=20,
-                              check=False)
+        done = subprocess.run(
+            argv, cwd=cwd, capture_output=True, text=True, timeout=20, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
@@ -101,12 +117,14 @@ def _git_state(package_dir: Path) -> dict[str, Any]:
     top = _run(["git", "-C", str(package_dir), "rev-parse", "--show-toplevel"])
     if not top:
         return {"commit": None, "dirty": None}
-    init = (package_dir / "__init__.py").relative_to(Path(top).resolve()).as_posix() \
-        if package_dir.is_relative_to(Path(top).resolve()) else None
+    init = (
+        (package_dir / "__init__.py").relative_to(Path(top).resolve()).as_posix()
+        if package_dir.is_relative_to(Path(top).resolve())
+        else None
+    )
     # A package inside a repository but not tracked by it (a venv's site-packages in a
     # project folder) is not that repository's code.
-    if init is None or _run(["git", "-C", top, "ls-files", "--error-unmatch", "--", init]) \
-            is None:
+    if init is None or _run(["git", "-C", top, "ls-files", "--error-unmatch", "--", init]) is None:
         return {"commit": None, "dirty": None}
     commit = _run(["git", "-C", top, "rev-parse", "HEAD"])
     if not commit:
@@ -135,9 +153,11 @@ def _code_digest() -> dict[str, Any]:
                 continue
             rel = f"{name}/{path.relative_to(root).as_posix()}"
             listing.append(f"{hashlib.sha256(path.read_bytes()).hexdigest()}  {rel}\n")
-    return {"distribution_version": _package_version("specconform"),
-            "files": len(listing),
-            "sha256": hashlib.sha256("".join(listing).encode()).hexdigest()}
+    return {
+        "distribution_version": _package_version("specconform"),
+        "files": len(listing),
+        "sha256": hashlib.sha256("".join(listing).encode()).hexdigest(),
+    }
 
 
 def _cpu_model() -> str | None:
@@ -189,12 +209,15 @@ def _torch_facts() -> dict[str, Any] | None:
         for index in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(index)
             uuid = getattr(props, "uuid", None)
-            facts["gpus"].append({
-                "index": index, "name": props.name,
-                "uuid": None if uuid is None else f"GPU-{uuid}",
-                "total_memory": props.total_memory,
-                "capability": f"{props.major}.{props.minor}",
-            })
+            facts["gpus"].append(
+                {
+                    "index": index,
+                    "name": props.name,
+                    "uuid": None if uuid is None else f"GPU-{uuid}",
+                    "total_memory": props.total_memory,
+                    "capability": f"{props.major}.{props.minor}",
+                }
+            )
     except Exception as exc:  # a manifest must not fail a run; record why it is partial
         facts["error"] = f"{type(exc).__name__}: {exc}"
     facts["driver"] = _nvidia_driver()

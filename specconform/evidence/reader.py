@@ -10,6 +10,7 @@ produced against the same bounds (declared sizes can lie), so a zip bomb is refu
 after at most MAX_TOTAL_BYTES of output and usually before inflating anything. A
 corrupted entry fails its CRC here; JSON is parsed with a message naming the file.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,7 +36,7 @@ from specconform.results import Evaluation, RawData, TestRow, Verdict
 # Real archives are far smaller: fp32_t2 at 5,000 seeds x 5 groups inflates to 1.7 MiB,
 # so the cap admits about 140,000 seeds per group.
 MEMORY_BOUND_BYTES = 512 << 20
-MAX_TOTAL_BYTES = 48 << 20     # bytes inflated from all entries together
+MAX_TOTAL_BYTES = 48 << 20  # bytes inflated from all entries together
 MAX_ENTRIES = 10_000
 # Deflate reaches ~1030:1 on zeros; CSV and JSON evidence compresses 3-20:1. Entries
 # smaller than RATIO_FREE_BYTES cannot exhaust anything and are not ratio-checked.
@@ -94,9 +95,10 @@ class ArchiveContents:
 
     def evaluation(self) -> Evaluation:
         """The evaluation the archive states (results/tests.json and verdict.json)."""
-        return Evaluation(tuple(row_from_json(r, "results/tests.json")
-                                for r in self.stated_rows()),
-                          verdict_from_json(self.json_object("verdict.json")))
+        return Evaluation(
+            tuple(row_from_json(r, "results/tests.json") for r in self.stated_rows()),
+            verdict_from_json(self.json_object("verdict.json")),
+        )
 
 
 def read_archive(zip_path: Path) -> ArchiveContents:
@@ -119,10 +121,17 @@ def read_archive(zip_path: Path) -> ArchiveContents:
                 files[rel], digests[rel] = data, digest
     # zlib.error: corrupt compressed data; NotImplementedError: unknown compression;
     # RuntimeError: an encrypted entry. All mean the archive is not what was sealed.
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, EOFError,
-            ValueError, NotImplementedError, RuntimeError) as exc:
-        raise EvidenceError(f"{zip_path}: not a readable zip archive "
-                            f"({_one_line(exc)})") from None
+    except (
+        zipfile.BadZipFile,
+        zipfile.LargeZipFile,
+        zlib.error,
+        OSError,
+        EOFError,
+        ValueError,
+        NotImplementedError,
+        RuntimeError,
+    ) as exc:
+        raise EvidenceError(f"{zip_path}: not a readable zip archive ({_one_line(exc)})") from None
     return ArchiveContents(zip_path, top, files, digests)
 
 
@@ -149,23 +158,25 @@ def _check_layout(zip_path: Path, infos: list[zipfile.ZipInfo]) -> str:
         if kind != "file":
             raise EvidenceError(f"{name}: a {kind} entry; evidence holds regular files only")
         if name.startswith("/") or "/" not in name:
-            raise EvidenceError(f"{zip_path}: entry {name!r} is not under the archive's "
-                                "top folder")
+            raise EvidenceError(f"{zip_path}: entry {name!r} is not under the archive's top folder")
         check_member_name(name)
         if info.flag_bits & 0x1:
             raise EvidenceError(f"{name}: encrypted entry")
         if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-            raise EvidenceError(f"{name}: compression method {info.compress_type} is not "
-                                "stored or deflate")
+            raise EvidenceError(
+                f"{name}: compression method {info.compress_type} is not stored or deflate"
+            )
         _check_ratio(name, info.file_size, info.compress_size)
         declared += info.file_size
         if info.file_size > MAX_TOTAL_BYTES or declared > MAX_TOTAL_BYTES:
-            raise EvidenceError(f"{name}: archive expands past the {MAX_TOTAL_BYTES >> 20} "
-                                "MiB evidence bound")
+            raise EvidenceError(
+                f"{name}: archive expands past the {MAX_TOTAL_BYTES >> 20} MiB evidence bound"
+            )
     tops = {name.split("/", 1)[0] for name in seen}
     if len(tops) != 1:
-        raise EvidenceError(f"{zip_path}: entries must lie under one top folder, found "
-                            f"{', '.join(sorted(tops))}")
+        raise EvidenceError(
+            f"{zip_path}: entries must lie under one top folder, found {', '.join(sorted(tops))}"
+        )
     return tops.pop()
 
 
@@ -179,15 +190,21 @@ def _entry_type(info: zipfile.ZipInfo) -> str:
     file_type = stat.S_IFMT(mode)
     if file_type in (0, stat.S_IFREG):
         return "file"
-    return {stat.S_IFDIR: "directory", stat.S_IFLNK: "symlink", stat.S_IFCHR: "device",
-            stat.S_IFBLK: "device", stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket"
-            }.get(file_type, f"type-{file_type:o}")
+    return {
+        stat.S_IFDIR: "directory",
+        stat.S_IFLNK: "symlink",
+        stat.S_IFCHR: "device",
+        stat.S_IFBLK: "device",
+        stat.S_IFIFO: "fifo",
+        stat.S_IFSOCK: "socket",
+    }.get(file_type, f"type-{file_type:o}")
 
 
 def _check_ratio(name: str, produced: int, compressed: int) -> None:
     if produced > RATIO_FREE_BYTES and produced > MAX_RATIO * max(compressed, 1):
-        raise EvidenceError(f"{name}: compression ratio above {MAX_RATIO}:1 (a zip bomb, "
-                            "not evidence)")
+        raise EvidenceError(
+            f"{name}: compression ratio above {MAX_RATIO}:1 (a zip bomb, not evidence)"
+        )
 
 
 def _read_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, budget: int) -> tuple[bytes, str]:
@@ -201,8 +218,10 @@ def _read_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, budget: int) -> tupl
         while chunk := stream.read(CHUNK_BYTES):
             produced += len(chunk)
             if produced > budget:
-                raise EvidenceError(f"{info.filename}: archive expands past the "
-                                    f"{MAX_TOTAL_BYTES >> 20} MiB evidence bound")
+                raise EvidenceError(
+                    f"{info.filename}: archive expands past the "
+                    f"{MAX_TOTAL_BYTES >> 20} MiB evidence bound"
+                )
             _check_ratio(info.filename, produced, info.compress_size)
             digest.update(chunk)
             chunks.append(chunk)

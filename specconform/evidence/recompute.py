@@ -14,6 +14,7 @@ reasons, the family-wise statement, ...). An archive without it was written befo
 family-wise verdicts: `reevaluate` re-derives it with the frozen schema-1 evaluator and
 the fields schema 1 has (`SCHEMA1_ROW_FIELDS`, `SCHEMA1_VERDICT_FIELDS`) are compared.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -31,11 +32,22 @@ REL_TOL = 1e-9
 TESTS_JSON = "results/tests.json"
 TESTS_CSV = "results/tests.csv"
 SCHEMA1_ROW_FIELDS = ("role", "statistic", "df", "pvalue", "n", "alpha", "passed", "detail")
-SCHEMA2_ROW_FIELDS = SCHEMA1_ROW_FIELDS + ("status", "pvalue_method", "adjusted_pvalue",
-                                           "adjusted_method", "deciding", "reason")
+SCHEMA2_ROW_FIELDS = SCHEMA1_ROW_FIELDS + (
+    "status",
+    "pvalue_method",
+    "adjusted_pvalue",
+    "adjusted_method",
+    "deciding",
+    "reason",
+)
 SCHEMA1_VERDICT_FIELDS = ("verdict", "failed", "alpha", "rule")
-SCHEMA2_VERDICT_FIELDS = SCHEMA1_VERDICT_FIELDS + ("combine", "family_size", "statement",
-                                                   "reasons", "schema")
+SCHEMA2_VERDICT_FIELDS = SCHEMA1_VERDICT_FIELDS + (
+    "combine",
+    "family_size",
+    "statement",
+    "reasons",
+    "schema",
+)
 
 
 def reevaluate_archive(contents: ArchiveContents) -> Evaluation:
@@ -45,8 +57,9 @@ def reevaluate_archive(contents: ArchiveContents) -> Evaluation:
         kinds = importlib.import_module("specconform.kinds")
         reevaluate = kinds.reevaluate
     except (ImportError, AttributeError) as exc:
-        raise EvidenceError(f"cannot recompute: specconform.kinds.reevaluate unavailable "
-                            f"({exc})") from None
+        raise EvidenceError(
+            f"cannot recompute: specconform.kinds.reevaluate unavailable ({exc})"
+        ) from None
     try:
         evaluation = reevaluate(protocol, contents.raw_data())
     except EvidenceError:
@@ -63,8 +76,10 @@ def check_recomputation(contents: ArchiveContents, recomputed: Evaluation) -> No
     stated_verdict = contents.json_object("verdict.json")
     schema = stated_verdict.get("schema", 1)
     if schema != recomputed.verdict.schema:
-        raise EvidenceError(f"verdict.json: results schema {schema!r}, but the protocol "
-                            f"recomputes under schema {recomputed.verdict.schema}")
+        raise EvidenceError(
+            f"verdict.json: results schema {schema!r}, but the protocol "
+            f"recomputes under schema {recomputed.verdict.schema}"
+        )
     row_fields = SCHEMA1_ROW_FIELDS if schema == 1 else SCHEMA2_ROW_FIELDS
     stated = _by_test(contents.stated_rows(), TESTS_JSON)
     fresh = _by_test([_normalized(row.to_json()) for row in recomputed.tests], "recomputation")
@@ -81,16 +96,24 @@ def check_recomputation(contents: ArchiveContents, recomputed: Evaluation) -> No
                 stated_value = _loads(stated_value, f"{TESTS_JSON}: test {name} detail")
             where = _first_difference(stated_value, row[key], key)
             if where is not None:
-                raise EvidenceError(f"{TESTS_JSON}: test {name} field {where}: stated "
-                                    f"{_short(stated_value)}, recomputed {_short(row[key])}")
-    _check_csv(contents, stated, ("role", "statistic", "df", "pvalue", "n", "passed")
-               + (() if schema == 1 else ("status", "adjusted_pvalue")))
-    _check_verdict(stated_verdict, _normalized(recomputed.verdict.to_json()),
-                   SCHEMA1_VERDICT_FIELDS if schema == 1 else SCHEMA2_VERDICT_FIELDS)
+                raise EvidenceError(
+                    f"{TESTS_JSON}: test {name} field {where}: stated "
+                    f"{_short(stated_value)}, recomputed {_short(row[key])}"
+                )
+    _check_csv(
+        contents,
+        stated,
+        ("role", "statistic", "df", "pvalue", "n", "passed")
+        + (() if schema == 1 else ("status", "adjusted_pvalue")),
+    )
+    _check_verdict(
+        stated_verdict,
+        _normalized(recomputed.verdict.to_json()),
+        SCHEMA1_VERDICT_FIELDS if schema == 1 else SCHEMA2_VERDICT_FIELDS,
+    )
 
 
-def _check_csv(contents: ArchiveContents, stated: dict[str, dict],
-               fields: tuple[str, ...]) -> None:
+def _check_csv(contents: ArchiveContents, stated: dict[str, dict], fields: tuple[str, ...]) -> None:
     if TESTS_CSV not in contents.files:
         raise EvidenceError(f"{TESTS_CSV}: missing from the archive")
     rows = read_tests_csv(contents.files[TESTS_CSV])
@@ -100,16 +123,19 @@ def _check_csv(contents: ArchiveContents, stated: dict[str, dict],
         for key in fields:
             where = _first_difference(stated[row["test"]].get(key), row[key], key)
             if where is not None:
-                raise EvidenceError(f"{TESTS_CSV}: test {row['test']} field {where} differs "
-                                    f"from {TESTS_JSON}")
+                raise EvidenceError(
+                    f"{TESTS_CSV}: test {row['test']} field {where} differs from {TESTS_JSON}"
+                )
 
 
 def _check_verdict(stated: dict, recomputed: dict, fields: tuple[str, ...]) -> None:
     for key in fields:
         where = _first_difference(stated.get(key), recomputed[key], key)
         if where is not None:
-            raise EvidenceError(f"verdict.json: field {where}: stated "
-                                f"{_short(stated.get(key))}, recomputed {_short(recomputed[key])}")
+            raise EvidenceError(
+                f"verdict.json: field {where}: stated "
+                f"{_short(stated.get(key))}, recomputed {_short(recomputed[key])}"
+            )
 
 
 def _by_test(rows: list[dict], source: str) -> dict[str, dict]:
@@ -117,8 +143,9 @@ def _by_test(rows: list[dict], source: str) -> dict[str, dict]:
     for row in rows:
         name = row.get("test")
         if name in out:
-            raise EvidenceError(f"{TESTS_JSON if source == TESTS_JSON else source}: "
-                                f"test {name} appears twice")
+            raise EvidenceError(
+                f"{TESTS_JSON if source == TESTS_JSON else source}: test {name} appears twice"
+            )
         out[name] = row
     return out
 

@@ -14,6 +14,7 @@ Every other member must be byte-identical and present in both. The zips as a who
 differ (they contain volatile.json); sealing one run directory twice gives identical
 zip bytes.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -8,6 +8,7 @@ uses to check that `results/tests.csv` states the same as `results/tests.json`.
   as true/false/empty, detail a JSON string.
 - `verdict.json`: `Verdict.to_json()`.
 """
+
 from __future__ import annotations
 
 import csv
@@ -18,8 +19,19 @@ from specconform.errors import EvidenceError
 from specconform.evidence.jsonio import canonical_json_bytes, compact_json, write_bytes_atomic
 from specconform.results import Evaluation, TestRow
 
-CSV_COLUMNS = ("test", "role", "statistic", "df", "pvalue", "n", "alpha", "passed", "status",
-               "adjusted_pvalue", "detail")
+CSV_COLUMNS = (
+    "test",
+    "role",
+    "statistic",
+    "df",
+    "pvalue",
+    "n",
+    "alpha",
+    "passed",
+    "status",
+    "adjusted_pvalue",
+    "detail",
+)
 
 
 def write_results(run_dir: Path, evaluation: Evaluation) -> None:
@@ -37,10 +49,21 @@ def tests_csv_bytes(tests: tuple[TestRow, ...] | list[TestRow]) -> bytes:
     writer.writerow(CSV_COLUMNS)
     for row in tests:
         data = row.to_json()
-        writer.writerow([data["test"], data["role"], _num(data["statistic"]), _num(data["df"]),
-                         _num(data["pvalue"]), data["n"], _num(data["alpha"]),
-                         _bool(data["passed"]), data["status"],
-                         _num(data["adjusted_pvalue"]), compact_json(data["detail"])])
+        writer.writerow(
+            [
+                data["test"],
+                data["role"],
+                _num(data["statistic"]),
+                _num(data["df"]),
+                _num(data["pvalue"]),
+                data["n"],
+                _num(data["alpha"]),
+                _bool(data["passed"]),
+                data["status"],
+                _num(data["adjusted_pvalue"]),
+                compact_json(data["detail"]),
+            ]
+        )
     return out.getvalue().encode()
 
 
@@ -50,16 +73,19 @@ def read_tests_csv(data: bytes) -> list[dict]:
         reader = csv.DictReader(io.StringIO(data.decode("utf-8")))
         rows = []
         for raw in reader:
-            rows.append({
-                "test": raw["test"], "role": raw.get("role"),
-                "statistic": _parse_float(raw.get("statistic")),
-                "df": _parse_float(raw.get("df")),
-                "pvalue": _parse_float(raw.get("pvalue")),
-                "n": None if not raw.get("n") else int(float(raw["n"])),
-                "passed": _parse_bool(raw.get("passed")),
-                "status": raw.get("status") or None,
-                "adjusted_pvalue": _parse_float(raw.get("adjusted_pvalue")),
-            })
+            rows.append(
+                {
+                    "test": raw["test"],
+                    "role": raw.get("role"),
+                    "statistic": _parse_float(raw.get("statistic")),
+                    "df": _parse_float(raw.get("df")),
+                    "pvalue": _parse_float(raw.get("pvalue")),
+                    "n": None if not raw.get("n") else int(float(raw["n"])),
+                    "passed": _parse_bool(raw.get("passed")),
+                    "status": raw.get("status") or None,
+                    "adjusted_pvalue": _parse_float(raw.get("adjusted_pvalue")),
+                }
+            )
         return rows
     except (KeyError, ValueError, UnicodeDecodeError) as exc:
         raise EvidenceError(f"results/tests.csv: malformed ({exc})") from None

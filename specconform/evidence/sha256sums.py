@@ -5,6 +5,7 @@ sorted by path, POSIX separators. It lists every file of the run directory excep
 itself and the attestation (which signs SHA256SUMS in turn). File names that
 `sha256sum` would have to escape (newline, backslash) are refused rather than escaped.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -38,8 +39,14 @@ def sha256_file(path: Path) -> str:
 
 def check_member_name(name: str) -> None:
     """Refuse names that are unsafe in a zip or that sha256sum would escape."""
-    if (not name or name.startswith("/") or "\\" in name or "\n" in name or "\r" in name
-            or any(part in ("", ".", "..") for part in name.split("/"))):
+    if (
+        not name
+        or name.startswith("/")
+        or "\\" in name
+        or "\n" in name
+        or "\r" in name
+        or any(part in ("", ".", "..") for part in name.split("/"))
+    ):
         raise EvidenceError(f"{name!r}: file name not allowed in evidence")
 
 

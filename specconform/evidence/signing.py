@@ -15,6 +15,7 @@ same key gives the same envelope bytes.
 Keys are PEM files: the private key PKCS#8 unencrypted (mode 0600), the public key
 SubjectPublicKeyInfo.
 """
+
 from __future__ import annotations
 
 import base64
@@ -43,17 +44,20 @@ SIGNING_KEY_ENV = "SPECCONFORM_SIGNING_KEY"
 
 # --- keys ------------------------------------------------------------------------------
 
+
 def generate_key_pem() -> tuple[bytes, bytes]:
     """A new Ed25519 key pair as (private PKCS#8 PEM, public PEM)."""
     key = Ed25519PrivateKey.generate()
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     return private, public_key_pem(key.public_key())
 
 
 def public_key_pem(public: Ed25519PublicKey) -> bytes:
-    return public.public_bytes(serialization.Encoding.PEM,
-                               serialization.PublicFormat.SubjectPublicKeyInfo)
+    return public.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
 
 
 def keyid(public: Ed25519PublicKey) -> str:
@@ -93,8 +97,9 @@ def _read_key_file(path: Path, what: str) -> bytes:
         raise UsageError(f"{path}: cannot read {what}: {exc.strerror}") from None
 
 
-def resolve_signing_key(key_opt: Path | str | None, env: Mapping[str, str] | None = None,
-                        *, sign: bool = True) -> Path | None:
+def resolve_signing_key(
+    key_opt: Path | str | None, env: Mapping[str, str] | None = None, *, sign: bool = True
+) -> Path | None:
     """The signing key file for a run: `--key FILE`, else $SPECCONFORM_SIGNING_KEY.
 
     Returns None when `sign` is False (an unsigned run; a --key given with it is a
@@ -109,8 +114,10 @@ def resolve_signing_key(key_opt: Path | str | None, env: Mapping[str, str] | Non
         return None
     chosen = key_opt if key_opt is not None else env.get(SIGNING_KEY_ENV) or None
     if chosen is None:
-        raise UsageError(f"no signing key: pass --key FILE, set {SIGNING_KEY_ENV}, "
-                         "or pass --no-sign for an unsigned archive")
+        raise UsageError(
+            f"no signing key: pass --key FILE, set {SIGNING_KEY_ENV}, "
+            "or pass --no-sign for an unsigned archive"
+        )
     path = Path(chosen)
     if not path.is_file():
         raise UsageError(f"{path}: signing key file not found")
@@ -119,12 +126,15 @@ def resolve_signing_key(key_opt: Path | str | None, env: Mapping[str, str] | Non
 
 # --- statement and envelope ------------------------------------------------------------
 
+
 def build_statement(subject_digests: Mapping[str, str], predicate: Mapping[str, Any]) -> dict:
     """An in-toto Statement v1 over {file name: sha256 hex}, subjects sorted by name."""
     return {
         "_type": STATEMENT_TYPE,
-        "subject": [{"name": name, "digest": {"sha256": subject_digests[name]}}
-                    for name in sorted(subject_digests)],
+        "subject": [
+            {"name": name, "digest": {"sha256": subject_digests[name]}}
+            for name in sorted(subject_digests)
+        ],
         "predicateType": PREDICATE_TYPE,
         "predicate": dict(predicate),
     }
@@ -143,8 +153,9 @@ def sign_statement(statement: Mapping[str, Any], key: Ed25519PrivateKey) -> byte
     envelope = {
         "payloadType": PAYLOAD_TYPE,
         "payload": base64.b64encode(payload).decode(),
-        "signatures": [{"keyid": keyid(key.public_key()),
-                        "sig": base64.b64encode(signature).decode()}],
+        "signatures": [
+            {"keyid": keyid(key.public_key()), "sig": base64.b64encode(signature).decode()}
+        ],
     }
     return canonical_json_bytes(envelope)
 
@@ -172,20 +183,22 @@ def open_envelope(data: bytes, name: str) -> tuple[dict, bytes, list[dict]]:
     return statement, payload, signatures
 
 
-def check_signature(payload: bytes, signatures: list[dict], public: Ed25519PublicKey,
-                    name: str) -> str:
+def check_signature(
+    payload: bytes, signatures: list[dict], public: Ed25519PublicKey, name: str
+) -> str:
     """Verify that one signature by `public` covers `payload`; return its keyid."""
     wanted = keyid(public)
     stated = [s.get("keyid") for s in signatures if isinstance(s, dict)]
     if wanted not in stated:
-        raise EvidenceError(f"{name}: signed by key(s) {', '.join(map(str, stated))}, "
-                            f"not by the given public key {wanted}")
+        raise EvidenceError(
+            f"{name}: signed by key(s) {', '.join(map(str, stated))}, "
+            f"not by the given public key {wanted}"
+        )
     for entry in signatures:
         if entry.get("keyid") != wanted:
             continue
         try:
-            public.verify(base64.b64decode(entry["sig"], validate=True),
-                          pae(PAYLOAD_TYPE, payload))
+            public.verify(base64.b64decode(entry["sig"], validate=True), pae(PAYLOAD_TYPE, payload))
             return wanted
         except (InvalidSignature, ValueError, KeyError, TypeError):
             continue

@@ -22,6 +22,7 @@ True only when a signature by the given key was verified. With a public key, an
 unsigned archive is invalid. The CLI adds the policy that exit 0 requires either
 --pubkey or an explicit --skip-signature.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -66,13 +67,15 @@ class VerifyReport:
             "not checked": "present but NOT checked (no public key given)",
             "unsigned": "none: the archive is UNSIGNED",
         }[self.signature]
-        return [f"verified: {self.archive}",
-                f"  run: {self.run_id}",
-                f"  files: {self.files_checked} digests match SHA256SUMS, none missing or added",
-                f"  signature: {signature}",
-                f"  recomputed: {self.tests_recomputed} tests and the verdict "
-                f"({self.verdict}) match the archive",
-                *(f"  warning: {w}" for w in self.warnings)]
+        return [
+            f"verified: {self.archive}",
+            f"  run: {self.run_id}",
+            f"  files: {self.files_checked} digests match SHA256SUMS, none missing or added",
+            f"  signature: {signature}",
+            f"  recomputed: {self.tests_recomputed} tests and the verdict "
+            f"({self.verdict}) match the archive",
+            *(f"  warning: {w}" for w in self.warnings),
+        ]
 
 
 def verify_archive(zip_path: Path, pubkey: Path | None = None) -> VerifyReport:
@@ -86,12 +89,16 @@ def verify_archive(zip_path: Path, pubkey: Path | None = None) -> VerifyReport:
     if signed:
         keyid = _check_attestation(contents, public)
     elif public is not None:
-        raise EvidenceError(f"{UNSIGNED_NAME}: the archive is unsigned, but a public key "
-                            "was given to check its signature")
+        raise EvidenceError(
+            f"{UNSIGNED_NAME}: the archive is unsigned, but a public key "
+            "was given to check its signature"
+        )
     run = contents.json_object("run.json")
     if run.get("run_id") != contents.top:
-        raise EvidenceError(f"run.json: run_id {run.get('run_id')!r} differs from the "
-                            f"archive's top folder {contents.top!r}")
+        raise EvidenceError(
+            f"run.json: run_id {run.get('run_id')!r} differs from the "
+            f"archive's top folder {contents.top!r}"
+        )
     recomputed = reevaluate_archive(contents)
     check_recomputation(contents, recomputed)
 
@@ -99,11 +106,17 @@ def verify_archive(zip_path: Path, pubkey: Path | None = None) -> VerifyReport:
     warnings = []
     if signature != "valid":
         warnings.append("nothing binds this archive to a signer: verify with --pubkey")
-    return VerifyReport(archive=Path(zip_path), run_id=contents.top,
-                        files_checked=len(contents.files), signed=signed,
-                        signature=signature, keyid=keyid,
-                        tests_recomputed=len(recomputed.tests),
-                        verdict=recomputed.verdict.verdict, warnings=tuple(warnings))
+    return VerifyReport(
+        archive=Path(zip_path),
+        run_id=contents.top,
+        files_checked=len(contents.files),
+        signed=signed,
+        signature=signature,
+        keyid=keyid,
+        tests_recomputed=len(recomputed.tests),
+        verdict=recomputed.verdict.verdict,
+        warnings=tuple(warnings),
+    )
 
 
 def _check_seal_files(contents: ArchiveContents) -> bool:
@@ -113,8 +126,10 @@ def _check_seal_files(contents: ArchiveContents) -> bool:
     has_attestation = ATTESTATION_NAME in contents.files
     has_marker = UNSIGNED_NAME in contents.files
     if has_attestation and has_marker:
-        raise EvidenceError(f"{UNSIGNED_NAME}: present beside {ATTESTATION_NAME}; an "
-                            "archive is either signed or unsigned")
+        raise EvidenceError(
+            f"{UNSIGNED_NAME}: present beside {ATTESTATION_NAME}; an "
+            "archive is either signed or unsigned"
+        )
     if not has_attestation and not has_marker:
         raise EvidenceError(f"{ATTESTATION_NAME}: missing (and no {UNSIGNED_NAME} marker)")
     return has_attestation
@@ -136,8 +151,9 @@ def _check_digests(contents: ArchiveContents) -> None:
 def _check_attestation(contents: ArchiveContents, public) -> str | None:
     """Check the envelope against the files; verify the signature when `public` is given.
     Returns the verified keyid, or None if no key was given."""
-    statement, payload, signatures = open_envelope(contents.files[ATTESTATION_NAME],
-                                                   ATTESTATION_NAME)
+    statement, payload, signatures = open_envelope(
+        contents.files[ATTESTATION_NAME], ATTESTATION_NAME
+    )
     keyid = None
     if public is not None:
         # Signature first: nothing in an unauthenticated statement deserves a finer message.
@@ -148,12 +164,12 @@ def _check_attestation(contents: ArchiveContents, public) -> str | None:
     if uncovered:
         raise EvidenceError(f"{ATTESTATION_NAME}: no subject for file {uncovered[0]}")
     if vanished:
-        raise EvidenceError(f"{ATTESTATION_NAME}: subject {vanished[0]} is missing from "
-                            "the archive")
+        raise EvidenceError(
+            f"{ATTESTATION_NAME}: subject {vanished[0]} is missing from the archive"
+        )
     for name in sorted(files):
         if contents.digest(name) != subjects[name]:
-            raise EvidenceError(f"{ATTESTATION_NAME}: subject {name} digest differs from "
-                                "the file")
+            raise EvidenceError(f"{ATTESTATION_NAME}: subject {name} digest differs from the file")
     _check_predicate(statement.get("predicate"), contents)
     return keyid
 
@@ -176,9 +192,14 @@ def _check_predicate(predicate, contents: ArchiveContents) -> None:
         raise EvidenceError(f"{ATTESTATION_NAME}: predicate missing")
     run = contents.json_object("run.json")
     verdict = contents.json_object("verdict.json")
-    expected = {"run_id": run.get("run_id"), "protocol_hash": run.get("protocol_hash"),
-                "verdict": verdict.get("verdict")}
+    expected = {
+        "run_id": run.get("run_id"),
+        "protocol_hash": run.get("protocol_hash"),
+        "verdict": verdict.get("verdict"),
+    }
     for key, value in expected.items():
         if predicate.get(key) != value:
-            raise EvidenceError(f"{ATTESTATION_NAME}: predicate.{key} "
-                                f"{predicate.get(key)!r} differs from the archive's {value!r}")
+            raise EvidenceError(
+                f"{ATTESTATION_NAME}: predicate.{key} "
+                f"{predicate.get(key)!r} differs from the archive's {value!r}"
+            )

@@ -11,6 +11,7 @@ Archives of the first results schema (a distribution protocol.json without
 ``verdict``) are re-derived by the frozen schema-1 evaluator
 (:mod:`specconform.kinds.distribution.legacy`), so that their stated rows still verify.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable

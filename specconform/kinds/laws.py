@@ -4,6 +4,7 @@ Both the runner (which feeds the laws to a kernel) and `verify` (which recompute
 verdict) build the laws from the protocol with these functions, so an archive's raw data
 cannot smuggle in a different p or q.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -46,12 +47,29 @@ def montecarlo_laws(case) -> tuple[np.ndarray, np.ndarray]:
     get = case.get if isinstance(case, dict) else (lambda k: getattr(case, k))
     K, V, seed = int(get("K")), int(get("vocab")), int(get("law_seed"))
     conc = float(get("concentration"))
-    p = np.stack([build_law({"seed": seed * 1000 + 2 * j, "support": get("p_support"),
-                             "concentration": conc}, V) for j in range(K + 1)])
+    p = np.stack(
+        [
+            build_law(
+                {"seed": seed * 1000 + 2 * j, "support": get("p_support"), "concentration": conc}, V
+            )
+            for j in range(K + 1)
+        ]
+    )
     # q_j shares part of p_j's support and has tokens of its own, so that accepted,
     # rejected and residual cells are all populated.
-    q = np.stack([build_law({"seed": seed * 1000 + 2 * j + 1, "support": get("q_support"),
-                             "concentration": conc}, V) for j in range(K)])
+    q = np.stack(
+        [
+            build_law(
+                {
+                    "seed": seed * 1000 + 2 * j + 1,
+                    "support": get("q_support"),
+                    "concentration": conc,
+                },
+                V,
+            )
+            for j in range(K)
+        ]
+    )
     return p, q
 
 

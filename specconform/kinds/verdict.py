@@ -17,6 +17,7 @@ tests (rows whose role the protocol lists in ``decision_roles``) are of three so
 Rows that do not decide keep their own per-test level (the protocol's ``alpha``) and
 never change the verdict.
 """
+
 from __future__ import annotations
 
 import math
@@ -57,54 +58,83 @@ class FamilyRule:
         spec = protocol.get("verdict") or {}
         roles = tuple(protocol.get("decision_roles") or default_roles)
         alpha = spec.get("alpha")
-        return cls(roles, str(spec.get("combine", "holm")),
-                   float(protocol["alpha"] if alpha is None else alpha))
+        return cls(
+            roles,
+            str(spec.get("combine", "holm")),
+            float(protocol["alpha"] if alpha is None else alpha),
+        )
 
 
-def family_verdict(rows: Sequence[TestRow], rule: FamilyRule) -> tuple[tuple[TestRow, ...],
-                                                                        Verdict]:
+def family_verdict(
+    rows: Sequence[TestRow], rule: FamilyRule
+) -> tuple[tuple[TestRow, ...], Verdict]:
     """Rows with deciding rows adjusted (``adjusted_pvalue``, ``passed``, ``status``,
     ``reason``) and the verdict. Non-deciding rows come back unchanged."""
     deciding = [i for i, r in enumerate(rows) if r.role in rule.roles]
-    pvalues = {i: p for i in deciding if rows[i].status in (PASS, FAIL)
-               and (p := rows[i].pvalue) is not None and math.isfinite(p)}
+    pvalues = {
+        i: p
+        for i in deciding
+        if rows[i].status in (PASS, FAIL) and (p := rows[i].pvalue) is not None and math.isfinite(p)
+    }
     stochastic = list(pvalues)
-    adjusted = dict(zip(stochastic, adjust([pvalues[i] for i in stochastic], rule.combine),
-                        strict=True))
+    adjusted = dict(
+        zip(stochastic, adjust([pvalues[i] for i in stochastic], rule.combine), strict=True)
+    )
     out, reasons = list(rows), []
     label = f"p_{rule.label}"
     for i in deciding:
         row = rows[i]
         if i in adjusted:
             ok = adjusted[i] >= rule.alpha
-            new = replace(row, adjusted_pvalue=adjusted[i], adjusted_method=rule.label,
-                          alpha=rule.alpha, passed=ok,
-                          status=PASS if ok else FAIL, deciding=True,
-                          reason="" if ok else f"{label} < {rule.alpha:g}")
+            new = replace(
+                row,
+                adjusted_pvalue=adjusted[i],
+                adjusted_method=rule.label,
+                alpha=rule.alpha,
+                passed=ok,
+                status=PASS if ok else FAIL,
+                deciding=True,
+                reason="" if ok else f"{label} < {rule.alpha:g}",
+            )
         elif row.status == NO_EVIDENCE or row.status == INFO:
-            new = replace(row, passed=False, status=NO_EVIDENCE, deciding=True,
-                          reason=row.reason or REASON_NO_EVIDENCE)
+            new = replace(
+                row,
+                passed=False,
+                status=NO_EVIDENCE,
+                deciding=True,
+                reason=row.reason or REASON_NO_EVIDENCE,
+            )
         else:  # deterministic rule: PASS/FAIL as the row states
-            new = replace(row, deciding=True,
-                          reason="" if row.passed else (row.reason or "rule broken"))
+            new = replace(
+                row, deciding=True, reason="" if row.passed else (row.reason or "rule broken")
+            )
         out[i] = new
         if new.passed is False:
             reasons.append((new.test, new.reason))
     failed = tuple(name for name, _ in reasons)
     m = len(stochastic)
-    det = [rows[i].test for i in deciding if i not in adjusted
-           and rows[i].status in (PASS, FAIL)]
+    det = [rows[i].test for i in deciding if i not in adjusted and rows[i].status in (PASS, FAIL)]
     if m:
         statement = f"false-fail rate ≤ {rule.alpha:g} over {m} tests ({rule.label})"
-        text = (f"PASS iff every {'/'.join(rule.roles)} test has evidence and {label} >= "
-                f"{rule.alpha:g} ({m} tests)")
+        text = (
+            f"PASS iff every {'/'.join(rule.roles)} test has evidence and {label} >= "
+            f"{rule.alpha:g} ({m} tests)"
+        )
     else:
         statement = "false-fail rate 0: deterministic checks only"
         text = f"PASS iff every {'/'.join(rule.roles)} check holds"
     if det and m:
         text += f", and the deterministic checks ({', '.join(det)}) hold"
         statement += f"; {', '.join(det)} fail only on events a correct engine never shows"
-    verdict = Verdict("FAIL" if failed else "PASS", rule.alpha, text, failed,
-                      combine=rule.combine, family_size=m, statement=statement,
-                      reasons=tuple(reasons), schema=RESULTS_SCHEMA)
+    verdict = Verdict(
+        "FAIL" if failed else "PASS",
+        rule.alpha,
+        text,
+        failed,
+        combine=rule.combine,
+        family_size=m,
+        statement=statement,
+        reasons=tuple(reasons),
+        schema=RESULTS_SCHEMA,
+    )
     return tuple(out), verdict

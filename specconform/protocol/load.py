@@ -5,6 +5,7 @@ keys sorted, no whitespace): key order, comments and formatting of the YAML neve
 the hash; any criterion does. The hash is taken *before* command-line overrides, so it
 names the pre-registration; overrides are recorded next to it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,9 +28,9 @@ _ADAPTER: TypeAdapter[Any] = TypeAdapter(Protocol)  # type: ignore[arg-type]
 @dataclass(frozen=True)
 class LoadedProtocol:
     path: Path
-    source: bytes          # the file's bytes as given
-    model: Any             # the validated model, overrides applied
-    hash: str              # sha256 of the canonical JSON before overrides
+    source: bytes  # the file's bytes as given
+    model: Any  # the validated model, overrides applied
+    hash: str  # sha256 of the canonical JSON before overrides
     overrides: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -128,8 +129,10 @@ def apply_overrides(loaded: LoadedProtocol, options: dict[str, Any]) -> LoadedPr
     for option, value in options.items():
         if option not in allowed:
             names = ", ".join(sorted(allowed)) or "none"
-            raise UsageError(f"{loaded.path}: option {option} cannot override a {loaded.kind} "
-                             f"protocol (overridable options: {names})")
+            raise UsageError(
+                f"{loaded.path}: option {option} cannot override a {loaded.kind} "
+                f"protocol (overridable options: {names})"
+            )
         dotted = allowed[option]
         parent = data
         parts = dotted.split(".")

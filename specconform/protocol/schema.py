@@ -6,6 +6,7 @@ test, alpha and the decision rule, fixed before any data exists. Validation is s
 line may override carry ``json_schema_extra={"overridable": ...}`` naming the CLI option;
 everything else is frozen by the protocol's hash.
 """
+
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
@@ -26,6 +27,7 @@ class Strict(BaseModel):
 
 
 # --- kernel protocols -------------------------------------------------------------------
+
 
 class RandomLaw(Strict):
     """A deterministic pseudo-random law: `support` tokens drawn from the vocabulary with
@@ -100,7 +102,8 @@ class EngineErrors(Strict):
 
 class SeedPlan(Strict):
     count: Annotated[int, Field(ge=1, le=100_000_000)] = Field(
-        json_schema_extra=overridable("--seeds"))
+        json_schema_extra=overridable("--seeds")
+    )
     offset: NonNegInt = Field(0, json_schema_extra=overridable("--offset"))
 
 
@@ -149,6 +152,7 @@ class MonteCarloProtocol(Strict):
 
 # --- distribution protocols ---------------------------------------------------------------
 
+
 class EngineSpec(Strict):
     # Which engine: the bundled one, the Hugging Face transformers adapter, or a user's
     # factory "package.module:callable" (docs/adapters.md). `options` is that adapter's
@@ -168,7 +172,8 @@ class EngineSpec(Strict):
     prompt: list[NonNegInt] | Literal["default"] = "default"
     max_tokens: Annotated[int, Field(ge=2, le=3)] = 3
     batch_size: Annotated[int, Field(ge=1)] = Field(
-        1024, json_schema_extra=overridable("--batch-size"))
+        1024, json_schema_extra=overridable("--batch-size")
+    )
     # A real model shipped by a package (engine_under_test.models_pkg), instead of a
     # preset: its layers cut into stages (cumulative layer ends; draft_loops counts
     # stages) and the draft's exit head ("plain" early exit or "fitted" exit maps).
@@ -178,12 +183,12 @@ class EngineSpec(Strict):
 
     @model_validator(mode="after")
     def _bundled_model(self):
-        if self.model is None and (self.stage_layers is not None
-                                   or self.draft_head != "plain"):
+        if self.model is None and (self.stage_layers is not None or self.draft_head != "plain"):
             raise ValueError("stage_layers and draft_head apply to a packaged model only")
         if self.adapter == "bundled" and (self.preset is None) == (self.model is None):
-            raise ValueError("the bundled engine needs exactly one of engine.preset or "
-                             "engine.model")
+            raise ValueError(
+                "the bundled engine needs exactly one of engine.preset or engine.model"
+            )
         return self
 
 
@@ -235,8 +240,8 @@ class DistributionProtocol(Strict):
     tests: Annotated[list[TestSpec], Field(min_length=1)]
     # The roles whose tests decide the verdict (PASS iff all of them pass at alpha).
     decision_roles: Annotated[
-        list[Literal["prerequisite", "primary", "secondary", "mechanism"]],
-        Field(min_length=1)] = ["prerequisite", "primary"]
+        list[Literal["prerequisite", "primary", "secondary", "mechanism"]], Field(min_length=1)
+    ] = ["prerequisite", "primary"]
     expansion: Expansion | None = None
     # The family-wise rule over the deciding tests; None: Holm at `alpha`. `alpha` above
     # stays the per-test level of the rows that do not decide.
@@ -263,6 +268,7 @@ class DistributionProtocol(Strict):
 
 
 # --- equality protocols ---------------------------------------------------------------------
+
 
 class EqualityEngine(Strict):
     """The model both sides run (the same preset or checkpoint in each tree)."""
@@ -295,8 +301,10 @@ class EqualityConfig(Strict):
     @model_validator(mode="after")
     def _draft_loops(self):
         if (self.mode == "nospec") != (self.draft_loops is None):
-            raise ValueError(f"configuration {self.name!r}: draft_loops is required for "
-                             "sync/async and not allowed for nospec")
+            raise ValueError(
+                f"configuration {self.name!r}: draft_loops is required for "
+                "sync/async and not allowed for nospec"
+            )
         return self
 
 
@@ -318,8 +326,10 @@ class EqualityProtocol(Strict):
     name: Annotated[str, Field(pattern=r"^[a-z0-9_\-]+$")]
     description: str = ""
     engine: EqualityEngine
-    prompts: PromptPlan | Annotated[list[Annotated[list[NonNegInt], Field(min_length=1)]],
-                                    Field(min_length=1)]
+    prompts: (
+        PromptPlan
+        | Annotated[list[Annotated[list[NonNegInt], Field(min_length=1)]], Field(min_length=1)]
+    )
     max_tokens: Annotated[int, Field(ge=1, le=4096)] = 128
     configurations: Annotated[list[EqualityConfig], Field(min_length=1)]
     comparisons: list[Comparison] = []
@@ -337,15 +347,18 @@ class EqualityProtocol(Strict):
         for comp in self.comparisons:
             for side in (comp.base, comp.candidate):
                 if side not in names:
-                    raise ValueError(f"comparison {comp.name!r} names unknown configuration "
-                                     f"{side!r}")
+                    raise ValueError(
+                        f"comparison {comp.name!r} names unknown configuration {side!r}"
+                    )
         if self.base_ref is not None and not self.base_ref.strip():
             raise ValueError("base_ref must be a git ref (e.g. HEAD~1 or main)")
         return self
 
 
-Protocol = Annotated[QuadratureProtocol | MonteCarloProtocol | DistributionProtocol
-                     | EqualityProtocol, Field(discriminator="kind")]
+Protocol = Annotated[
+    QuadratureProtocol | MonteCarloProtocol | DistributionProtocol | EqualityProtocol,
+    Field(discriminator="kind"),
+]
 
 
 def _with_verdict(model):

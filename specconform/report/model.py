@@ -17,6 +17,7 @@ quadrature statistic is max(error / bound), named so) and :func:`acceptance_poin
 (observed and expected first-position acceptance ratio, from the keys the distribution
 evaluator writes).
 """
+
 from __future__ import annotations
 
 import math
@@ -71,12 +72,19 @@ def load_views(archives: Sequence[Path]) -> list[ArchiveView]:
     for index, path in enumerate(archives):
         contents = read_archive(Path(path))
         run = contents.json_object("run.json")
-        views.append(ArchiveView(
-            label=_label(index), path=Path(path), run_id=str(run.get("run_id", contents.top)),
-            sha256=contents.sha256, run=run, evaluation=contents.evaluation(),
-            signed=ATTESTATION_NAME in contents.files,
-            seed_ranges=_seed_ranges(run.get("seed_ranges"), contents.path),
-            plan=_plan(contents)))
+        views.append(
+            ArchiveView(
+                label=_label(index),
+                path=Path(path),
+                run_id=str(run.get("run_id", contents.top)),
+                sha256=contents.sha256,
+                run=run,
+                evaluation=contents.evaluation(),
+                signed=ATTESTATION_NAME in contents.files,
+                seed_ranges=_seed_ranges(run.get("seed_ranges"), contents.path),
+                plan=_plan(contents),
+            )
+        )
     return views
 
 
@@ -93,11 +101,16 @@ def detectable_tv_line(views: Sequence[ArchiveView], letters: Sequence[str]) -> 
     parts = []
     for view, letter in zip(views, letters, strict=True):
         if view.plan:
-            tvs = ", ".join(f"{t.get('test')} {_tv(t.get('detectable_tv'))}"
-                            for t in view.plan)
+            tvs = ", ".join(f"{t.get('test')} {_tv(t.get('detectable_tv'))}" for t in view.plan)
             parts.append(f"{letter}: {tvs}")
-    return ("Detectable TV at power 0.99 (per deciding stratum, at the run's seeds) — "
-            + "; ".join(parts)) if parts else ""
+    return (
+        (
+            "Detectable TV at power 0.99 (per deciding stratum, at the run's seeds) — "
+            + "; ".join(parts)
+        )
+        if parts
+        else ""
+    )
 
 
 def _tv(x) -> str:
@@ -153,7 +166,7 @@ def cross_archive_overlaps(views: Sequence[ArchiveView]) -> list[SeedOverlap]:
     """Every pair of seed ranges from two different archives that share a seed."""
     overlaps = []
     for i, a in enumerate(views):
-        for b in views[i + 1:]:
+        for b in views[i + 1 :]:
             for ga, ra in sorted(a.seed_ranges.items()):
                 for gb, rb in sorted(b.seed_ranges.items()):
                     if max(ra[0], rb[0]) < min(ra[1], rb[1]):
@@ -186,8 +199,11 @@ def pvalue_text(row: TestRow) -> str:
     text = f"{label}={format_pvalue(row.pvalue)}"
     per_group = row.detail.get("per_group") if isinstance(row.detail, dict) else None
     if label == "p_Bonf" and isinstance(per_group, list):
-        groups = ", ".join(f"{g.get('group')} p={format_pvalue(g.get('pvalue'))}"
-                           for g in per_group if isinstance(g, dict))
+        groups = ", ".join(
+            f"{g.get('group')} p={format_pvalue(g.get('pvalue'))}"
+            for g in per_group
+            if isinstance(g, dict)
+        )
         text += f" ({groups})"
     if row.adjusted_pvalue is not None:
         text += f", p_{row.adjusted_method or 'adj'}={format_pvalue(row.adjusted_pvalue)}"
@@ -217,8 +233,9 @@ def acceptance_point(row: TestRow) -> AcceptancePoint | None:
     if not isinstance(observed, (int, float)) or isinstance(observed, bool):
         return None
     expected = detail.get("expected_acceptance_ratio")
-    return AcceptancePoint(row.test, float(observed),
-                           float(expected) if isinstance(expected, (int, float)) else None)
+    return AcceptancePoint(
+        row.test, float(observed), float(expected) if isinstance(expected, (int, float)) else None
+    )
 
 
 def check_cell(row: TestRow | None) -> str:
@@ -243,8 +260,10 @@ def verdict_statement(verdict: Verdict) -> str:
     """The verdict's stated false-fail rate, or what a schema-1 archive could state."""
     if verdict.statement:
         return verdict.statement
-    return (f"each deciding test at alpha {format_number(verdict.alpha)} (results schema 1: "
-            "no family-wise rate stated)")
+    return (
+        f"each deciding test at alpha {format_number(verdict.alpha)} (results schema 1: "
+        "no family-wise rate stated)"
+    )
 
 
 def format_range(r: SeedRange | None) -> str:
@@ -257,14 +276,18 @@ def disjointness_statement(views: Sequence[ArchiveView]) -> str:
         return "One archive: there is no second run whose seeds could overlap."
     missing = [v.label for v in views if not v.seed_ranges]
     if missing:
-        return ("Disjointness cannot be stated: run.json of "
-                f"{', '.join(missing)} records no seed ranges.")
+        return (
+            "Disjointness cannot be stated: run.json of "
+            f"{', '.join(missing)} records no seed ranges."
+        )
     overlaps = cross_archive_overlaps(views)
     if not overlaps:
         return "The seed ranges of the archives are disjoint: no seed is used by two runs."
-    pairs = "; ".join(f"{o.first} {o.first_group} {format_range(o.first_range)} and "
-                      f"{o.second} {o.second_group} {format_range(o.second_range)}"
-                      for o in overlaps)
+    pairs = "; ".join(
+        f"{o.first} {o.first_group} {format_range(o.first_range)} and "
+        f"{o.second} {o.second_group} {format_range(o.second_range)}"
+        for o in overlaps
+    )
     return f"The seed ranges of the archives are NOT disjoint: {pairs} overlap."
 
 
@@ -280,9 +303,11 @@ def coverage_notes(views: Sequence[ArchiveView]) -> list[str]:
             if row.test == "coverage" and isinstance(detail.get("tests"), dict):
                 # The distribution evaluator's coverage row: strata and share per test.
                 for test, cov in sorted(detail["tests"].items()):
-                    notes.append(f"{view.label}, {test}: {cov.get('strata')} strata cover "
-                                 f"{cov.get('n_covered')}/{cov.get('n_eligible')} samples "
-                                 f"({100 * float(cov.get('share', 0)):.1f}%)")
+                    notes.append(
+                        f"{view.label}, {test}: {cov.get('strata')} strata cover "
+                        f"{cov.get('n_covered')}/{cov.get('n_eligible')} samples "
+                        f"({100 * float(cov.get('share', 0)):.1f}%)"
+                    )
     return notes
 
 

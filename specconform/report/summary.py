@@ -1,4 +1,5 @@
 """The short Markdown a CI job appends to $GITHUB_STEP_SUMMARY."""
+
 from __future__ import annotations
 
 import os
@@ -18,28 +19,50 @@ def step_summary_markdown(archive: Path) -> str:
     contents = read_archive(Path(archive))
     run = contents.json_object("run.json")
     title = f"{run.get('protocol_name', '?')} ({contents.top})"
-    return evaluation_summary_markdown(contents.evaluation(), title=title,
-                                       archive_name=Path(archive).name,
-                                       archive_sha256=contents.sha256)
+    return evaluation_summary_markdown(
+        contents.evaluation(),
+        title=title,
+        archive_name=Path(archive).name,
+        archive_sha256=contents.sha256,
+    )
 
 
-def evaluation_summary_markdown(evaluation: Evaluation, *, title: str,
-                                archive_name: str | None = None,
-                                archive_sha256: str | None = None) -> str:
+def evaluation_summary_markdown(
+    evaluation: Evaluation,
+    *,
+    title: str,
+    archive_name: str | None = None,
+    archive_sha256: str | None = None,
+) -> str:
     """The step summary for an evaluation in memory (no archive needed)."""
     verdict = evaluation.verdict
     lines = [f"### specconform: {title}: **{verdict.verdict}**", ""]
     if verdict.failed:
-        lines += [f"Failed: {', '.join(verdict.failed)}", ""] if not verdict.reasons else [
-            "Failed: " + ", ".join(f"{t} ({why})" for t, why in verdict.reasons), ""]
-    lines += table(["test", "role", "statistic", "df", "p-values", "n", "result"],
-                   [[r.test, r.role, format_number(r.statistic), format_number(r.df),
-                     pvalue_text(r), str(r.n), outcome(r) + ("" if r.deciding or r.status
-                                                             == "INFO" else " (not deciding)")]
-                    for r in evaluation.tests])
-    lines += ["", f"Verdict: {verdict_statement(verdict)}",
-              f"Decision rule (alpha {format_number(verdict.alpha)}): "
-              f"{verdict.rule or 'not stated'}"]
+        lines += (
+            [f"Failed: {', '.join(verdict.failed)}", ""]
+            if not verdict.reasons
+            else ["Failed: " + ", ".join(f"{t} ({why})" for t, why in verdict.reasons), ""]
+        )
+    lines += table(
+        ["test", "role", "statistic", "df", "p-values", "n", "result"],
+        [
+            [
+                r.test,
+                r.role,
+                format_number(r.statistic),
+                format_number(r.df),
+                pvalue_text(r),
+                str(r.n),
+                outcome(r) + ("" if r.deciding or r.status == "INFO" else " (not deciding)"),
+            ]
+            for r in evaluation.tests
+        ],
+    )
+    lines += [
+        "",
+        f"Verdict: {verdict_statement(verdict)}",
+        f"Decision rule (alpha {format_number(verdict.alpha)}): {verdict.rule or 'not stated'}",
+    ]
     if archive_name is not None:
         lines += ["", f"Archive `{archive_name}`, SHA-256 `{archive_sha256}`"]
     return "\n".join(lines) + "\n"

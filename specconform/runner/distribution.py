@@ -7,6 +7,7 @@ temporary name and renamed, so a batch is on disk whole or not at all. ``--resum
 that folder skips finished batches and runs the rest with the same batch plan: after
 Ctrl-C or kill -9 at any point no seed is lost and none is counted twice.
 """
+
 from __future__ import annotations
 
 import io
@@ -23,8 +24,18 @@ from specconform.errors import UsageError
 from specconform.progress import timing
 from specconform.runner.ledger import LedgerEntry, check_and_reserve
 
-SAMPLE_COLUMNS = ("group", "seed", "t1", "t2", "t3", "first_accepted", "drafted", "accepted",
-                  "finish_reason", "rounds")
+SAMPLE_COLUMNS = (
+    "group",
+    "seed",
+    "t1",
+    "t2",
+    "t3",
+    "first_accepted",
+    "drafted",
+    "accepted",
+    "finish_reason",
+    "rounds",
+)
 
 
 def group_seeds(protocol, group) -> range:
@@ -55,24 +66,33 @@ def _atomic_write(path: Path, data: bytes) -> None:
 def open_checkpoint(loaded, *, mutant, context) -> Path:
     """Create (new run) or validate (--resume) the checkpoint folder; returns it."""
     model = loaded.model
-    state = {"run_id": context["run_id"], "attempt": context["attempt"],
-             "protocol_hash": loaded.hash,
-             "overrides": loaded.overrides, "mutant": mutant, "plan": batch_plan(model)}
+    state = {
+        "run_id": context["run_id"],
+        "attempt": context["attempt"],
+        "protocol_hash": loaded.hash,
+        "overrides": loaded.overrides,
+        "mutant": mutant,
+        "plan": batch_plan(model),
+    }
     resume = context.get("resume")
     if resume is not None:
         folder = Path(resume)
         saved = read_checkpoint(folder)
         for key in ("protocol_hash", "overrides", "mutant"):
             if json.loads(json.dumps(saved[key])) != json.loads(json.dumps(state[key])):
-                raise UsageError(f"--resume {folder}: {key} differs from the interrupted run "
-                                 f"({saved[key]!r} there, {state[key]!r} now)")
+                raise UsageError(
+                    f"--resume {folder}: {key} differs from the interrupted run "
+                    f"({saved[key]!r} there, {state[key]!r} now)"
+                )
         if [list(x) for x in saved["plan"]] != [list(x) for x in state["plan"]]:
             raise UsageError(f"--resume {folder}: batch plan differs from the interrupted run")
         return folder
     folder = Path(context["out_dir"]) / f"{context['run_id']}.inprogress"
     if folder.exists():
-        raise UsageError(f"{folder}: an interrupted run with the same inputs is there; "
-                         f"continue it with --resume {folder} (or remove that folder)")
+        raise UsageError(
+            f"{folder}: an interrupted run with the same inputs is there; "
+            f"continue it with --resume {folder} (or remove that folder)"
+        )
     # Built under a temporary name and renamed: a kill at any point leaves either no
     # checkpoint folder or one with its checkpoint.json.
     building = folder.with_name(folder.name + ".tmp")
@@ -104,12 +124,20 @@ def _records_frame(group, records) -> pd.DataFrame:
     rows = []
     for r in records:
         toks = list(r.tokens) + [-1, -1, -1]
-        rows.append({"group": group.name, "seed": r.seed, "t1": toks[0], "t2": toks[1],
-                     "t3": toks[2], "first_accepted": r.first_accepted,
-                     "drafted": sum(d for d, _ in r.rounds),
-                     "accepted": sum(a for _, a in r.rounds),
-                     "finish_reason": r.finish_reason,
-                     "rounds": json.dumps([list(x) for x in r.rounds], separators=(",", ":"))})
+        rows.append(
+            {
+                "group": group.name,
+                "seed": r.seed,
+                "t1": toks[0],
+                "t2": toks[1],
+                "t3": toks[2],
+                "first_accepted": r.first_accepted,
+                "drafted": sum(d for d, _ in r.rounds),
+                "accepted": sum(a for _, a in r.rounds),
+                "finish_reason": r.finish_reason,
+                "rounds": json.dumps([list(x) for x in r.rounds], separators=(",", ":")),
+            }
+        )
     return pd.DataFrame(rows, columns=list(SAMPLE_COLUMNS))
 
 
@@ -130,19 +158,21 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes] | Non
     engine, error = _load_engine(model, mutant=mutant, log=log)
     coord.agree(error)
     folder = None
-    undo = _Undo(Path(context["out_dir"]), _ledger(context),
-                 fresh=context.get("resume") is None)
+    undo = _Undo(Path(context["out_dir"]), _ledger(context), fresh=context.get("resume") is None)
     try:
         if shard.is_leader:
-            log(f"engine adapter: {engine.name} ({engine.info.name} {engine.info.version}, "
-                f"source sha256 {engine.info.source_sha256[:16]})")
+            log(
+                f"engine adapter: {engine.name} ({engine.info.name} {engine.info.version}, "
+                f"source sha256 {engine.info.source_sha256[:16]})"
+            )
             folder, error = _open_run(loaded, model, mutant=mutant, context=context)
         folder, error = coord.share((str(folder) if folder else None, error))
         if error:
             raise UsageError(error)
         folder = Path(folder)
-        return _collect(loaded, model, shard, coord, engine, folder, progress=progress,
-                        log=log, context=context)
+        return _collect(
+            loaded, model, shard, coord, engine, folder, progress=progress, log=log, context=context
+        )
     except AdapterError:
         # A broken adapter yields no evidence: its checkpoint and seed reservation go too.
         if shard.is_leader and folder is not None:
@@ -179,8 +209,9 @@ def _collect(loaded, model, shard, coord, engine, folder, *, progress, log, cont
                 if not path.exists():
                     records = engine.run_group(groups[name], list(range(start, stop)))
                     buf = io.StringIO()
-                    _records_frame(groups[name], records).to_csv(buf, index=False,
-                                                                lineterminator="\n")
+                    _records_frame(groups[name], records).to_csv(
+                        buf, index=False, lineterminator="\n"
+                    )
                     _atomic_write(path, buf.getvalue().encode())
                 bar.advance(stop - start)
     except KeyboardInterrupt:
@@ -193,8 +224,9 @@ def _collect(loaded, model, shard, coord, engine, folder, *, progress, log, cont
     for name, start, _ in plan:
         path = _batch_path(folder, name, start)
         if not path.exists():
-            raise UsageError(f"{path}: batch missing after generation; continue the run "
-                             f"with --resume {folder}")
+            raise UsageError(
+                f"{path}: batch missing after generation; continue the run with --resume {folder}"
+            )
         frames.append(pd.read_csv(path))
     samples = pd.concat(frames, ignore_index=True)
     log(f"generated {len(samples)} samples in {len(plan)} batches ({folder.name})")
@@ -204,12 +236,16 @@ def _collect(loaded, model, shard, coord, engine, folder, *, progress, log, cont
     buf = io.StringIO()
     samples.to_csv(buf, index=False, lineterminator="\n")
     context.setdefault("on_success", []).append(lambda: _discard_checkpoint(folder))
-    context["extra_run_fields"] = {"seed_ranges": {
-        g.name: [group_seeds(model, g).start, group_seeds(model, g).stop]
-        for g in model.groups}, "engine_adapter": engine.info.to_json()}
-    return {"raw/samples.csv": buf.getvalue().encode(),
-            "raw/reference.json": json.dumps(reference, sort_keys=True,
-                                             separators=(",", ":")).encode()}
+    context["extra_run_fields"] = {
+        "seed_ranges": {
+            g.name: [group_seeds(model, g).start, group_seeds(model, g).stop] for g in model.groups
+        },
+        "engine_adapter": engine.info.to_json(),
+    }
+    return {
+        "raw/samples.csv": buf.getvalue().encode(),
+        "raw/reference.json": json.dumps(reference, sort_keys=True, separators=(",", ":")).encode(),
+    }
 
 
 class _Undo:
@@ -246,10 +282,23 @@ def _open_run(loaded, model, *, mutant, context) -> tuple[Path | None, str | Non
     None), or (None, the one-line refusal) so that every rank can refuse with it."""
     try:
         # Reserve first: a refused reservation must leave no .inprogress folder behind.
-        check_and_reserve(_ledger(context), [
-            LedgerEntry(loaded.name, loaded.hash, context["attempt"], g.name,
-                        group_seeds(model, g).start, group_seeds(model, g).stop, mutant)
-            for g in model.groups], expansion=model.expansion, offset=model.seeds.offset)
+        check_and_reserve(
+            _ledger(context),
+            [
+                LedgerEntry(
+                    loaded.name,
+                    loaded.hash,
+                    context["attempt"],
+                    g.name,
+                    group_seeds(model, g).start,
+                    group_seeds(model, g).stop,
+                    mutant,
+                )
+                for g in model.groups
+            ],
+            expansion=model.expansion,
+            offset=model.seeds.offset,
+        )
         folder = open_checkpoint(loaded, mutant=mutant, context=context)
     except UsageError as exc:
         return None, str(exc)
@@ -266,20 +315,30 @@ def replay_reference(engine, model, samples: pd.DataFrame, progress) -> dict:
     t1, t2) for every observed (t1, t2)."""
     prompt = engine.prompt
     t1s = sorted(int(t) for t in samples["t1"].unique() if t >= 0)
-    pairs = sorted({(int(a), int(b)) for a, b in zip(samples["t1"], samples["t2"], strict=False)
-                    if a >= 0 and b >= 0})
+    pairs = sorted(
+        {
+            (int(a), int(b))
+            for a, b in zip(samples["t1"], samples["t2"], strict=False)
+            if a >= 0 and b >= 0
+        }
+    )
     depths = sorted({g.draft_loops for g in model.groups if g.draft_loops is not None})
     caps = engine.info.capabilities
     if not caps.draft_law:
         depths = []  # no q: the tests that need it are not applicable (capabilities say why)
     total = 1 + len(t1s) * (1 + len(depths)) + (len(pairs) if model.engine.max_tokens >= 3 else 0)
-    ref = {"vocab_size": engine.vocab_size, "prompt": prompt, "p_t2": {}, "p_t3": {},
-           "q_t2": {str(d): {} for d in depths}, "capabilities": caps.to_json()}
+    ref = {
+        "vocab_size": engine.vocab_size,
+        "prompt": prompt,
+        "p_t2": {},
+        "p_t3": {},
+        "q_t2": {str(d): {} for d in depths},
+        "capabilities": caps.to_json(),
+    }
     with progress("reference", total) as bar:
         ref["p_t1"] = _sparse(engine.target_law(prompt))
         bar.advance(1)
-        for t1, law in zip(t1s, engine.target_laws([prompt + [t1] for t1 in t1s]),
-                           strict=True):
+        for t1, law in zip(t1s, engine.target_laws([prompt + [t1] for t1 in t1s]), strict=True):
             ref["p_t2"][str(t1)] = _sparse(law)
             bar.advance(1)
             for d in depths:

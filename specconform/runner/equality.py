@@ -11,6 +11,7 @@ that needs other package versions is outside what this runner can build).
 
 The worker uses only the engine's public API, so a base from any earlier release runs.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,9 +40,9 @@ class EngineRunError(SpecconformError):
 
 @dataclass(frozen=True)
 class SourceTree:
-    side: str             # "candidate" | "base"
-    root: Path            # put on PYTHONPATH (never written into the archive)
-    ref: str | None       # the git ref asked for (base only)
+    side: str  # "candidate" | "base"
+    root: Path  # put on PYTHONPATH (never written into the archive)
+    ref: str | None  # the git ref asked for (base only)
     commit: str | None
     dirty: bool | None
 
@@ -51,8 +52,9 @@ class SourceTree:
 
 def _git(repo: Path, *args: str) -> str:
     try:
-        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True,
-                              text=True, timeout=60, check=False)
+        done = subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60, check=False
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         raise UsageError(f"git {' '.join(args)}: {exc}") from None
     if done.returncode != 0:
@@ -66,8 +68,9 @@ def repository_root() -> Path:
     try:
         return Path(_git(PACKAGE_ROOT, "rev-parse", "--show-toplevel"))
     except UsageError:
-        raise UsageError(f"--base-ref needs specconform to run from a git checkout; "
-                         f"{PACKAGE_ROOT} is not one") from None
+        raise UsageError(
+            f"--base-ref needs specconform to run from a git checkout; {PACKAGE_ROOT} is not one"
+        ) from None
 
 
 def candidate_tree() -> SourceTree:
@@ -83,8 +86,7 @@ def candidate_tree() -> SourceTree:
 def base_tree(ref: str) -> SourceTree:
     """The snapshot of `ref`, exported once into the cache (a bad ref: one line, exit 2)."""
     repo = repository_root()
-    commit = _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}") \
-        if ref else ""
+    commit = _git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}") if ref else ""
     if not commit:
         raise UsageError(f"--base-ref {ref!r}: not a commit of {repo}")
     cache = repo / "reports" / ".cache" / "base"
@@ -95,18 +97,25 @@ def base_tree(ref: str) -> SourceTree:
         try:
             archive = staging / "tree.tar"
             with open(archive, "wb") as fh:
-                done = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar",
-                                       commit], stdout=fh, stderr=subprocess.PIPE,
-                                      timeout=300, check=False)
+                done = subprocess.run(
+                    ["git", "-C", str(repo), "archive", "--format=tar", commit],
+                    stdout=fh,
+                    stderr=subprocess.PIPE,
+                    timeout=300,
+                    check=False,
+                )
             if done.returncode != 0:
-                raise UsageError(f"--base-ref {ref}: git archive failed: "
-                                 f"{done.stderr.decode(errors='replace').strip()}")
+                raise UsageError(
+                    f"--base-ref {ref}: git archive failed: "
+                    f"{done.stderr.decode(errors='replace').strip()}"
+                )
             tree = staging / "tree"
             with tarfile.open(archive) as tar:
                 tar.extractall(tree, filter="data")
             if not (tree / "engine_under_test" / "__init__.py").exists():
-                raise UsageError(f"--base-ref {ref}: commit {commit[:12]} has no "
-                                 "engine_under_test package")
+                raise UsageError(
+                    f"--base-ref {ref}: commit {commit[:12]} has no engine_under_test package"
+                )
             shutil.rmtree(target, ignore_errors=True)
             os.replace(tree, target)
         finally:
@@ -139,10 +148,17 @@ def _vocab_size(engine) -> int:
 
 def run_worker(tree: SourceTree, request: dict) -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(tree.root)] + (
-        [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    done = subprocess.run([sys.executable, str(WORKER)], input=json.dumps(request),
-                          capture_output=True, text=True, env=env, check=False)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(tree.root)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
+    done = subprocess.run(
+        [sys.executable, str(WORKER)],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
         raise EngineRunError(f"{tree.side} tree ({tree.commit or 'working tree'}): {last}")
@@ -150,8 +166,9 @@ def run_worker(tree: SourceTree, request: dict) -> dict:
     ran = Path(result["engine_file"]).resolve()
     if not ran.is_relative_to(tree.root.resolve()):
         # The wrong engine was imported (an installed copy shadowing the tree).
-        raise EngineRunError(f"{tree.side} tree: engine_under_test came from {ran}, not "
-                             f"from {tree.root}")
+        raise EngineRunError(
+            f"{tree.side} tree: engine_under_test came from {ran}, not from {tree.root}"
+        )
     return result
 
 
@@ -163,31 +180,49 @@ def collect(loaded, *, progress, log, context) -> dict[str, bytes]:
         trees["base"] = base_tree(protocol.base_ref)
     specs = comparisons(data, sorted(trees))
     if not specs:
-        raise UsageError(f"{loaded.path}: no comparison to make: declare `comparisons` or "
-                         "give --base-ref")
+        raise UsageError(
+            f"{loaded.path}: no comparison to make: declare `comparisons` or give --base-ref"
+        )
     prompts = make_prompts(protocol)
     engine = protocol.engine.model_dump(mode="json")
     engine["num_speculative_tokens"] = protocol.engine.num_speculative_tokens
-    configs = [dict(c.model_dump(mode="json"),
-                    num_speculative_tokens=protocol.engine.num_speculative_tokens)
-               for c in protocol.configurations]
+    configs = [
+        dict(
+            c.model_dump(mode="json"), num_speculative_tokens=protocol.engine.num_speculative_tokens
+        )
+        for c in protocol.configurations
+    ]
     # The base side runs only the configurations a comparison reads from it.
-    wanted = {side: sorted({s.base[1] for s in specs if s.base[0] == side}
-                           | {s.candidate[1] for s in specs if s.candidate[0] == side})
-              for side in trees}
+    wanted = {
+        side: sorted(
+            {s.base[1] for s in specs if s.base[0] == side}
+            | {s.candidate[1] for s in specs if s.candidate[0] == side}
+        )
+        for side in trees
+    }
     outputs = {}
     with progress("generate", len(trees)) as bar:
         for side, tree in trees.items():
-            request = {"engine": engine, "max_tokens": protocol.max_tokens, "prompts": prompts,
-                       "configurations": [c for c in configs if c["name"] in wanted[side]]}
+            request = {
+                "engine": engine,
+                "max_tokens": protocol.max_tokens,
+                "prompts": prompts,
+                "configurations": [c for c in configs if c["name"] in wanted[side]],
+            }
             outputs[side] = run_worker(tree, request)["outputs"]
-            log(f"{side}: {len(request['configurations'])} configurations x {len(prompts)} "
-                f"prompts ({tree.commit or 'no commit'}{' dirty' if tree.dirty else ''})")
+            log(
+                f"{side}: {len(request['configurations'])} configurations x {len(prompts)} "
+                f"prompts ({tree.commit or 'no commit'}{' dirty' if tree.dirty else ''})"
+            )
             bar.advance(1)
     gaps = _divergence_gaps(specs, trees, configs, prompts, outputs, engine, protocol)
-    raw = {"prompts": prompts, "max_tokens": protocol.max_tokens,
-           "sides": {side: tree.provenance() for side, tree in trees.items()},
-           "outputs": outputs, "gaps": gaps}
+    raw = {
+        "prompts": prompts,
+        "max_tokens": protocol.max_tokens,
+        "sides": {side: tree.provenance() for side, tree in trees.items()},
+        "outputs": outputs,
+        "gaps": gaps,
+    }
     return {RAW_FILE: json.dumps(raw, sort_keys=True, separators=(",", ":")).encode()}
 
 
@@ -202,17 +237,29 @@ def _divergence_gaps(specs, trees, configs, prompts, outputs, engine, protocol) 
             d = first_divergence(i, a, b)
             if d is None:
                 continue
-            prefix = prompts[i] + list(a[:d.position])
+            prefix = prompts[i] + list(a[: d.position])
             for role, (side, name) in (("base", spec.base), ("candidate", spec.candidate)):
-                asks[side].append({"key": f"{gap_key(spec.name, i)}|{role}",
-                                   "dtype": dtype[name], "prefixes": [prefix]})
+                asks[side].append(
+                    {
+                        "key": f"{gap_key(spec.name, i)}|{role}",
+                        "dtype": dtype[name],
+                        "prefixes": [prefix],
+                    }
+                )
     gaps: dict[str, dict] = {}
     for side, tree in trees.items():
         if not asks[side]:
             continue
-        measured = run_worker(tree, {"engine": engine, "max_tokens": protocol.max_tokens,
-                                     "prompts": [], "configurations": [],
-                                     "gap_requests": asks[side]})["gaps"]
+        measured = run_worker(
+            tree,
+            {
+                "engine": engine,
+                "max_tokens": protocol.max_tokens,
+                "prompts": [],
+                "configurations": [],
+                "gap_requests": asks[side],
+            },
+        )["gaps"]
         for key, values in measured.items():
             where, role = key.rsplit("|", 1)
             gaps.setdefault(where, {})[role] = values[0]

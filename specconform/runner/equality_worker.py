@@ -23,6 +23,7 @@ Result (JSON on stdout)::
      "gaps": {"<key>": [[top1, top2, logp1 - logp2], ...]},
      "engine_file": "<path of the engine package that ran>"}
 """
+
 from __future__ import annotations
 
 import json
@@ -31,15 +32,26 @@ import sys
 
 
 def _llm(eut, torch, engine: dict, config: dict):
-    model = (engine["checkpoint"] if engine.get("checkpoint") else
-             eut.ModelConfig.preset(engine["preset"], seed=int(engine["model_seed"])))
+    model = (
+        engine["checkpoint"]
+        if engine.get("checkpoint")
+        else eut.ModelConfig.preset(engine["preset"], seed=int(engine["model_seed"]))
+    )
     spec = None
     if config["mode"] != "nospec":
-        spec = eut.SpeculativeConfig(num_speculative_tokens=int(config["num_speculative_tokens"]),
-                                     mode="block", draft_loops=int(config["draft_loops"]))
-    return eut.LLM(model, speculative_config=spec, async_scheduling=config["mode"] == "async",
-                   device=engine["device"], dtype=getattr(torch, config["dtype"]),
-                   max_num_seqs=int(config["concurrency"]))
+        spec = eut.SpeculativeConfig(
+            num_speculative_tokens=int(config["num_speculative_tokens"]),
+            mode="block",
+            draft_loops=int(config["draft_loops"]),
+        )
+    return eut.LLM(
+        model,
+        speculative_config=spec,
+        async_scheduling=config["mode"] == "async",
+        device=engine["device"],
+        dtype=getattr(torch, config["dtype"]),
+        max_num_seqs=int(config["concurrency"]),
+    )
 
 
 def _top2_gap(llm, eut, prefix: list[int]) -> list[float]:
@@ -65,8 +77,9 @@ def main() -> None:
     import engine_under_test as eut
 
     torch.manual_seed(0)  # greedy decoding draws nothing; fixed anyway
-    params = eut.SamplingParams(temperature=0.0, max_tokens=int(request["max_tokens"]),
-                                ignore_eos=True)
+    params = eut.SamplingParams(
+        temperature=0.0, max_tokens=int(request["max_tokens"]), ignore_eos=True
+    )
     prompts = [list(map(int, p)) for p in request["prompts"]]
     outputs, gaps = {}, {}
     for config in request["configurations"]:
@@ -85,8 +98,9 @@ def main() -> None:
             gaps[ask["key"]] = [_top2_gap(llm, eut, list(map(int, p))) for p in ask["prefixes"]]
         finally:
             _close(llm)
-    json.dump({"outputs": outputs, "gaps": gaps, "engine_file": eut.__file__}, sys.stdout,
-              sort_keys=True)
+    json.dump(
+        {"outputs": outputs, "gaps": gaps, "engine_file": eut.__file__}, sys.stdout, sort_keys=True
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ run is written into a hidden staging folder and renamed into place only when com
 A distribution run holds its run lock (`runner.runlock`) from before its ledger
 reservation until its archive is in place.
 """
+
 from __future__ import annotations
 
 import json
@@ -104,8 +105,9 @@ def portable_command(argv: list[str]) -> list[str]:
     return out
 
 
-def collect_raw(loaded: LoadedProtocol, *, mutant: str | None, progress, log,
-                run_context: dict) -> dict[str, bytes]:
+def collect_raw(
+    loaded: LoadedProtocol, *, mutant: str | None, progress, log, run_context: dict
+) -> dict[str, bytes]:
     kind = loaded.kind
     model = loaded.model
     if kind in ("quadrature", "montecarlo"):
@@ -122,12 +124,15 @@ def collect_raw(loaded: LoadedProtocol, *, mutant: str | None, progress, log,
     if kind == "distribution":
         from specconform.runner import distribution as runner
 
-        return runner.collect(loaded, mutant=mutant, progress=progress, log=log,
-                              context=run_context)
+        return runner.collect(
+            loaded, mutant=mutant, progress=progress, log=log, context=run_context
+        )
     if kind == "equality":
         if mutant is not None:
-            raise UsageError(f"--mutant {mutant}: an equality protocol compares source trees "
-                             "(--base-ref) or configurations; it plants no bug")
+            raise UsageError(
+                f"--mutant {mutant}: an equality protocol compares source trees "
+                "(--base-ref) or configurations; it plants no bug"
+            )
         from specconform.runner import equality as runner
 
         return runner.collect(loaded, progress=progress, log=log, context=run_context)
@@ -138,9 +143,18 @@ def _dump(obj) -> bytes:
     return (json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode()
 
 
-def execute(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str], mutant: str | None,
-            key: Path | None, sign: bool, progress, extra_run_fields: dict | None = None,
-            run_context: dict | None = None) -> RunOutcome:
+def execute(
+    loaded: LoadedProtocol,
+    *,
+    out_dir: Path,
+    argv: list[str],
+    mutant: str | None,
+    key: Path | None,
+    sign: bool,
+    progress,
+    extra_run_fields: dict | None = None,
+    run_context: dict | None = None,
+) -> RunOutcome:
     started = datetime.now(timezone.utc)
     run_context = dict(run_context or {})
     run_id = run_context.get("run_id") or make_run_id(loaded, mutant)
@@ -157,8 +171,15 @@ def execute(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str], mutant: s
         error = None
         if shard.is_leader:
             try:
-                preflight(loaded, mutant=mutant, out_dir=out_dir, run_id=run_id,
-                          context=run_context, key=key, sign=sign)
+                preflight(
+                    loaded,
+                    mutant=mutant,
+                    out_dir=out_dir,
+                    run_id=run_id,
+                    context=run_context,
+                    key=key,
+                    sign=sign,
+                )
             except UsageError as exc:
                 if not shard.distributed:
                     raise
@@ -166,13 +187,24 @@ def execute(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str], mutant: s
         error = coord.share(error)
         if error:
             raise UsageError(error)
-        locked = (run_lock(out_dir, run_id)
-                  if loaded.kind == "distribution" and shard.is_leader else nullcontext())
+        locked = (
+            run_lock(out_dir, run_id)
+            if loaded.kind == "distribution" and shard.is_leader
+            else nullcontext()
+        )
         with locked:
-            return _execute_locked(loaded, out_dir=out_dir, argv=argv, mutant=mutant,
-                                   key=key, sign=sign, progress=progress, started=started,
-                                   extra_run_fields=extra_run_fields,
-                                   run_context=run_context)
+            return _execute_locked(
+                loaded,
+                out_dir=out_dir,
+                argv=argv,
+                mutant=mutant,
+                key=key,
+                sign=sign,
+                progress=progress,
+                started=started,
+                extra_run_fields=extra_run_fields,
+                run_context=run_context,
+            )
     finally:
         coord.close()
 
@@ -188,8 +220,10 @@ def _sharding(loaded: LoadedProtocol):
 
         return Shard(), Coordinator(Shard())
     if loaded.kind != "distribution":
-        raise UsageError(f"{loaded.path}: only distribution protocols shard over "
-                         f"processes; run this {loaded.kind} protocol without torchrun/--nproc")
+        raise UsageError(
+            f"{loaded.path}: only distribution protocols shard over "
+            f"processes; run this {loaded.kind} protocol without torchrun/--nproc"
+        )
     return shard, Coordinator(shard)
 
 
@@ -197,21 +231,36 @@ def _collect_or_release(loaded, *, mutant, progress, log, run_context) -> dict[s
     """collect_raw; a distribution run refused before its checkpoint folder exists (a
     lost reservation race, say) gives back any seeds it reserved."""
     try:
-        return collect_raw(loaded, mutant=mutant, progress=progress, log=log,
-                           run_context=run_context)
+        return collect_raw(
+            loaded, mutant=mutant, progress=progress, log=log, run_context=run_context
+        )
     except UsageError:
         out_dir = Path(run_context["out_dir"])
         coord = run_context.get("coordinator")
         leader = coord is None or coord.shard.is_leader
-        if (leader and loaded.kind == "distribution" and run_context.get("resume") is None
-                and not (out_dir / f"{run_context['run_id']}.inprogress").exists()):
+        if (
+            leader
+            and loaded.kind == "distribution"
+            and run_context.get("resume") is None
+            and not (out_dir / f"{run_context['run_id']}.inprogress").exists()
+        ):
             release(ledger_path(run_context, out_dir), run_context["attempt"])
         raise
 
 
-def _execute_locked(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str],
-                    mutant: str | None, key: Path | None, sign: bool, progress, started,
-                    extra_run_fields: dict | None, run_context: dict) -> RunOutcome:
+def _execute_locked(
+    loaded: LoadedProtocol,
+    *,
+    out_dir: Path,
+    argv: list[str],
+    mutant: str | None,
+    key: Path | None,
+    sign: bool,
+    progress,
+    started,
+    extra_run_fields: dict | None,
+    run_context: dict,
+) -> RunOutcome:
     from specconform import evidence
 
     run_id = run_context["run_id"]
@@ -220,8 +269,9 @@ def _execute_locked(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str],
     log(f"protocol {loaded.path} sha256 {loaded.hash}")
     if loaded.overrides:
         log(f"overrides {json.dumps(loaded.overrides, sort_keys=True)}")
-    raw = _collect_or_release(loaded, mutant=mutant, progress=progress, log=log,
-                              run_context=run_context)
+    raw = _collect_or_release(
+        loaded, mutant=mutant, progress=progress, log=log, run_context=run_context
+    )
     if raw is None:  # a follower rank of a sharded run: the leader seals the archive
         return RunOutcome(run_id, None, None, None)
     evaluation = reevaluate(loaded.data, RawData(raw))
@@ -229,10 +279,15 @@ def _execute_locked(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str],
     log(f"verdict {evaluation.verdict.verdict}")
 
     run_json = {
-        "run_id": run_id, "protocol_name": loaded.name, "protocol_hash": loaded.hash,
-        "kind": loaded.kind, "command": portable_command(list(argv)),
+        "run_id": run_id,
+        "protocol_name": loaded.name,
+        "protocol_hash": loaded.hash,
+        "kind": loaded.kind,
+        "command": portable_command(list(argv)),
         "overrides": loaded.overrides,
-        "mutant": mutant, "device": _device(loaded), "specconform_version": __version__,
+        "mutant": mutant,
+        "device": _device(loaded),
+        "specconform_version": __version__,
     }
     run_json.update(extra_run_fields or {})
     run_json.update(run_context.get("extra_run_fields", {}))
@@ -244,8 +299,9 @@ def _execute_locked(loaded: LoadedProtocol, *, out_dir: Path, argv: list[str],
         "results/tests.csv": tests_csv_bytes(evaluation.tests),
         "verdict.json": canonical_json_bytes(evaluation.verdict.to_json()),
         "environment.json": _dump(evidence.environment_manifest()),
-        "volatile.json": _dump({**evidence.volatile_facts(started, finished),
-                                "command": list(argv)}),
+        "volatile.json": _dump(
+            {**evidence.volatile_facts(started, finished), "command": list(argv)}
+        ),
         "log.txt": ("\n".join(log.lines) + "\n").encode(),
     }
     files.update(raw)
@@ -284,12 +340,17 @@ def _plan_bytes(loaded: LoadedProtocol, raw: dict[str, bytes]) -> bytes:
     reference, unobserved = _planning_reference(json.loads(raw["raw/reference.json"]))
     seeds = loaded.model.seeds.count
     plans = detectable_tv_for_run(loaded.data, reference, seeds)
-    return canonical_json_bytes({
-        "power": DEFAULT_POWER, "seeds": seeds, "tests": [p.to_json() for p in plans],
-        "unobserved_first_tokens": unobserved,
-        "note": "first tokens never observed have no replayed laws; they are planned as "
-                "one-token strata, which never reach the strata threshold at this size "
-                "(their expected count is below it with overwhelming probability)"})
+    return canonical_json_bytes(
+        {
+            "power": DEFAULT_POWER,
+            "seeds": seeds,
+            "tests": [p.to_json() for p in plans],
+            "unobserved_first_tokens": unobserved,
+            "note": "first tokens never observed have no replayed laws; they are planned as "
+            "one-token strata, which never reach the strata threshold at this size "
+            "(their expected count is below it with overwhelming probability)",
+        }
+    )
 
 
 def _planning_reference(reference: dict) -> tuple[dict, int]:
@@ -327,15 +388,22 @@ def print_table(evaluation: Evaluation, file=None) -> None:
     console = Console(file=file or sys.stdout, highlight=False, width=140)
     table = Table(show_lines=False)
     for col in ("check", "role", "statistic", "df", "p-values", "n", "result"):
-        table.add_column(col, justify="left" if col in ("check", "role", "p-values")
-                         else "right")
+        table.add_column(col, justify="left" if col in ("check", "role", "p-values") else "right")
     for t in evaluation.tests:
         pvalues = "—" if t.pvalue is None and t.adjusted_pvalue is None else pvalue_text(t)
         text = outcome(t)
-        result = text + (f" ({t.reason})" if t.passed is False and t.reason
-                         and t.reason != text else "")
-        table.add_row(t.test, t.role + (" *" if t.deciding else ""), _fmt(t.statistic),
-                      _fmt(t.df), pvalues, str(t.n), result)
+        result = text + (
+            f" ({t.reason})" if t.passed is False and t.reason and t.reason != text else ""
+        )
+        table.add_row(
+            t.test,
+            t.role + (" *" if t.deciding else ""),
+            _fmt(t.statistic),
+            _fmt(t.df),
+            pvalues,
+            str(t.n),
+            result,
+        )
     console.print(table)
     console.print(f"* deciding; {verdict_statement(evaluation.verdict)}")
 

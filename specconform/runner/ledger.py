@@ -15,6 +15,7 @@ succeeds and the others are refused naming it. Attempt ids are unique per proces
 the same inputs never mistake each other for themselves; a resumed run keeps its
 attempt id (from its checkpoint) and so never conflicts with its own entries.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -79,8 +80,10 @@ def describe_attempt(attempt: str, folder: Path | None = None) -> str:
         return f"earlier run {run_id} (live: pid {owner[1]} on host {owner[0]})"
     if folder is not None:
         if (folder / f"{run_id}.inprogress").is_dir():
-            return (f"earlier run {run_id} (interrupted: continue it with --resume "
-                    f"{folder / (run_id + '.inprogress')})")
+            return (
+                f"earlier run {run_id} (interrupted: continue it with --resume "
+                f"{folder / (run_id + '.inprogress')})"
+            )
         if (folder / f"{run_id}.zip").is_file():
             return f"earlier run {run_id} (finished: {folder / (run_id + '.zip')})"
     if owner is None:
@@ -124,8 +127,9 @@ def _locked(path: Path, exclusive: bool) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def check_overlaps(path: Path, new: list[LedgerEntry], expansion=None,
-                   offset: int | None = None) -> None:
+def check_overlaps(
+    path: Path, new: list[LedgerEntry], expansion=None, offset: int | None = None
+) -> None:
     """Refuse (UsageError) if `new` overlaps an earlier clean run; writes nothing.
 
     Used before any work starts (preflight) and again under the lock at reservation.
@@ -139,18 +143,23 @@ def check_overlaps(path: Path, new: list[LedgerEntry], expansion=None,
             if not _conflicts(entry, old, mine, expansion):
                 continue
             shift = _free_shift(new, earlier, mine, expansion)
-            how = (f"--offset {offset + shift}" if offset is not None
-                   else f"an --offset {shift} higher")
+            how = (
+                f"--offset {offset + shift}"
+                if offset is not None
+                else f"an --offset {shift} higher"
+            )
             raise UsageError(
                 f"seeds [{entry.start}, {entry.stop}) of group {entry.group!r} overlap "
                 f"[{old.start}, {old.stop}) of {describe_attempt(old.run_id, path.parent)} "
                 f"in the seed ledger {path}: a replication needs disjoint seeds; use {how} "
                 "(the next free seeds), --resume an interrupted run, or declare the "
-                "protocol an expansion of that run")
+                "protocol an expansion of that run"
+            )
 
 
-def check_and_reserve(path: Path, new: list[LedgerEntry], expansion=None,
-                      offset: int | None = None) -> None:
+def check_and_reserve(
+    path: Path, new: list[LedgerEntry], expansion=None, offset: int | None = None
+) -> None:
     """Atomically (across processes): refuse overlaps with earlier clean runs, then
     append `new` durably. `offset`, when given, lets the refusal name a free --offset."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -187,24 +196,31 @@ def release(path: Path, attempt: str) -> None:
 
 
 def _conflicts(entry: LedgerEntry, old: LedgerEntry, mine: set[str], expansion) -> bool:
-    if (entry.mutant is not None or old.mutant is not None or old.run_id in mine
-            or old.protocol_name != entry.protocol_name or old.group != entry.group):
+    if (
+        entry.mutant is not None
+        or old.mutant is not None
+        or old.run_id in mine
+        or old.protocol_name != entry.protocol_name
+        or old.group != entry.group
+    ):
         return False
     if not (old.start < entry.stop and entry.start < old.stop):
         return False
     return not (expansion is not None and _expands(entry, old, expansion))
 
 
-def _free_shift(new: list[LedgerEntry], earlier: list[LedgerEntry], mine: set[str],
-                expansion) -> int:
+def _free_shift(
+    new: list[LedgerEntry], earlier: list[LedgerEntry], mine: set[str], expansion
+) -> int:
     """The smallest shift s >= 0 of every new range that overlaps no earlier clean run
     (monotone: each step moves past one blocking range, so it terminates)."""
     shift = 0
     while True:
         moved = False
         for entry in new:
-            shifted = LedgerEntry(**{**asdict(entry), "start": entry.start + shift,
-                                     "stop": entry.stop + shift})
+            shifted = LedgerEntry(
+                **{**asdict(entry), "start": entry.start + shift, "stop": entry.stop + shift}
+            )
             for old in earlier:
                 if _conflicts(shifted, old, mine, None):
                     shift = old.stop - entry.start
@@ -217,5 +233,9 @@ def _expands(entry: LedgerEntry, old: LedgerEntry, expansion) -> bool:
     """The declared earlier range is exactly `old`'s, and `entry` contains it from the
     same start (e.g. 20,000 seeds including the first 5,000 of an earlier run)."""
     group_offset = old.start - expansion.of_offset
-    return (old.stop - old.start == expansion.of_count and group_offset >= 0
-            and entry.start == old.start and entry.stop >= old.stop)
+    return (
+        old.stop - old.start == expansion.of_count
+        and group_offset >= 0
+        and entry.start == old.start
+        and entry.stop >= old.stop
+    )

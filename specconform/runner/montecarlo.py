@@ -12,6 +12,7 @@ kernel's outputs are reduced to counts per position j:
 Those counts are the raw data; `specconform.kinds.montecarlo` tests them against the analytic laws
 min(p_j, q_j), (p_j - q_j)_+ and p_L.
 """
+
 from __future__ import annotations
 
 import io
@@ -46,22 +47,28 @@ def _run_case(case, index, offset, n_rows, kernel, bar) -> pd.DataFrame:
     rng = case_generator(offset, index)
     lens = np.resize(np.asarray(case.draft_lens, dtype=np.int64), n_rows)
     q64 = q.astype(np.float64)
-    drafts = np.stack([rng.choice(V, size=n_rows, p=q64[j] / q64[j].sum())
-                       for j in range(K)], axis=1)
+    drafts = np.stack(
+        [rng.choice(V, size=n_rows, p=q64[j] / q64[j].sum()) for j in range(K)], axis=1
+    )
     uniforms = rng.random((n_rows, 2 * K + 1))
     chunk = max(1, _MAX_CHUNK_ELEMENTS // ((K + 1) * V))
     tables = []
     for s in range(0, n_rows, chunk):
         e = min(n_rows, s + chunk)
         b = e - s
-        out = kernel.accept(np.ascontiguousarray(np.broadcast_to(p, (b, K + 1, V))),
-                            np.ascontiguousarray(np.broadcast_to(q, (b, K, V))),
-                            drafts[s:e], lens[s:e], uniforms[s:e])
+        out = kernel.accept(
+            np.ascontiguousarray(np.broadcast_to(p, (b, K + 1, V))),
+            np.ascontiguousarray(np.broadcast_to(q, (b, K, V))),
+            drafts[s:e],
+            lens[s:e],
+            uniforms[s:e],
+        )
         tables.append(_cells(out, lens[s:e]))
         bar.advance(b)
     cells = pd.concat(tables, ignore_index=True)
-    counts = (cells.groupby(["position", "cell", "token"], sort=True).size()
-              .rename("count").reset_index())
+    counts = (
+        cells.groupby(["position", "cell", "token"], sort=True).size().rename("count").reset_index()
+    )
     counts.insert(0, "case", case.name)
     return counts
 
@@ -74,14 +81,39 @@ def _cells(out, lens: np.ndarray) -> pd.DataFrame:
     j = np.arange(k1)[None, :]
     accepted = (j < a[:, None]) & ~out.error[:, None]
     r, c = np.nonzero(accepted)
-    rows.append(r), pos.append(c), cell.append(np.full(r.size, "accept")), tok.append(out.tokens[r, c])
+    (
+        rows.append(r),
+        pos.append(c),
+        cell.append(np.full(r.size, "accept")),
+        tok.append(out.tokens[r, c]),
+    )
     ok = ~out.error
     stop_reject = ok & (a < lens)
     r = np.flatnonzero(stop_reject)
-    rows.append(r), pos.append(a[r]), cell.append(np.full(r.size, "reject")), tok.append(out.tokens[r, a[r]])
+    (
+        rows.append(r),
+        pos.append(a[r]),
+        cell.append(np.full(r.size, "reject")),
+        tok.append(out.tokens[r, a[r]]),
+    )
     r = np.flatnonzero(ok & (a == lens))
-    rows.append(r), pos.append(a[r]), cell.append(np.full(r.size, "bonus")), tok.append(out.tokens[r, a[r]])
+    (
+        rows.append(r),
+        pos.append(a[r]),
+        cell.append(np.full(r.size, "bonus")),
+        tok.append(out.tokens[r, a[r]]),
+    )
     r = np.flatnonzero(out.error)
-    rows.append(r), pos.append(np.full(r.size, -1)), cell.append(np.full(r.size, "error")), tok.append(np.full(r.size, -1))
-    return pd.DataFrame({"position": np.concatenate(pos), "cell": np.concatenate(cell),
-                         "token": np.concatenate(tok).astype(np.int64)})
+    (
+        rows.append(r),
+        pos.append(np.full(r.size, -1)),
+        cell.append(np.full(r.size, "error")),
+        tok.append(np.full(r.size, -1)),
+    )
+    return pd.DataFrame(
+        {
+            "position": np.concatenate(pos),
+            "cell": np.concatenate(cell),
+            "token": np.concatenate(tok).astype(np.int64),
+        }
+    )

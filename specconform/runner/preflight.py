@@ -25,6 +25,7 @@ no `.inprogress`, no ledger entry, no lock file).
 
 The run lock that tells a live run from an interrupted one is in `runner.runlock`.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -52,9 +53,9 @@ _FACTORY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za
 class ModelFacts:
     """What the checks need from a model, read without building it."""
 
-    source: str          # "preset tiny" or the checkpoint directory
+    source: str  # "preset tiny" or the checkpoint directory
     vocab_size: int
-    depth: int           # R: stages (loops) of the full-depth forward
+    depth: int  # R: stages (loops) of the full-depth forward
     max_positions: int
 
 
@@ -69,8 +70,7 @@ def engine_module(name: str):
         return sys.modules[full]
     spec = importlib.util.find_spec("engine_under_test")
     if spec is None or not spec.submodule_search_locations:
-        raise UsageError("the bundled engine is not installed: pip install "
-                         "'specconform[engine]'")
+        raise UsageError("the bundled engine is not installed: pip install 'specconform[engine]'")
     path = Path(next(iter(spec.submodule_search_locations))) / f"{name}.py"
     private = f"_specconform_preflight_{name}"
     if private not in sys.modules:
@@ -95,12 +95,15 @@ def min_free_bytes() -> int:
 
 # --- 1. names -------------------------------------------------------------------------
 
+
 def check_mutant(loaded, mutant: str | None) -> None:
     if mutant is None:
         return
     if not _NAME.match(mutant):
-        raise UsageError(f"--mutant {mutant!r}: a name of letters, digits, '_', '.', '-' "
-                         "(at most 64, starting with a letter or digit)")
+        raise UsageError(
+            f"--mutant {mutant!r}: a name of letters, digits, '_', '.', '-' "
+            "(at most 64, starting with a letter or digit)"
+        )
     adapter = _kernel_adapter(loaded)
     if adapter is not None and adapter != "bundled":
         return  # a user's kernel factory defines its own mutants
@@ -108,12 +111,13 @@ def check_mutant(loaded, mutant: str | None) -> None:
 
     found = MUTANTS.get(mutant)
     if found is None:
-        raise UsageError(f"--mutant {mutant}: unknown mutant; `specconform mutants` lists "
-                         "them")
+        raise UsageError(f"--mutant {mutant}: unknown mutant; `specconform mutants` lists them")
     if adapter is not None and found.layer != "kernel":
         kernel = sorted(n for n, m in MUTANTS.items() if m.layer == "kernel")
-        raise UsageError(f"--mutant {mutant}: an engine mutant; kernel protocols test only "
-                         f"kernel mutants ({', '.join(kernel)})")
+        raise UsageError(
+            f"--mutant {mutant}: an engine mutant; kernel protocols test only "
+            f"kernel mutants ({', '.join(kernel)})"
+        )
     # Kernel mutants on a distribution protocol are allowed: the engine's rounds call the
     # same sampling core, so the bug reaches the committed tokens (docs/kill-matrix-*).
 
@@ -121,8 +125,9 @@ def check_mutant(loaded, mutant: str | None) -> None:
 def check_adapter(loaded) -> None:
     adapter = _kernel_adapter(loaded)
     if adapter is not None and adapter != "bundled" and not _FACTORY.match(adapter):
-        raise UsageError(f"sampler.adapter {adapter!r}: expected 'bundled' or "
-                         "'package.module:factory'")
+        raise UsageError(
+            f"sampler.adapter {adapter!r}: expected 'bundled' or 'package.module:factory'"
+        )
 
 
 def _kernel_adapter(loaded) -> str | None:
@@ -131,6 +136,7 @@ def _kernel_adapter(loaded) -> str | None:
 
 
 # --- 2. seeds -------------------------------------------------------------------------
+
 
 def check_seed_domain(loaded) -> None:
     model = loaded.model
@@ -142,19 +148,24 @@ def check_seed_domain(loaded) -> None:
         stop = start + model.seeds.count
         if stop > SEED_LIMIT:
             limit = f"at most {highest}" if highest >= 0 else "no offset fits these groups"
-            raise UsageError(f"seeds [{start}, {stop}) of group {group.name!r} leave the "
-                             f"engine's seed domain [0, 2**63): lower --offset ({limit})")
+            raise UsageError(
+                f"seeds [{start}, {stop}) of group {group.name!r} leave the "
+                f"engine's seed domain [0, 2**63): lower --offset ({limit})"
+            )
 
 
 # --- 3. model -------------------------------------------------------------------------
+
 
 def _bundled_preset_or_checkpoint(engine) -> bool:
     """Whether the model's facts can be read here without building it: the bundled
     engine on a preset or a checkpoint. Other adapters validate their groups themselves
     (`EngineAdapter.check_groups`), and a packaged model checks its package when the
     engine is built; both before any file is written."""
-    return (getattr(engine, "adapter", "bundled") == "bundled"
-            and getattr(engine, "model", None) is None)
+    return (
+        getattr(engine, "adapter", "bundled") == "bundled"
+        and getattr(engine, "model", None) is None
+    )
 
 
 def model_facts(engine) -> ModelFacts:
@@ -162,8 +173,9 @@ def model_facts(engine) -> ModelFacts:
     if engine.checkpoint:
         return checkpoint_facts(Path(engine.checkpoint))
     cfg = engine_module("config").ModelConfig.preset(engine.preset, seed=engine.model_seed)
-    return ModelFacts(f"preset {engine.preset}", cfg.vocab_size, cfg.total_ut_steps,
-                      cfg.max_position_embeddings)
+    return ModelFacts(
+        f"preset {engine.preset}", cfg.vocab_size, cfg.total_ut_steps, cfg.max_position_embeddings
+    )
 
 
 def checkpoint_facts(path: Path) -> ModelFacts:
@@ -179,17 +191,19 @@ def checkpoint_facts(path: Path) -> ModelFacts:
     except FileNotFoundError:
         raise UsageError(f"{where}: config.json is missing") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"{where}: config.json is not a valid model config "
-                         f"({type(exc).__name__}: {exc})") from None
+        raise UsageError(
+            f"{where}: config.json is not a valid model config ({type(exc).__name__}: {exc})"
+        ) from None
     shapes = _safetensors_shapes(path, where)
     embed = shapes.get("model.embed_tokens.weight")
     if embed is None:
         raise UsageError(f"{where}: no model.embed_tokens.weight in its safetensors")
     if list(embed) != [cfg.vocab_size, cfg.hidden_size]:
-        raise UsageError(f"{where}: model.embed_tokens.weight is {list(embed)}, config.json "
-                         f"says [{cfg.vocab_size}, {cfg.hidden_size}]")
-    return ModelFacts(str(path), cfg.vocab_size, cfg.total_ut_steps,
-                      cfg.max_position_embeddings)
+        raise UsageError(
+            f"{where}: model.embed_tokens.weight is {list(embed)}, config.json "
+            f"says [{cfg.vocab_size}, {cfg.hidden_size}]"
+        )
+    return ModelFacts(str(path), cfg.vocab_size, cfg.total_ut_steps, cfg.max_position_embeddings)
 
 
 def _safetensors_shapes(path: Path, where: str) -> dict[str, list[int]]:
@@ -198,8 +212,7 @@ def _safetensors_shapes(path: Path, where: str) -> dict[str, list[int]]:
     index = path / "model.safetensors.index.json"
     try:
         if index.exists():
-            files = sorted({path / f for f in json.loads(index.read_text())["weight_map"]
-                            .values()})
+            files = sorted({path / f for f in json.loads(index.read_text())["weight_map"].values()})
         else:
             files = sorted(path.glob("*.safetensors"))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -213,8 +226,10 @@ def _safetensors_shapes(path: Path, where: str) -> dict[str, list[int]]:
                 for key in f.keys():
                     shapes[key] = list(f.get_slice(key).get_shape())
         except (OSError, SafetensorError) as exc:
-            raise UsageError(f"{where}: {file.name} is not a readable safetensors file "
-                             f"({' '.join(str(exc).split())})") from None
+            raise UsageError(
+                f"{where}: {file.name} is not a readable safetensors file "
+                f"({' '.join(str(exc).split())})"
+            ) from None
     return shapes
 
 
@@ -223,8 +238,10 @@ def check_model(loaded, facts: ModelFacts) -> None:
     for group in loaded.model.groups:
         d = group.draft_loops
         if d is not None and not d < facts.depth:
-            raise UsageError(f"group {group.name!r}: draft_loops {d} must be below the "
-                             f"model's depth R = {facts.depth} ({facts.source})")
+            raise UsageError(
+                f"group {group.name!r}: draft_loops {d} must be below the "
+                f"model's depth R = {facts.depth} ({facts.source})"
+            )
     if engine.prompt == "default":
         prompt = list(engine_module("config").DEFAULT_PROMPT)
     else:
@@ -233,15 +250,20 @@ def check_model(loaded, facts: ModelFacts) -> None:
         raise UsageError("engine.prompt: empty; a prompt needs at least one token")
     bad = [t for t in prompt if not 0 <= t < facts.vocab_size]
     if bad:
-        raise UsageError(f"engine.prompt: token id {bad[0]} is outside the vocabulary "
-                         f"[0, {facts.vocab_size}) of {facts.source}")
+        raise UsageError(
+            f"engine.prompt: token id {bad[0]} is outside the vocabulary "
+            f"[0, {facts.vocab_size}) of {facts.source}"
+        )
     if len(prompt) + engine.max_tokens > facts.max_positions:
-        raise UsageError(f"engine.prompt: {len(prompt)} tokens + max_tokens "
-                         f"{engine.max_tokens} exceed the model's {facts.max_positions} "
-                         "positions")
+        raise UsageError(
+            f"engine.prompt: {len(prompt)} tokens + max_tokens "
+            f"{engine.max_tokens} exceed the model's {facts.max_positions} "
+            "positions"
+        )
 
 
 # --- 4. folders -----------------------------------------------------------------------
+
 
 def check_writable_folder(folder: Path, what: str) -> None:
     """`folder` is, or can be created as, a writable directory with space: probed by
@@ -264,8 +286,10 @@ def check_writable_folder(folder: Path, what: str) -> None:
         raise UsageError(f"{what}: {existing} is not writable ({reason})") from None
     free, needed = shutil.disk_usage(existing).free, min_free_bytes()
     if free < needed:
-        raise UsageError(f"{what}: {free >> 20} MiB free in {existing}, a run needs at least "
-                         f"{needed >> 20} MiB (${MIN_FREE_ENV})")
+        raise UsageError(
+            f"{what}: {free >> 20} MiB free in {existing}, a run needs at least "
+            f"{needed >> 20} MiB (${MIN_FREE_ENV})"
+        )
 
 
 def check_ledger_file(ledger: Path) -> None:
@@ -278,6 +302,7 @@ def check_ledger_file(ledger: Path) -> None:
 
 # --- 5. key ---------------------------------------------------------------------------
 
+
 def check_key(key: Path | None, sign: bool) -> None:
     if not sign:
         return
@@ -288,22 +313,36 @@ def check_key(key: Path | None, sign: bool) -> None:
 
 # --- 6. run folder -------------------------------------------------------------
 
+
 def check_run_folder(out_dir: Path, run_id: str, resume: Path | None) -> None:
     holder = lock_holder(out_dir, run_id)
     if holder is not None:
-        raise UsageError(f"run {run_id} is live ({holder}) in {out_dir}; wait for it to "
-                         "finish or choose another --out")
+        raise UsageError(
+            f"run {run_id} is live ({holder}) in {out_dir}; wait for it to "
+            "finish or choose another --out"
+        )
     folder = Path(out_dir) / f"{run_id}.inprogress"
     if resume is None and folder.exists():
-        raise UsageError(f"{folder}: an interrupted run with the same inputs (no live "
-                         f"process holds it); continue it with --resume {folder} (or "
-                         "remove that folder)")
+        raise UsageError(
+            f"{folder}: an interrupted run with the same inputs (no live "
+            f"process holds it); continue it with --resume {folder} (or "
+            "remove that folder)"
+        )
 
 
 # --- all of it ------------------------------------------------------------------------
 
-def preflight(loaded, *, mutant: str | None, out_dir: Path, run_id: str,
-              context: dict, key: Path | None, sign: bool) -> None:
+
+def preflight(
+    loaded,
+    *,
+    mutant: str | None,
+    out_dir: Path,
+    run_id: str,
+    context: dict,
+    key: Path | None,
+    sign: bool,
+) -> None:
     """Every check above for one run; raises UsageError (exit 2) at the first problem."""
     check_mutant(loaded, mutant)
     check_adapter(loaded)
@@ -320,8 +359,12 @@ def preflight(loaded, *, mutant: str | None, out_dir: Path, run_id: str,
         check_run_folder(out_dir, run_id, context.get("resume"))
         from specconform.runner.ledger import check_overlaps
 
-        check_overlaps(ledger, ledger_entries(loaded, context["attempt"], mutant),
-                       loaded.model.expansion, loaded.model.seeds.offset)
+        check_overlaps(
+            ledger,
+            ledger_entries(loaded, context["attempt"], mutant),
+            loaded.model.expansion,
+            loaded.model.seeds.offset,
+        )
 
 
 def ledger_path(context: dict, out_dir: Path) -> Path:
@@ -337,6 +380,9 @@ def ledger_entries(loaded, attempt: str, mutant: str | None) -> list:
     entries = []
     for g in model.groups:
         start = model.seeds.offset + g.seed_offset
-        entries.append(LedgerEntry(loaded.name, loaded.hash, attempt, g.name, start,
-                                   start + model.seeds.count, mutant))
+        entries.append(
+            LedgerEntry(
+                loaded.name, loaded.hash, attempt, g.name, start, start + model.seeds.count, mutant
+            )
+        )
     return entries

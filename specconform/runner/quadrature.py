@@ -12,6 +12,7 @@ integrals per case:
 Plus an edge sweep with uniforms at 0, 1/2 and the largest double below 1, checking that
 no committed token ever has zero target mass (exact, no bound).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,7 +39,8 @@ def collect(protocol, kernel, progress) -> dict[str, bytes]:
         for case in cases:
             raw = _run_case(case, kernel, bar)
             files[f"raw/quadrature/{case.name}.json"] = json.dumps(
-                raw, sort_keys=True, separators=(",", ":")).encode()
+                raw, sort_keys=True, separators=(",", ":")
+            ).encode()
     return files
 
 
@@ -53,7 +55,7 @@ def _run_case(case, kernel, bar) -> dict:
     grid = midpoint_grid(g)
     drafts = np.flatnonzero(q > 0)
     p_rows = np.stack([p, p_bonus])[None]  # [1, 2, V]
-    q_rows = q[None, None]                  # [1, 1, V]
+    q_rows = q[None, None]  # [1, 1, V]
 
     ensure_uses_uniforms(kernel, p_rows, q_rows, drafts, vocab)  # black-box: refused
 
@@ -76,26 +78,39 @@ def _run_case(case, kernel, bar) -> dict:
         errors += int(out.error.sum())
         bar.advance(1)
 
-    out = run(np.zeros(g, np.int64), np.zeros(g, np.int64),
-              np.stack([np.full(g, 0.5), np.full(g, 0.5), grid], 1))
+    out = run(
+        np.zeros(g, np.int64),
+        np.zeros(g, np.int64),
+        np.stack([np.full(g, 0.5), np.full(g, 0.5), grid], 1),
+    )
     k0 = _count(out.tokens[:, 0])
     errors += int(out.error.sum())
     bar.advance(1)
 
     edge = np.array(np.meshgrid(EDGE_UNIFORMS, EDGE_UNIFORMS, EDGE_UNIFORMS)).reshape(3, -1).T
     rows = [(x, lens, u) for x in drafts for lens in (0, 1) for u in edge]
-    out = run(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
-              np.array([r[2] for r in rows]))
+    out = run(
+        np.array([r[0] for r in rows]),
+        np.array([r[1] for r in rows]),
+        np.array([r[2] for r in rows]),
+    )
     edge_tokens = []
     for i in range(len(rows)):
         committed = out.tokens[i][out.tokens[i] >= 0]
         edge_tokens.append([int(t) for t in committed])
     errors += int(out.error.sum())
     bar.advance(1)
-    return {"grid": g, "drafts": [int(x) for x in drafts], "first_counts": first,
-            "bonus_counts": bonus, "k0_counts": k0, "edge_committed": edge_tokens,
-            "edge_uniforms": [list(map(float, r[2])) for r in rows],
-            "edge_draft_lens": [r[1] for r in rows], "kernel_errors": errors}
+    return {
+        "grid": g,
+        "drafts": [int(x) for x in drafts],
+        "first_counts": first,
+        "bonus_counts": bonus,
+        "k0_counts": k0,
+        "edge_committed": edge_tokens,
+        "edge_uniforms": [list(map(float, r[2])) for r in rows],
+        "edge_draft_lens": [r[1] for r in rows],
+        "kernel_errors": errors,
+    }
 
 
 def _accept_chunked(kernel, p_rows, q_rows, drafts, lens, uniforms, vocab):
@@ -107,14 +122,20 @@ def _accept_chunked(kernel, p_rows, q_rows, drafts, lens, uniforms, vocab):
     for s in range(0, n, chunk):
         e = min(n, s + chunk)
         b = e - s
-        parts.append(kernel.accept(
-            np.ascontiguousarray(np.broadcast_to(p_rows, (b,) + p_rows.shape[1:])),
-            np.ascontiguousarray(np.broadcast_to(q_rows, (b,) + q_rows.shape[1:])),
-            drafts[s:e, None].astype(np.int64), lens[s:e].astype(np.int64),
-            uniforms[s:e].astype(np.float64)))
-    return KernelOutput(np.concatenate([o.tokens for o in parts]),
-                        np.concatenate([o.num_accepted for o in parts]),
-                        np.concatenate([o.error for o in parts]))
+        parts.append(
+            kernel.accept(
+                np.ascontiguousarray(np.broadcast_to(p_rows, (b,) + p_rows.shape[1:])),
+                np.ascontiguousarray(np.broadcast_to(q_rows, (b,) + q_rows.shape[1:])),
+                drafts[s:e, None].astype(np.int64),
+                lens[s:e].astype(np.int64),
+                uniforms[s:e].astype(np.float64),
+            )
+        )
+    return KernelOutput(
+        np.concatenate([o.tokens for o in parts]),
+        np.concatenate([o.num_accepted for o in parts]),
+        np.concatenate([o.error for o in parts]),
+    )
 
 
 def _count(tokens: np.ndarray) -> dict[int, int]:

@@ -8,6 +8,7 @@ whose lock nobody holds is an interrupted run, to be continued with --resume. A 
 dies with its process, so a kill -9 never leaves a run looking live (unlike a pid file
 alone, which a reused pid can fake).
 """
+
 from __future__ import annotations
 
 import errno
@@ -83,8 +84,10 @@ def _acquire(path: Path, run_id: str, out_dir: Path) -> int:
         except OSError:
             owner = os.read(fd, 256).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            raise UsageError(f"run {run_id} is live ({owner}) in {out_dir}; wait for it "
-                             "to finish or choose another --out") from None
+            raise UsageError(
+                f"run {run_id} is live ({owner}) in {out_dir}; wait for it "
+                "to finish or choose another --out"
+            ) from None
         try:
             if os.fstat(fd).st_ino == os.stat(path).st_ino:
                 return fd

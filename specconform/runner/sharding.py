@@ -19,6 +19,7 @@ correctness. On CUDA each rank takes device ``LOCAL_RANK % device_count``.
 
 Torch is imported only when a run really has several processes.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,8 +40,7 @@ _RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 RESULT_FILE_ENV = "SPECCONFORM_RESULT_FILE"
 # A stuck rank ends the run instead of hanging it: generous, since one batch of a large
 # protocol can take minutes.
-_COLLECTIVE_TIMEOUT = timedelta(minutes=int(os.environ.get("SPECCONFORM_SHARD_TIMEOUT_MIN",
-                                                           "60")))
+_COLLECTIVE_TIMEOUT = timedelta(minutes=int(os.environ.get("SPECCONFORM_SHARD_TIMEOUT_MIN", "60")))
 
 
 @dataclass(frozen=True)
@@ -71,8 +71,10 @@ def current_shard() -> Shard:
     try:
         rank, world, local = (int(os.environ[name]) for name in _RANK_ENV)
     except ValueError:
-        raise UsageError("RANK, WORLD_SIZE and LOCAL_RANK must be integers "
-                         f"(got {[os.environ[n] for n in _RANK_ENV]})") from None
+        raise UsageError(
+            "RANK, WORLD_SIZE and LOCAL_RANK must be integers "
+            f"(got {[os.environ[n] for n in _RANK_ENV]})"
+        ) from None
     if not (0 <= rank < world and local >= 0):
         raise UsageError(f"RANK={rank} is not in [0, WORLD_SIZE={world})")
     return Shard(rank, world, local)
@@ -167,8 +169,16 @@ def launch(nproc: int, argv: list[str]) -> int:
         import torch
 
         env["OMP_NUM_THREADS"] = str(torch.get_num_threads())
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc-per-node={nproc}", "-m", "specconform", *argv]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "specconform",
+        *argv,
+    ]
     try:
         proc = subprocess.run(cmd, env=env, check=False)
         try:
@@ -176,9 +186,13 @@ def launch(nproc: int, argv: list[str]) -> int:
         except (OSError, ValueError):
             # The leader never finished: a rank died or refused. torchrun has printed
             # which; the checkpoint folder (if one was made) stays for --resume.
-            print(f"error: the {nproc}-process run did not finish (torchrun exit "
-                  f"{proc.returncode}); continue it with --resume if a checkpoint "
-                  "folder was written", file=sys.stderr, flush=True)
+            print(
+                f"error: the {nproc}-process run did not finish (torchrun exit "
+                f"{proc.returncode}); continue it with --resume if a checkpoint "
+                "folder was written",
+                file=sys.stderr,
+                flush=True,
+            )
             return proc.returncode if proc.returncode in (EXIT_USAGE, 130) else EXIT_INCOMPLETE
     finally:
         Path(result).unlink(missing_ok=True)

@@ -14,6 +14,7 @@ A test with nothing to test (df 0) returns p-value NaN, never 1: no evidence.
 - :mod:`.speculative`: exact first-position laws (TV, joint accept/reject cells);
 - :mod:`.cells`: stratification and alignment of token counts with sparse laws.
 """
+
 from .aggregate import AggregateResult, BonferroniResult, adjust, bonferroni, sum_chi2
 from .cells import align, on_union, strata
 from .gof import GofResult, HomogeneityResult, pearson_gof, pearson_homogeneity
@@ -22,8 +23,24 @@ from .rate import RateResult, StratifiedRateResult, rate_test, stratified_rate_t
 from .speculative import joint_cells, total_variation
 
 __all__ = [
-    "AggregateResult", "BonferroniResult", "GofResult", "HomogeneityResult", "Pooling",
-    "RateResult", "StratifiedRateResult", "adjust", "align", "bonferroni", "joint_cells",
-    "on_union", "pearson_gof", "pearson_homogeneity", "pool_cells", "rate_test", "strata",
-    "stratified_rate_test", "sum_chi2", "total_variation",
+    "AggregateResult",
+    "BonferroniResult",
+    "GofResult",
+    "HomogeneityResult",
+    "Pooling",
+    "RateResult",
+    "StratifiedRateResult",
+    "adjust",
+    "align",
+    "bonferroni",
+    "joint_cells",
+    "on_union",
+    "pearson_gof",
+    "pearson_homogeneity",
+    "pool_cells",
+    "rate_test",
+    "strata",
+    "stratified_rate_test",
+    "sum_chi2",
+    "total_variation",
 ]

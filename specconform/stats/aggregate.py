@@ -18,6 +18,7 @@ Three combination rules, chosen by the dependence between the parts:
 A part with no evidence (df 0, an empty stratum list) has p-value NaN, never 1: the
 caller decides what "no evidence" means for its role.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -91,8 +92,9 @@ def adjust(pvalues: Sequence[float], method: str) -> tuple[float, ...]:
     Every p-value must be finite: a test with no evidence has no place in the family
     (its caller fails it outright)."""
     if method not in COMBINE_METHODS:
-        raise ValueError(f"unknown combination {method!r}; expected one of "
-                         f"{sorted(COMBINE_METHODS)}")
+        raise ValueError(
+            f"unknown combination {method!r}; expected one of {sorted(COMBINE_METHODS)}"
+        )
     ps = np.asarray(pvalues, dtype=np.float64)
     if ps.size == 0:
         return ()

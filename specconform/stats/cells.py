@@ -6,6 +6,7 @@ threshold fixed by the protocol before any data exists. Selecting strata by thei
 *size* is valid: conditionally on the keys, the tokens tested in each stratum are
 independent draws from that stratum's law, whatever sizes the strata came out with.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,9 @@ def strata(keys: np.ndarray, min_samples: int) -> tuple[np.ndarray, np.ndarray]:
     return uniq[keep], counts[keep]
 
 
-def align(law_tokens: np.ndarray, law_probs: np.ndarray, observed: np.ndarray
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def align(
+    law_tokens: np.ndarray, law_probs: np.ndarray, observed: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Cells for a goodness-of-fit test of ``observed`` tokens against a sparse law.
 
     law_tokens [S] int64 (sorted, unique), law_probs [S] float64, observed [N] int64.
@@ -32,8 +34,9 @@ def align(law_tokens: np.ndarray, law_probs: np.ndarray, observed: np.ndarray
     return tokens, dense_on(tokens, law_tokens, law_probs), counts_on(tokens, observed)
 
 
-def on_union(tokens_a: np.ndarray, probs_a: np.ndarray, tokens_b: np.ndarray,
-             probs_b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def on_union(
+    tokens_a: np.ndarray, probs_a: np.ndarray, tokens_b: np.ndarray, probs_b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Two sparse laws on the union of their supports: (tokens [C], a [C], b [C])."""
     tokens = np.union1d(tokens_a, tokens_b)
     return tokens, dense_on(tokens, tokens_a, probs_a), dense_on(tokens, tokens_b, probs_b)

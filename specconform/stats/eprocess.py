@@ -16,6 +16,7 @@ that share t1) are arbitrarily dependent, so their e-processes are *averaged* (a
 martingales on one filtration is one); families on disjoint seeds are independent and
 their e-processes multiply. Numpy/pandas only.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -42,8 +43,9 @@ class SequentialResult:
         return "PASS" if self.crossed_at is None else "FAIL"
 
 
-def kt_log_factors(strata: np.ndarray, cells: np.ndarray, p0: np.ndarray,
-                   n_cells: np.ndarray) -> np.ndarray:
+def kt_log_factors(
+    strata: np.ndarray, cells: np.ndarray, p0: np.ndarray, n_cells: np.ndarray
+) -> np.ndarray:
     """log(q̂(x) / p0(x)) per observation, in the given order.
 
     strata [N] int64 stratum key, cells [N] int64 cell within it, p0 [N] float64 the null
@@ -71,10 +73,9 @@ def group_log_e(world, frame: pd.DataFrame, draft_loops: int | None) -> np.ndarr
     row_c = np.minimum(row, world.t1_tokens.size - 1)
     t1_ok = world.t1_tokens[row_c] == t1
     p1 = np.where(t1_ok, world.p1[row_c], 0.0)
-    f1 = kt_log_factors(np.zeros_like(t1), row_c, p1,
-                        np.full(t1.size, int((world.p1 > 0).sum())))
+    f1 = kt_log_factors(np.zeros_like(t1), row_c, p1, np.full(t1.size, int((world.p1 > 0).sum())))
     m = world.u_tokens.shape[1]
-    toks = world.u_tokens[row_c]                       # [N, M]
+    toks = world.u_tokens[row_c]  # [N, M]
     col = np.argmax(toks == t2[:, None], axis=1)
     t2_ok = t1_ok & (toks[np.arange(t1.size), col] == t2)
     p = world.p2[row_c]
@@ -92,8 +93,9 @@ def group_log_e(world, frame: pd.DataFrame, draft_loops: int | None) -> np.ndarr
     return np.cumsum(f1 + f2)
 
 
-def sequential_test(protocol: dict, world, samples: pd.DataFrame, alpha: float | None = None
-                    ) -> SequentialResult:
+def sequential_test(
+    protocol: dict, world, samples: pd.DataFrame, alpha: float | None = None
+) -> SequentialResult:
     """Combine every group of ``protocol`` over seed index: mean of e-processes within a
     family of groups that share seeds (same seed_offset), product across families."""
     alpha = float(alpha if alpha is not None else protocol["alpha"])
@@ -102,12 +104,19 @@ def sequential_test(protocol: dict, world, samples: pd.DataFrame, alpha: float |
         families.setdefault(int(g.get("seed_offset") or 0), []).append(g)
     total = None
     for members in families.values():
-        paths = np.vstack([group_log_e(world, samples[samples["group"] == g["name"]],
-                                       g.get("draft_loops")) for g in members])
+        paths = np.vstack(
+            [
+                group_log_e(world, samples[samples["group"] == g["name"]], g.get("draft_loops"))
+                for g in members
+            ]
+        )
         with np.errstate(invalid="ignore", over="ignore"):  # inf paths: impossible token
             top = paths.max(axis=0)
-            fam = np.where(np.isinf(top), top, top + np.log(
-                np.mean(np.exp(paths - np.where(np.isinf(top), 0.0, top)), axis=0)))
+            fam = np.where(
+                np.isinf(top),
+                top,
+                top + np.log(np.mean(np.exp(paths - np.where(np.isinf(top), 0.0, top)), axis=0)),
+            )
         total = fam if total is None else total + fam
     hit = np.flatnonzero(total >= np.log(1.0 / alpha))
     names = tuple(tuple(g["name"] for g in m) for m in families.values())

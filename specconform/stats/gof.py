@@ -4,6 +4,7 @@ Both tests apply the fixed pooling rule of :mod:`specconform.stats.pooling` to t
 expected counts before calling scipy, so the pooling is determined by the law (or
 the pooled margins) and the sample sizes, never by the observed counts.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -90,13 +91,23 @@ def pearson_gof(observed, probs, *, min_expected: float = 5.0) -> GofResult:
     obs_t = tuple(int(round(v)) for v in f_obs)
     exp_t = tuple(float(v) for v in f_exp)
     if out_of_support:
-        return GofResult(float("inf"), df, 0.0, n, pooling.pooled, out_of_support,
-                         pooling.cells, obs_t, exp_t)
+        return GofResult(
+            float("inf"), df, 0.0, n, pooling.pooled, out_of_support, pooling.cells, obs_t, exp_t
+        )
     if pooling.cells < 2:
         return GofResult(0.0, 0, NO_PVALUE, n, pooling.pooled, 0, pooling.cells, obs_t, exp_t)
     res = sps.chisquare(f_obs, f_exp)
-    return GofResult(float(res.statistic), df, float(res.pvalue), n, pooling.pooled, 0,
-                     pooling.cells, obs_t, exp_t)
+    return GofResult(
+        float(res.statistic),
+        df,
+        float(res.pvalue),
+        n,
+        pooling.pooled,
+        0,
+        pooling.cells,
+        obs_t,
+        exp_t,
+    )
 
 
 def pearson_homogeneity(counts_a, counts_b, *, min_expected: float = 5.0) -> HomogeneityResult:
@@ -124,8 +135,19 @@ def pearson_homogeneity(counts_a, counts_b, *, min_expected: float = 5.0) -> Hom
     obs_t = (tuple(int(round(v)) for v in table[0]), tuple(int(round(v)) for v in table[1]))
     exp_t = (tuple(float(v) for v in expected[0]), tuple(float(v) for v in expected[1]))
     if pooling.cells < 2:
-        return HomogeneityResult(0.0, 0, NO_PVALUE, n, n_a, n_b, pooling.pooled,
-                                 pooling.cells, obs_t, exp_t)
+        return HomogeneityResult(
+            0.0, 0, NO_PVALUE, n, n_a, n_b, pooling.pooled, pooling.cells, obs_t, exp_t
+        )
     res = sps.chi2_contingency(table, correction=False)
-    return HomogeneityResult(float(res.statistic), int(res.dof), float(res.pvalue), n, n_a,
-                             n_b, pooling.pooled, pooling.cells, obs_t, exp_t)
+    return HomogeneityResult(
+        float(res.statistic),
+        int(res.dof),
+        float(res.pvalue),
+        n,
+        n_a,
+        n_b,
+        pooling.pooled,
+        pooling.cells,
+        obs_t,
+        exp_t,
+    )

@@ -16,20 +16,28 @@ T = 0.8 for the accept rule and the residual), ``shared_uniform`` (the correctio
 the accept coin, so it is drawn from the residual's CDF restricted to u ≥ p(x)/q(x)),
 ``bf16_q`` (q rounded to bfloat16 in the accept rule and the residual).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
 
-EXACT = ("residual_from_p", "greedy_draft", "q_one_hot", "draft_q_mismatch",
-         "target_temperature", "shared_uniform", "bf16_q")
+EXACT = (
+    "residual_from_p",
+    "greedy_draft",
+    "q_one_hot",
+    "draft_q_mismatch",
+    "target_temperature",
+    "shared_uniform",
+    "bf16_q",
+)
 
 
 @dataclass(frozen=True)
 class FirstPositionLaw:
-    accepted: np.ndarray   # [C] float64: P(accept, t2 = x)
-    rejected: np.ndarray   # [C] float64: P(reject, t2 = x)
+    accepted: np.ndarray  # [C] float64: P(accept, t2 = x)
+    rejected: np.ndarray  # [C] float64: P(reject, t2 = x)
 
     @property
     def committed(self) -> np.ndarray:
@@ -65,8 +73,7 @@ def _scored(p, q, q_score) -> FirstPositionLaw:
     return FirstPositionLaw(acc, (1.0 - acc.sum()) * _residual(p, q_score))
 
 
-def first_position_law(p, q, mutant: str | None = None, *, q_other=None
-                       ) -> FirstPositionLaw:
+def first_position_law(p, q, mutant: str | None = None, *, q_other=None) -> FirstPositionLaw:
     """What a sampler with ``mutant`` (None: correct) commits at the first draft position.
 
     p [C], q [C]: the exact target and draft laws (renormalised here); q_other [C]: the

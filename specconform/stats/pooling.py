@@ -18,6 +18,7 @@ The final cells are the unpooled cells in index order, then the pooled cell last
 The rule looks only at expected counts, never at observations, so it is fixed by
 the law and the sample size and cannot bias the test.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -21,6 +21,7 @@ test: TV on the final cells is at most the TV on tokens.
 
 Numpy/scipy only, no torch.
 """
+
 from __future__ import annotations
 
 import math
@@ -126,8 +127,11 @@ def required_noncentrality(df: int, alpha: float, power: float = DEFAULT_POWER) 
     hi = 1.0
     while sps.ncx2.sf(crit, df, hi) < power:
         hi *= 2.0
-    return float(optimize.brentq(lambda lam: sps.ncx2.sf(crit, df, lam) - power,
-                                 0.0, hi, xtol=1e-10, rtol=1e-12))
+    return float(
+        optimize.brentq(
+            lambda lam: sps.ncx2.sf(crit, df, lam) - power, 0.0, hi, xtol=1e-10, rtol=1e-12
+        )
+    )
 
 
 def gof_noncentrality(p0, p_alt, n: float = 1.0) -> float:
@@ -162,8 +166,9 @@ def out_of_support_power(mass: float, n: int) -> float:
     return float(-np.expm1(n * np.log1p(-min(max(mass, 0.0), 1.0))) if mass < 1 else 1.0)
 
 
-def min_sample_size(per_sample_noncentrality: float, df: int, alpha: float,
-                    power: float = DEFAULT_POWER) -> SampleSize:
+def min_sample_size(
+    per_sample_noncentrality: float, df: int, alpha: float, power: float = DEFAULT_POWER
+) -> SampleSize:
     """Smallest n with chi2_power(df, n · w, alpha) ≥ power, w the per-sample λ."""
     w = float(per_sample_noncentrality)
     req = required_noncentrality(df, alpha, power)
@@ -175,8 +180,9 @@ def min_sample_size(per_sample_noncentrality: float, df: int, alpha: float,
     return SampleSize(n, int(df), float(alpha), float(power), req, w)
 
 
-def detectable_tv(n_effective: float, df: int, alpha: float, power: float = DEFAULT_POWER,
-                  *, p0=None, r=None) -> DetectableTV:
+def detectable_tv(
+    n_effective: float, df: int, alpha: float, power: float = DEFAULT_POWER, *, p0=None, r=None
+) -> DetectableTV:
     """Smallest TV a level-``alpha`` χ² test on ``df`` detects with ``power`` from
     ``n_effective`` samples (n for goodness of fit; n_a n_b / (n_a + n_b) for two samples;
     the sum over independent strata when each stratum is biased by the same TV).
@@ -191,8 +197,9 @@ def detectable_tv(n_effective: float, df: int, alpha: float, power: float = DEFA
     if n_effective <= 0:
         return DetectableTV(float("inf"), int(df), float(n_effective), alpha, power, None)
     if p0 is None:
-        return DetectableTV(math.sqrt(req / (4.0 * n_effective)), int(df),
-                            float(n_effective), alpha, power, None)
+        return DetectableTV(
+            math.sqrt(req / (4.0 * n_effective)), int(df), float(n_effective), alpha, power, None
+        )
     c = gof_noncentrality(p0, r, 1.0)
     tv_r = 0.5 * float(np.abs(_law(p0, "p0") - _law(r, "r")).sum())
     if c == 0:
@@ -234,12 +241,14 @@ def binom_power(n: int, p0: float, p_alt: float, alpha: float) -> BinomialPower:
     k = np.flatnonzero(mask)
     size = float(sps.binom.pmf(k, n, p0).sum())
     pw = float(sps.binom.pmf(k, n, p_alt).sum())
-    return BinomialPower(int(n), float(p0), float(p_alt), float(alpha), size, pw,
-                         tuple(int(x) for x in k))
+    return BinomialPower(
+        int(n), float(p0), float(p_alt), float(alpha), size, pw, tuple(int(x) for x in k)
+    )
 
 
-def binom_detectable_shift(n: int, p0: float, alpha: float, power: float = DEFAULT_POWER
-                           ) -> tuple[float, float]:
+def binom_detectable_shift(
+    n: int, p0: float, alpha: float, power: float = DEFAULT_POWER
+) -> tuple[float, float]:
     """Smallest rate shifts (down, up) from ``p0`` that the exact two-sided binomial test
     detects with ``power`` from ``n`` trials (nan where no rate in [0, 1] reaches it).
     The Bernoulli law's TV equals the shift."""
@@ -262,7 +271,6 @@ def binom_detectable_shift(n: int, p0: float, alpha: float, power: float = DEFAU
 
 def _law(x, name: str) -> np.ndarray:
     a = np.asarray(x, dtype=np.float64)
-    if a.ndim != 1 or a.size == 0 or np.any(a < 0) or not np.all(np.isfinite(a)) \
-            or a.sum() <= 0:
+    if a.ndim != 1 or a.size == 0 or np.any(a < 0) or not np.all(np.isfinite(a)) or a.sum() <= 0:
         raise ValueError(f"{name} must be a non-empty 1-d vector of finite weights >= 0")
     return a / a.sum()

@@ -12,6 +12,7 @@ the pooled count (strata have different TV) and two-sided regions for it; Bonfer
 simpler to audit and keeps the stated level, at some cost in power when many strata
 exist (the issue's planner measures that cost).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -64,8 +65,9 @@ def rate_test(k: int, n: int, p0: float, *, min_expected: float = 5.0) -> RateRe
     exact = float(sps.binomtest(k, n, p0).pvalue) if n else float("nan")
     if gof.out_of_support:
         exact = 0.0
-    return RateResult(exact, n, k, p0, gof.statistic, gof.df, gof.pvalue, gof.pooled,
-                      gof.out_of_support)
+    return RateResult(
+        exact, n, k, p0, gof.statistic, gof.df, gof.pvalue, gof.pooled, gof.out_of_support
+    )
 
 
 @dataclass(frozen=True)
@@ -85,5 +87,10 @@ class StratifiedRateResult:
 
 def stratified_rate_test(results: Sequence[RateResult]) -> StratifiedRateResult:
     comb = bonferroni([r.pvalue for r in results])
-    return StratifiedRateResult(comb.pvalue, sum(r.n for r in results),
-                                sum(r.k for r in results), tuple(results), comb.argmin)
+    return StratifiedRateResult(
+        comb.pvalue,
+        sum(r.n for r in results),
+        sum(r.k for r in results),
+        tuple(results),
+        comb.argmin,
+    )

@@ -8,6 +8,7 @@ with probability min(1, p(x)/q(x)); on rejection the correction is drawn from
 - P(accept, x) = min(p, q)(x) and P(reject, x) = (p - q)₊(x) — the 2V "joint" cells,
   which sum to Σ p = 1 and whose marginal over accept/reject is p itself.
 """
+
 from __future__ import annotations
 
 import numpy as np

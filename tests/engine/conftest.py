@@ -1,4 +1,5 @@
 """Fixtures shared by the engine tests."""
+
 import pytest
 
 from engine_under_test import ModelConfig

@@ -1,5 +1,6 @@
 """Shared pieces of the engine tests: the default prompt and modes, host-read guards,
 and the tie-heavy sampling case that both the CPU and the CUDA path are checked on."""
+
 from __future__ import annotations
 
 import torch
@@ -23,6 +24,7 @@ def forbid_host_reads(patch, where: str) -> None:
 
     patch: pytest's monkeypatch (or one of its contexts). On CPU a host read cannot be
     seen as a sync, so the calls that would be one are forbidden instead."""
+
     def boom(*args, **kwargs):
         raise AssertionError(f"host read {where}")
 

@@ -1,4 +1,5 @@
 """The LLM facade: requests, ids, stopping, batching, references, modes, mutants."""
+
 from __future__ import annotations
 
 import pytest
@@ -40,8 +41,9 @@ def test_add_abort_and_id_reuse(model, mode):
     llm.add_request("a", PROMPT, rand(7, max_tokens=6, ignore_eos=True))
     while llm.has_unfinished_requests():
         done.update({o.request_id: o for o in llm.step()})
-    alone = LLM(model=model, **MODES[mode]).generate([PROMPT], rand(7, max_tokens=6,
-                                                                    ignore_eos=True))
+    alone = LLM(model=model, **MODES[mode]).generate(
+        [PROMPT], rand(7, max_tokens=6, ignore_eos=True)
+    )
     assert done["a"].token_ids == alone[0].token_ids
 
 
@@ -49,40 +51,46 @@ def test_abort_waiting_request(model):
     llm = LLM(model=model, speculative_config=SPEC, max_num_seqs=1)
     llm.add_request(0, PROMPT, rand(1))
     llm.add_request(1, PROMPT, rand(2))
-    llm.abort_request(1)                                     # still waiting
+    llm.abort_request(1)  # still waiting
     outs = {o.request_id: o for o in llm.step()}
     assert outs[1].finish_reason == "abort" and outs[1].token_ids == []
 
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_stop_tokens_and_max_tokens(model, mode):
-    base = LLM(model=model, **MODES[mode]).generate(
-        [PROMPT], SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))[0].token_ids
+    base = (
+        LLM(model=model, **MODES[mode])
+        .generate([PROMPT], SamplingParams(temperature=0, max_tokens=30, ignore_eos=True))[0]
+        .token_ids
+    )
     stop = base[6]
     first = base.index(stop)
     llm = LLM(model=model, **MODES[mode])
-    out = llm.generate([PROMPT], SamplingParams(temperature=0, max_tokens=30, ignore_eos=True,
-                                                stop_token_ids=[stop]))[0]
-    assert out.finish_reason == "stop" and out.token_ids == base[:first + 1]
+    out = llm.generate(
+        [PROMPT],
+        SamplingParams(temperature=0, max_tokens=30, ignore_eos=True, stop_token_ids=[stop]),
+    )[0]
+    assert out.finish_reason == "stop" and out.token_ids == base[: first + 1]
     # EOS is the model's eos_token_id unless ignore_eos.
     eos_model = build_model(ModelConfig.preset("tiny", seed=0, eos_token_id=stop))
     out = LLM(model=eos_model, **MODES[mode]).generate(
-        [PROMPT], SamplingParams(temperature=0, max_tokens=30))[0]
-    assert out.finish_reason == "stop" and out.token_ids == base[:first + 1]
+        [PROMPT], SamplingParams(temperature=0, max_tokens=30)
+    )[0]
+    assert out.finish_reason == "stop" and out.token_ids == base[: first + 1]
     out = LLM(model=model, **MODES[mode]).generate(
-        [PROMPT], SamplingParams(temperature=0, max_tokens=7, ignore_eos=True))[0]
+        [PROMPT], SamplingParams(temperature=0, max_tokens=7, ignore_eos=True)
+    )[0]
     assert out.finish_reason == "length" and out.token_ids == base[:7]
 
 
 def test_effective_k0_round_and_first_draft_flag(model):
     llm = LLM(model=model, speculative_config=SPEC)
-    outs = llm.generate([PROMPT] * 20, [rand(s, max_tokens=3, ignore_eos=True)
-                                        for s in range(20)])
+    outs = llm.generate([PROMPT] * 20, [rand(s, max_tokens=3, ignore_eos=True) for s in range(20)])
     for o in outs:
         assert len(o.token_ids) == 3
-        assert o.rounds[0].drafted == 1                      # budget 2 after t1: L = 1
+        assert o.rounds[0].drafted == 1  # budget 2 after t1: L = 1
         assert o.first_draft_accepted == (o.rounds[0].accepted == 1)
-        if not o.first_draft_accepted:                       # t3 from an L = 0 round
+        if not o.first_draft_accepted:  # t3 from an L = 0 round
             assert o.rounds[1] == type(o.rounds[1])(0, 0)
     assert {o.first_draft_accepted for o in outs} == {True, False}
     one = llm.generate([PROMPT], rand(1, max_tokens=1))[0]
@@ -95,7 +103,8 @@ def test_continuous_batching_and_progress(model, mode):
     prompts = [PROMPT[: 3 + s % 9] for s in range(25)]
     seen = []
     small = LLM(model=model, **MODES[mode], max_num_seqs=4).generate(
-        prompts, params, progress=lambda done, total: seen.append((done, total)))
+        prompts, params, progress=lambda done, total: seen.append((done, total))
+    )
     big = LLM(model=model, **MODES[mode]).generate(prompts, params)
     assert [o.token_ids for o in small] == [o.token_ids for o in big]
     assert [len(o.token_ids) for o in small] == [p.max_tokens for p in params]
@@ -110,10 +119,10 @@ def test_reference_probabilities(model):
     q = llm.draft_probabilities(PROMPT, params)
     assert p.shape == q.shape == (512,) and p.dtype == torch.float32
     assert abs(p.sum().item() - 1) < 1e-5 and (p > 0).sum() <= 20
-    torch.testing.assert_close(p, Sampler.probabilities(model.reference_logits(PROMPT)[-1],
-                                                        params))
-    torch.testing.assert_close(q, Sampler.probabilities(
-        model.reference_logits(PROMPT, 2)[-1], params))
+    torch.testing.assert_close(p, Sampler.probabilities(model.reference_logits(PROMPT)[-1], params))
+    torch.testing.assert_close(
+        q, Sampler.probabilities(model.reference_logits(PROMPT, 2)[-1], params)
+    )
     torch.testing.assert_close(llm.draft_probabilities(PROMPT, params, 4), p)
     assert not torch.equal(llm.draft_probabilities(PROMPT, params, 1), q)
 
@@ -143,7 +152,7 @@ def test_mutants_are_off_by_default_and_validated(model):
     with pytest.raises(ValueError, match="unknown mutant"):
         LLM(model=model, mutant="not_a_bug")
     for m in list_mutants():
-        LLM(model=model, speculative_config=SPEC, mutant=m.name)   # every name is selectable
+        LLM(model=model, speculative_config=SPEC, mutant=m.name)  # every name is selectable
 
 
 ENGINE_MUTANTS = [m.name for m in list_mutants("engine")]
@@ -153,12 +162,13 @@ ENGINE_MUTANTS = [m.name for m in list_mutants("engine")]
 def test_each_engine_mutant_changes_the_run(model, name):
     """Every engine mutant changes committed tokens for some seeds (no_draft_probs keeps
     the law exact but lowers acceptance). The law checks are specconform's protocols."""
-    params = [SamplingParams(temperature=0.7, top_k=8, top_p=0.9, seed=s, max_tokens=8,
-                             ignore_eos=True) for s in range(120)]
+    params = [
+        SamplingParams(temperature=0.7, top_k=8, top_p=0.9, seed=s, max_tokens=8, ignore_eos=True)
+        for s in range(120)
+    ]
     asynchronous = name == "async_stale_input"
     clean = LLM(model=model, speculative_config=SPEC, async_scheduling=asynchronous)
-    bugged = LLM(model=model, speculative_config=SPEC, async_scheduling=asynchronous,
-                 mutant=name)
+    bugged = LLM(model=model, speculative_config=SPEC, async_scheduling=asynchronous, mutant=name)
     a = clean.generate([PROMPT] * 120, params)
     b = bugged.generate([PROMPT] * 120, params)
     changed = sum(x.token_ids != y.token_ids for x, y in zip(a, b, strict=True))
@@ -176,20 +186,25 @@ def test_each_engine_mutant_changes_the_run(model, name):
         rate = lambda outs: sum(o.num_accepted for o in outs) / sum(o.num_drafted for o in outs)  # noqa: E731
         assert rate(b) < rate(a) - 0.1
     greedy = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
-    assert bugged.generate([PROMPT], greedy)[0].token_ids == \
-        clean.generate([PROMPT], greedy)[0].token_ids        # greedy rows untouched
+    assert (
+        bugged.generate([PROMPT], greedy)[0].token_ids
+        == clean.generate([PROMPT], greedy)[0].token_ids
+    )  # greedy rows untouched
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 def test_every_mutant_runs_ragged_and_k0_rounds(model, asynchronous):
     """Every mutant survives rounds of every width, effective K = 0 included."""
-    params = [SamplingParams(temperature=0.8, top_k=10, top_p=0.9, seed=s,
-                             max_tokens=2 + s % 5) for s in range(10)]
+    params = [
+        SamplingParams(temperature=0.8, top_k=10, top_p=0.9, seed=s, max_tokens=2 + s % 5)
+        for s in range(10)
+    ]
     for m in list_mutants():
-        llm = LLM(model=model, speculative_config=SPEC, async_scheduling=asynchronous,
-                  mutant=m.name)
+        llm = LLM(
+            model=model, speculative_config=SPEC, async_scheduling=asynchronous, mutant=m.name
+        )
         outs = llm.generate([PROMPT] * 10, params)
-        if m.fault:   # all ten are in the first decode round, which fails: t1 only
+        if m.fault:  # all ten are in the first decode round, which fails: t1 only
             assert outs.report.num_failed_rounds == 1, m.name
             assert all(o.finish_reason == "error" and len(o.token_ids) == 1 for o in outs)
             continue
@@ -204,7 +219,7 @@ def test_close_frees_the_cache_and_the_engine_serves_again(model, mode):
     assert llm.runner.cache is not None
     llm.close()
     assert llm.runner.cache is None
-    again = llm.generate([PROMPT] * 3, params)        # reallocates; same fixed-seed tokens
+    again = llm.generate([PROMPT] * 3, params)  # reallocates; same fixed-seed tokens
     assert [o.token_ids for o in again] == [o.token_ids for o in first]
 
 
@@ -214,7 +229,7 @@ def test_close_refuses_while_requests_are_running(model):
     llm.step()
     with pytest.raises(RuntimeError, match="unfinished requests"):
         llm.close()
-    llm.abort_request("a")      # its last round may still be in flight: close collects it
+    llm.abort_request("a")  # its last round may still be in flight: close collects it
     while llm.has_unfinished_requests():
         llm.step()
     llm.close()

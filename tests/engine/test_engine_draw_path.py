@@ -3,6 +3,7 @@ all draw through the sampling core (``sample_target`` / ``speculative_accept``) 
 error rule; a NaN law at prefill fails its batch like any other stop point; the planted
 fault ``nan_target_once`` fails exactly the first decode round; ``generate`` reports
 failed rounds to its caller."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,10 @@ from engine_under_test.sampling import categorical, sample_target
 from tests.engine.helpers import MODES, PROMPT, SPEC, forbid_host_reads
 
 REFERENCE = Path(__file__).parent / "data" / "draw_path_reference.json"
-REF_MODES = {**MODES, "async_d1": dict(speculative_config=SpeculativeConfig(3, "block", 1),
-                                       async_scheduling=True)}
+REF_MODES = {
+    **MODES,
+    "async_d1": dict(speculative_config=SpeculativeConfig(3, "block", 1), async_scheduling=True),
+}
 
 
 def reference_requests():
@@ -26,12 +29,18 @@ def reference_requests():
     weights, fp32, CPU, max_num_seqs=8, commit cbf4cb4, before the draw paths were
     merged): random rows with top-k, with top-p, one max_tokens=1 row (t1 only), one
     greedy row; shorter prompts for the last two."""
-    params = [SamplingParams(temperature=1.0, top_k=20, seed=100 + s, max_tokens=10,
-                             ignore_eos=True) for s in range(6)]
-    params += [SamplingParams(temperature=0.7, top_p=0.9, seed=200 + s, max_tokens=9,
-                              ignore_eos=True) for s in range(3)]
-    params += [SamplingParams(temperature=1.3, seed=300, max_tokens=1, ignore_eos=True),
-               SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)]
+    params = [
+        SamplingParams(temperature=1.0, top_k=20, seed=100 + s, max_tokens=10, ignore_eos=True)
+        for s in range(6)
+    ]
+    params += [
+        SamplingParams(temperature=0.7, top_p=0.9, seed=200 + s, max_tokens=9, ignore_eos=True)
+        for s in range(3)
+    ]
+    params += [
+        SamplingParams(temperature=1.3, seed=300, max_tokens=1, ignore_eos=True),
+        SamplingParams(temperature=0, max_tokens=8, ignore_eos=True),
+    ]
     return [PROMPT] * 9 + [PROMPT[:5], PROMPT[:7]], params
 
 
@@ -49,8 +58,8 @@ def test_fixed_seed_tokens_identical_to_before_the_merge(model, mode):
 def test_sample_target_is_categorical_on_valid_rows_and_flags_invalid_ones(monkeypatch):
     g = torch.Generator().manual_seed(3)
     p = torch.softmax(torch.randn(64, 50, generator=g) * 3, -1)
-    p[::5, 10:] = 0.0                                       # zero tails
-    p[1::5] = torch.where(p[1::5] < 0.02, 0.0, p[1::5])     # holes
+    p[::5, 10:] = 0.0  # zero tails
+    p[1::5] = torch.where(p[1::5] < 0.02, 0.0, p[1::5])  # holes
     u = torch.rand(64, dtype=torch.float64, generator=g)
     u[0], u[1] = 0.0, 1.0 - 2.0**-53
     with monkeypatch.context() as patch:
@@ -62,14 +71,15 @@ def test_sample_target_is_categorical_on_valid_rows_and_flags_invalid_ones(monke
     bad = torch.tensor([[0.5, float("nan")], [0.0, 0.0], [float("inf"), 0.0], [0.2, 0.8]])
     res = sample_target(bad, torch.full((4,), 0.5, dtype=torch.float64))
     assert res.error.tolist() == [True, True, True, False]
-    assert res.invalid.tolist() == [1, 2, 1, 0]             # non_finite, zero_mass, valid
+    assert res.invalid.tolist() == [1, 2, 1, 0]  # non_finite, zero_mass, valid
     assert res.tokens.tolist() == [[-1], [-1], [-1], [1]]
     assert res.num_committed.tolist() == [0, 0, 0, 1]
 
 
 def rand(seed, max_tokens=8):
-    return SamplingParams(temperature=1.0, top_k=20, seed=seed, max_tokens=max_tokens,
-                          ignore_eos=True)
+    return SamplingParams(
+        temperature=1.0, top_k=20, seed=seed, max_tokens=max_tokens, ignore_eos=True
+    )
 
 
 class PrefillFault:
@@ -101,8 +111,9 @@ def test_nan_law_at_prefill_fails_its_batch_and_the_engine_keeps_serving(model, 
     assert outs[2].token_ids == [] and outs[2].rounds == []
     (failed,) = outs.report.failed
     assert (failed.stage, failed.index) == ("prefill", 1)
-    assert [(e.request_id, e.round, e.invalid) for e in failed.requests] == \
-        [(outs[2].request_id, 0, "non_finite")]
+    assert [(e.request_id, e.round, e.invalid) for e in failed.requests] == [
+        (outs[2].request_id, 0, "non_finite")
+    ]
 
     llm.runner.fault = None
     again = llm.generate(prompts, params)
@@ -126,8 +137,9 @@ def test_nan_target_once_fails_exactly_the_first_round(model, mode):
     assert [o.token_ids for o in outs[4:]] == [o.token_ids for o in clean[4:]]
     (failed,) = outs.report.failed
     assert (failed.stage, failed.index, outs.report.num_failed_rounds) == ("decode", 0, 1)
-    assert [(e.request_id, e.round) for e in failed.requests] == \
-        [(o.request_id, 1) for o in outs[:4]]
+    assert [(e.request_id, e.round) for e in failed.requests] == [
+        (o.request_id, 1) for o in outs[:4]
+    ]
     assert [e.invalid for e in failed.requests] == ["non_finite", None, None, None]
     assert failed.causes == failed.requests[:1]
     assert {e.request_id for e in outs.report.errors} == {o.request_id for o in outs[:4]}
@@ -156,7 +168,7 @@ def test_nan_target_once_hook_is_device_only(monkeypatch):
 
 def test_generate_report_counts_rounds_per_call(model):
     llm = LLM(model=model, speculative_config=SPEC)
-    one = llm.generate([PROMPT], rand(5, max_tokens=1))     # t1 only: no decode round
+    one = llm.generate([PROMPT], rand(5, max_tokens=1))  # t1 only: no decode round
     assert one.report == GenerateReport(0, ())
     two = llm.generate([PROMPT] * 2, [rand(6), rand(7)])
     assert two.report.rounds == llm.runner.rounds_run and two.report.ok

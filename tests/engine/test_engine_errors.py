@@ -1,6 +1,7 @@
 """Contract 3: numerical errors fail the round through fatal cleanup; failed slots do not
 advance; stale rows and positions after the stop point are ignored; the engine keeps
 serving afterwards."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,8 +20,9 @@ from tests.engine.helpers import MODES, PROMPT
 
 
 def rand(seed, max_tokens=20):
-    return SamplingParams(temperature=1.0, top_k=20, seed=seed, max_tokens=max_tokens,
-                          ignore_eos=True)
+    return SamplingParams(
+        temperature=1.0, top_k=20, seed=seed, max_tokens=max_tokens, ignore_eos=True
+    )
 
 
 class Fault:
@@ -55,9 +57,9 @@ def test_invalid_law_at_live_stop_point_fails_the_round(model, mode, value):
     outs = llm.generate(prompts, params)
     assert llm.runner.failed_rounds == 1
     for o, c in zip(outs, clean, strict=True):
-        assert o.finish_reason == "error"                    # every live row of the round
-        assert len(o.rounds) == 2                            # rounds 1 and 2 committed
-        assert o.token_ids == c.token_ids[:len(o.token_ids)]  # nothing of round 3
+        assert o.finish_reason == "error"  # every live row of the round
+        assert len(o.rounds) == 2  # rounds 1 and 2 committed
+        assert o.token_ids == c.token_ids[: len(o.token_ids)]  # nothing of round 3
         assert len(o.token_ids) == 1 + sum(r.accepted + 1 for r in o.rounds)
     # Failed slots did not advance: device inputs are those the failed round started from.
     state = llm.runner.state
@@ -80,7 +82,7 @@ def test_positions_after_the_stop_point_are_ignored(model, mode):
     clean = LLM(model=model, **MODES[mode]).generate([PROMPT] * 8, params)
 
     def poison(kind, logits):
-        if kind[0] == "t1":   # prefill's law stays clean: t1 is not a round's position
+        if kind[0] == "t1":  # prefill's law stays clean: t1 is not a round's position
             return logits
         logits = logits.clone()
         if kind[0] == "q":
@@ -109,16 +111,16 @@ def test_stale_rows_are_ignored(model, mode):
     runner.trace = []
 
     def poison(kind, logits):
-        if kind[0] == "t1":   # both requests need a valid t1 (this test is about rounds)
+        if kind[0] == "t1":  # both requests need a valid t1 (this test is about rounds)
             return logits
-        runner.state.temperature[0] = 1.0          # stale garbage in the freed slot
+        runner.state.temperature[0] = 1.0  # stale garbage in the freed slot
         logits = logits.clone()
         logits[0] = float("nan")
         return logits
 
     runner.fault = poison
     outs = llm.generate([PROMPT, PROMPT], [rand(5, max_tokens=1), target])
-    assert outs[0].token_ids and len(outs[0].token_ids) == 1   # finished at prefill
+    assert outs[0].token_ids and len(outs[0].token_ids) == 1  # finished at prefill
     assert outs[1].finish_reason == "length"
     assert outs[1].token_ids == alone.token_ids
     assert runner.failed_rounds == 0
@@ -138,21 +140,27 @@ def test_advance_slots_device_update():
     state.next_pos[:] = torch.tensor([10, 20, 30, 40])
     state.budget[:] = torch.tensor([10, 2, 10, 10])
     state.stop_ids[:, 0] = 99
-    rng.draw(torch.arange(4), state.random & state.live)   # the round's draw
-    tokens = torch.tensor([[11, 12, -1, -1], [21, 22, -1, -1], [31, 99, 32, -1],
-                           [41, -1, -1, -1]])
-    out = RoundOutputs(tokens, torch.tensor([1, 1, 2, 0]), torch.tensor([2, 2, 3, 1]),
-                       torch.zeros(4, dtype=torch.bool), torch.zeros(4, dtype=torch.int8),
-                       torch.tensor([3, 1, 3, 3]),
-                       torch.tensor([[11, 13, 14], [21, 0, 0], [31, 99, 32], [0, 0, 0]]),
-                       state.live.clone(), torch.tensor([False]), state.next_pos.clone(),
-                       state.next_token.clone())
+    rng.draw(torch.arange(4), state.random & state.live)  # the round's draw
+    tokens = torch.tensor([[11, 12, -1, -1], [21, 22, -1, -1], [31, 99, 32, -1], [41, -1, -1, -1]])
+    out = RoundOutputs(
+        tokens,
+        torch.tensor([1, 1, 2, 0]),
+        torch.tensor([2, 2, 3, 1]),
+        torch.zeros(4, dtype=torch.bool),
+        torch.zeros(4, dtype=torch.int8),
+        torch.tensor([3, 1, 3, 3]),
+        torch.tensor([[11, 13, 14], [21, 0, 0], [31, 99, 32], [0, 0, 0]]),
+        state.live.clone(),
+        torch.tensor([False]),
+        state.next_pos.clone(),
+        state.next_token.clone(),
+    )
     snapshot = [t.clone() for t in (state.next_token, state.next_pos, state.budget)]
     advance_slots(state, rng, out, MutantHooks(None))
     assert state.next_token.tolist() == [12, 22, 32, 8]
     assert state.next_pos.tolist() == [12, 22, 33, 40]
     assert state.budget.tolist() == [8, 0, 7, 10]
-    assert state.live.tolist() == [True, False, False, False]   # budget 0; stop id 99
+    assert state.live.tolist() == [True, False, False, False]  # budget 0; stop id 99
     assert rng.round.tolist() == [1, 1, 1, 0]
 
     # async_stale_input: the last draft becomes the next input (the planted bug).

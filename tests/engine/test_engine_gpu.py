@@ -1,6 +1,7 @@
 """GPU-only engine tests (``gpu`` marker; skipped without CUDA): two rounds in flight,
 CUDA Graph capture/replay, no host synchronisation while a round is submitted, the
 layout regression under graphs, and pinned result buffers reused without stale flags."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,8 +21,9 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
 
 
 def rand(seed, max_tokens=9):
-    return SamplingParams(temperature=1.0, top_k=20, seed=seed, max_tokens=max_tokens,
-                          ignore_eos=True)
+    return SamplingParams(
+        temperature=1.0, top_k=20, seed=seed, max_tokens=max_tokens, ignore_eos=True
+    )
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +38,11 @@ def async_llm(model, **kw):
 def test_greedy_speculation_equals_nospec_on_gpu(model):
     prompts = [PROMPT, PROMPT[:5], [7, 8, 9]]
     base = LLM(model=model, device="cuda").generate(prompts, GREEDY)
-    for llm in (LLM(model=model, speculative_config=SPEC, device="cuda"), async_llm(model),
-                async_llm(model, use_cuda_graphs=False)):
+    for llm in (
+        LLM(model=model, speculative_config=SPEC, device="cuda"),
+        async_llm(model),
+        async_llm(model, use_cuda_graphs=False),
+    ):
         outs = llm.generate(prompts, GREEDY)
         assert [o.token_ids for o in outs] == [o.token_ids for o in base]
 
@@ -63,8 +68,11 @@ def test_two_rounds_in_flight(model):
     assert events[0] == ("submit", 0) and events[1] == ("submit", 1)
     assert max(n for kind, n in events if kind == "collect") == 2
     assert max(n for kind, n in events if kind == "submit") <= 1
-    overlapped = sum(1 for i in range(1, len(events))
-                     if events[i] == ("collect", 2) and events[i - 1][0] == "submit")
+    overlapped = sum(
+        1
+        for i in range(1, len(events))
+        if events[i] == ("collect", 2) and events[i - 1][0] == "submit"
+    )
     assert overlapped >= 5
 
 
@@ -76,9 +84,9 @@ def test_cuda_graph_capture_and_replay(model):
     assert graphs is not None and graphs.captures >= 1
     assert graphs.replays > graphs.captures
     captures = graphs.captures
-    again = llm.generate([PROMPT] * 16, params)                 # replays, no new capture
+    again = llm.generate([PROMPT] * 16, params)  # replays, no new capture
     assert graphs.captures == captures
-    assert [o.token_ids for o in again] == [o.token_ids for o in first]   # fixed-seed replay
+    assert [o.token_ids for o in again] == [o.token_ids for o in first]  # fixed-seed replay
     fresh = async_llm(model).generate([PROMPT] * 16, params)
     assert [o.token_ids for o in fresh] == [o.token_ids for o in first]
 
@@ -88,12 +96,12 @@ def test_no_host_sync_while_submitting_a_round(model):
     runner = llm.runner
     for s in range(4):
         llm.add_request(s, PROMPT, rand(s, max_tokens=200))
-    for _ in range(4):          # admit, prefill, capture the graph of this shape
+    for _ in range(4):  # admit, prefill, capture the graph of this shape
         llm.step()
     B = runner.bucket()
     rows = runner.snapshot(B)
     W = runner.draft_width(rows, runner.K)
-    runner.submit_round(B, W)   # capture happens outside the checked region
+    runner.submit_round(B, W)  # capture happens outside the checked region
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -178,7 +186,7 @@ def test_nan_fails_the_round_and_engine_recovers_on_gpu(model):
                 logits[0] = float("nan")
         return logits
 
-    llm.runner.fault = fault             # eager rounds while a fault hook is set
+    llm.runner.fault = fault  # eager rounds while a fault hook is set
     outs = llm.generate([PROMPT] * 2, [rand(1, 20), rand(2, 20)])
     assert [o.finish_reason for o in outs] == ["error", "error"]
     llm.runner.fault = None

@@ -1,4 +1,5 @@
 """Greedy speculation (sync and async, several K and d) is token-identical to nospec."""
+
 from __future__ import annotations
 
 import random
@@ -28,14 +29,17 @@ def nospec_tokens(model, prompts):
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("K,d", [(3, 2), (4, 1), (2, 3)])
 def test_greedy_speculation_equals_nospec(model, prompts, nospec_tokens, asynchronous, K, d):
-    llm = LLM(model=model, speculative_config=SpeculativeConfig(K, "block", d),
-              async_scheduling=asynchronous)
+    llm = LLM(
+        model=model,
+        speculative_config=SpeculativeConfig(K, "block", d),
+        async_scheduling=asynchronous,
+    )
     outs = llm.generate(prompts, GREEDY)
     assert [o.token_ids for o in outs] == nospec_tokens
     for o in outs:
         assert o.finish_reason == "length"
         assert all(0 <= r.accepted <= r.drafted <= K for r in o.rounds)
-        assert sum(r.accepted + 1 for r in o.rounds) >= 127   # every round commits a+1
+        assert sum(r.accepted + 1 for r in o.rounds) >= 127  # every round commits a+1
     assert sum(o.num_accepted for o in outs) > 0
 
 
@@ -46,19 +50,25 @@ def test_pipeline_mode_serves_greedy(model, prompts, nospec_tokens):
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
-def test_greedy_rows_unchanged_next_to_random_rows(model, prompts, nospec_tokens,
-                                                   asynchronous):
+def test_greedy_rows_unchanged_next_to_random_rows(model, prompts, nospec_tokens, asynchronous):
     """Mixed batch: greedy rows keep greedy acceptance; random rows around them."""
-    llm = LLM(model=model, speculative_config=SpeculativeConfig(3, "block", 2),
-              async_scheduling=asynchronous)
+    llm = LLM(
+        model=model,
+        speculative_config=SpeculativeConfig(3, "block", 2),
+        async_scheduling=asynchronous,
+    )
     mixed, params = [], []
     for i, p in enumerate(prompts[:5]):
         mixed += [p, p]
-        params += [GREEDY, SamplingParams(temperature=1.0, top_k=20, seed=100 + i,
-                                          max_tokens=128, ignore_eos=True)]
+        params += [
+            GREEDY,
+            SamplingParams(
+                temperature=1.0, top_k=20, seed=100 + i, max_tokens=128, ignore_eos=True
+            ),
+        ]
     outs = llm.generate(mixed, params)
     assert [o.token_ids for o in outs[0::2]] == nospec_tokens[:5]
-    assert all(o.seed is None for o in outs[0::2])            # greedy: no generator
+    assert all(o.seed is None for o in outs[0::2])  # greedy: no generator
     assert [o.token_ids for o in outs[1::2]] != nospec_tokens[:5]
 
 

@@ -1,5 +1,6 @@
 """A quick sanity check of the committed law (specconform's protocols are the real test):
 t1, and t2 given t1, against the serial reference p; first-draft rejection against TV."""
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,7 @@ N = 4000
 MODES = {
     "nospec": dict(speculative_config=None),
     "sync": dict(speculative_config=SpeculativeConfig(3, "block", 2)),
-    "async_d1": dict(speculative_config=SpeculativeConfig(3, "block", 1),
-                     async_scheduling=True),
+    "async_d1": dict(speculative_config=SpeculativeConfig(3, "block", 1), async_scheduling=True),
 }
 
 

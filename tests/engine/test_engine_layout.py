@@ -1,6 +1,7 @@
 """Layout regression (contract 1): when a non-argmax draft is accepted, the host's
 committed sequence, the next round's device input and the per-depth KV cache all equal
 a serial replay of the committed tokens."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,8 +23,11 @@ def params(seed: int) -> SamplingParams:
 
 
 def make_llm(model, asynchronous):
-    return LLM(model=model, speculative_config=SpeculativeConfig(K, "block", D),
-               async_scheduling=asynchronous)
+    return LLM(
+        model=model,
+        speculative_config=SpeculativeConfig(K, "block", D),
+        async_scheduling=asynchronous,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +70,7 @@ def test_layout_matches_serial_replay(model, non_argmax_seed, asynchronous):
         assert p[t] > 0, f"token {i} ({t}) outside the support of p"
 
     # 2. Next round's device input == the host's last committed token, at its position.
-    committed = 1                                                  # t1 from prefill
+    committed = 1  # t1 from prefill
     live_rounds = [h for serials, h in llm.runner.trace if h["live"][0]]
     assert len(live_rounds) == len(out.rounds)
     for h in live_rounds:
@@ -76,7 +80,7 @@ def test_layout_matches_serial_replay(model, non_argmax_seed, asynchronous):
     assert committed >= len(tokens)
 
     # 3. Per-depth KV of every fed position equals the serial replay at every depth.
-    fed = PROMPT + tokens[:-1]                # the last committed token is never fed
+    fed = PROMPT + tokens[:-1]  # the last committed token is never fed
     k_ref, v_ref = serial_kv(model, fed)
     cache = llm.runner.cache
     n = len(fed)

@@ -1,4 +1,5 @@
 """The looped model: determinism, per-depth KV, incremental decode, draft quality."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,9 +17,15 @@ def tiny():
 
 def test_presets_shapes():
     o = ModelConfig.preset("ouro-1.4b")
-    assert (o.num_hidden_layers, o.hidden_size, o.num_attention_heads, o.head_dim,
-            o.intermediate_size, o.total_ut_steps, o.vocab_size) == (24, 2048, 16, 128, 5632,
-                                                                      4, 49152)
+    assert (
+        o.num_hidden_layers,
+        o.hidden_size,
+        o.num_attention_heads,
+        o.head_dim,
+        o.intermediate_size,
+        o.total_ut_steps,
+        o.vocab_size,
+    ) == (24, 2048, 16, 128, 5632, 4, 49152)
     assert ModelConfig.preset("small").vocab_size == 49152
     with pytest.raises(ValueError):
         ModelConfig.preset("nope")
@@ -37,7 +44,7 @@ def test_deterministic_weights():
 def test_incremental_decode_matches_full_forward(tiny):
     """Prefill + one-token steps through the per-depth cache == one full forward."""
     toks = list(DEFAULT_PROMPT) + [5, 77, 300, 1]
-    full = tiny.reference_logits(toks)                                   # [T, V]
+    full = tiny.reference_logits(toks)  # [T, V]
     cache = tiny.new_cache(2, 64)
     rows = torch.tensor([1])
     n = len(DEFAULT_PROMPT)
@@ -61,14 +68,13 @@ def test_each_depth_has_its_own_kv_namespace(tiny):
     ctx = tiny.context(torch.arange(T)[None], torch.tensor([0]), 32, prefix=True)
     h_d = tiny.run_loops(tiny.embed(ids), 0, d, cache, ctx)
     assert cache.k[:d, :, 0, :, :T].abs().sum() > 0
-    assert cache.k[d:].abs().sum() == 0                      # deep namespaces untouched
+    assert cache.k[d:].abs().sum() == 0  # deep namespaces untouched
     h_R = tiny.run_loops(h_d, d, R, cache, ctx)
     # (the reference uses a 12-position cache: attention reductions differ in rounding)
     tol = dict(atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(tiny.logits(h_R[0]), tiny.reference_logits(DEFAULT_PROMPT), **tol)
-    torch.testing.assert_close(tiny.logits(h_d[0]), tiny.reference_logits(DEFAULT_PROMPT, d),
-                               **tol)
-    assert not torch.allclose(cache.k[0], cache.k[1])        # depths differ
+    torch.testing.assert_close(tiny.logits(h_d[0]), tiny.reference_logits(DEFAULT_PROMPT, d), **tol)
+    assert not torch.allclose(cache.k[0], cache.k[1])  # depths differ
 
 
 def _tv(model, d):

@@ -1,4 +1,5 @@
 """The planted-bug registry: names, layers, descriptions, lookups."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -9,9 +10,18 @@ from engine_under_test.mutants import MUTANTS, Mutant, get_mutant, list_mutants
 from engine_under_test.sampling import KERNEL_MUTANTS
 
 KERNEL = {"residual_from_p", "bonus_off_by_one", "shared_uniform"}
-ENGINE = {"greedy_draft", "target_default_params", "draft_raw_q", "residual_inplace",
-          "no_draft_probs", "bonus_params", "bf16_q", "shared_rng", "async_stale_input",
-          "nan_target_once"}
+ENGINE = {
+    "greedy_draft",
+    "target_default_params",
+    "draft_raw_q",
+    "residual_inplace",
+    "no_draft_probs",
+    "bonus_params",
+    "bf16_q",
+    "shared_rng",
+    "async_stale_input",
+    "nan_target_once",
+}
 
 
 def test_registry_holds_exactly_the_planned_mutants():
@@ -36,7 +46,9 @@ def test_every_mutant_is_described_in_one_line_with_its_bug_class():
 
 def test_get_mutant_and_errors():
     assert get_mutant("shared_uniform") is MUTANTS["shared_uniform"]
-    with pytest.raises(ValueError, match="unknown mutant 'nope'.*async_stale_input.*shared_uniform"):
+    with pytest.raises(
+        ValueError, match="unknown mutant 'nope'.*async_stale_input.*shared_uniform"
+    ):
         get_mutant("nope")
     with pytest.raises(ValueError, match="unknown mutant"):
         get_mutant(None)

@@ -1,4 +1,5 @@
 """Philox4x32-10 (known-answer vectors) and the request-owned RngRegistry."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,19 +13,29 @@ from tests.engine.helpers import forbid_host_reads
 # Random123's kat_vectors for philox4x32 with 10 rounds: counter (4 words), key (2
 # words), expected output (4 words).
 PHILOX_KAT = [
-    ((0x00000000, 0x00000000, 0x00000000, 0x00000000), (0x00000000, 0x00000000),
-     (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
-    ((0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF), (0xFFFFFFFF, 0xFFFFFFFF),
-     (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
-     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+    (
+        (0x00000000, 0x00000000, 0x00000000, 0x00000000),
+        (0x00000000, 0x00000000),
+        (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8),
+    ),
+    (
+        (0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF),
+        (0xFFFFFFFF, 0xFFFFFFFF),
+        (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD),
+    ),
+    (
+        (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+        (0xA4093822, 0x299F31D0),
+        (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+    ),
 ]
 
 
 @pytest.mark.parametrize("counter, key, expected", PHILOX_KAT)
 def test_philox4x32_10_known_answers(counter, key, expected):
-    out = philox4x32_10(torch.tensor(counter, dtype=torch.int64),
-                        torch.tensor(key, dtype=torch.int64))
+    out = philox4x32_10(
+        torch.tensor(counter, dtype=torch.int64), torch.tensor(key, dtype=torch.int64)
+    )
     assert tuple(out.tolist()) == expected
 
 
@@ -32,7 +43,8 @@ def test_philox_known_answers_batched():
     counters = torch.tensor([c for c, _, _ in PHILOX_KAT], dtype=torch.int64)
     keys = torch.tensor([k for _, k, _ in PHILOX_KAT], dtype=torch.int64)
     assert [tuple(r) for r in philox4x32_10(counters, keys).tolist()] == [
-        e for _, _, e in PHILOX_KAT]
+        e for _, _, e in PHILOX_KAT
+    ]
 
 
 def test_words_to_uniforms_range_and_resolution():
@@ -52,6 +64,7 @@ def test_uniforms_shape_dtype_range_and_layout():
     assert philox_uniforms(seeds, rounds, 0).shape == (3, 0)
     # The stream is the Philox output of counter (index, round lo, round hi, DOMAIN).
     from engine_under_test.sampling.rng import DOMAIN
+
     words = philox4x32_10(torch.tensor([3, 7, 0, DOMAIN]), torch.tensor([1, 0]))
     assert u[1, 6] == words_to_uniforms(words[0], words[1])
     assert u[1, 7] == words_to_uniforms(words[2], words[3])
@@ -72,7 +85,7 @@ def test_row_uniforms_do_not_depend_on_the_rest_of_the_batch():
     rounds = torch.randint(0, 1000, (16,), generator=g)
     together = philox_uniforms(seeds, rounds, 7)
     for i in (0, 5, 15):
-        alone = philox_uniforms(seeds[i:i + 1], rounds[i:i + 1], 7)
+        alone = philox_uniforms(seeds[i : i + 1], rounds[i : i + 1], 7)
         assert torch.equal(alone[0], together[i])
     perm = torch.randperm(16, generator=g)
     assert torch.equal(philox_uniforms(seeds[perm], rounds[perm], 7), together[perm])
@@ -179,7 +192,7 @@ def test_bind_many_and_release_many_equal_one_slot_at_a_time():
     for reg in (one, many):
         assert reg.random_mask.tolist() == [False, False, True, False, False, False]
     assert torch.equal(one.draw(slots), many.draw(slots))
-    many.bind_many([], [])            # nothing to do: no upload, no error
+    many.bind_many([], [])  # nothing to do: no upload, no error
     many.release_many([])
     with pytest.raises(ValueError, match="2 slots but 1 seeds"):
         many.bind_many([0, 1], [5])

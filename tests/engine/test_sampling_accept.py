@@ -4,6 +4,7 @@ Cases are built by hand on a tiny vocabulary (V = 4) with explicit p, q, drafts 
 uniforms, so every expected token can be checked with pencil and paper.
 Uniform layout: u[0:K] coins, u[K + j] the correction at a stop at j, u[2K] bonus.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -24,30 +25,40 @@ def one_hot(i, v=V):
 def run(p, q, drafts, draft_lens, uniforms, mutant=None):
     """speculative_accept on Python lists; returns the result as lists."""
     out = speculative_accept(
-        torch.tensor(p, dtype=torch.float32), torch.tensor(q, dtype=torch.float32),
-        torch.tensor(drafts, dtype=torch.int64), torch.tensor(draft_lens, dtype=torch.int64),
-        torch.tensor(uniforms, dtype=torch.float64), mutant=mutant,
+        torch.tensor(p, dtype=torch.float32),
+        torch.tensor(q, dtype=torch.float32),
+        torch.tensor(drafts, dtype=torch.int64),
+        torch.tensor(draft_lens, dtype=torch.int64),
+        torch.tensor(uniforms, dtype=torch.float64),
+        mutant=mutant,
     )
-    return (out.tokens.tolist(), out.num_accepted.tolist(), out.num_committed.tolist(),
-            out.error.tolist())
+    return (
+        out.tokens.tolist(),
+        out.num_accepted.tolist(),
+        out.num_committed.tolist(),
+        out.error.tolist(),
+    )
 
 
 def invalid_names(p, q, drafts, draft_lens, uniforms):
     """What was invalid at each row's stop point (None: valid)."""
     out = speculative_accept(
-        torch.tensor(p, dtype=torch.float32), torch.tensor(q, dtype=torch.float32),
-        torch.tensor(drafts, dtype=torch.int64), torch.tensor(draft_lens, dtype=torch.int64),
-        torch.tensor(uniforms, dtype=torch.float64))
+        torch.tensor(p, dtype=torch.float32),
+        torch.tensor(q, dtype=torch.float32),
+        torch.tensor(drafts, dtype=torch.int64),
+        torch.tensor(draft_lens, dtype=torch.int64),
+        torch.tensor(uniforms, dtype=torch.float64),
+    )
     assert torch.equal(out.error, out.invalid != 0)
     return [INVALID_NAMES.get(c) for c in out.invalid.tolist()]
 
 
 # Position laws used across cases.
-P_SURE = one_hot(0)                 # p = q = one-hot at token 0: the draft 0 is accepted
-P_REJ = [0.1, 0.3, 0.6, 0.0]        # target at a rejecting position
-Q_REJ = [0.7, 0.1, 0.2, 0.0]        # draft there; draft token 0: accept iff u * 0.7 < 0.1
+P_SURE = one_hot(0)  # p = q = one-hot at token 0: the draft 0 is accepted
+P_REJ = [0.1, 0.3, 0.6, 0.0]  # target at a rejecting position
+Q_REJ = [0.7, 0.1, 0.2, 0.0]  # draft there; draft token 0: accept iff u * 0.7 < 0.1
 # residual (p - q)+ = [0, 0.2, 0.4, 0] -> token 1 for u < 1/3, token 2 for u >= 1/3
-P_BONUS = [0.0, 0.25, 0.0, 0.75]    # bonus law: token 1 for u < 0.25, token 3 after
+P_BONUS = [0.0, 0.25, 0.0, 0.75]  # bonus law: token 1 for u < 0.25, token 3 after
 
 
 def u_row(coins, corrections, bonus):
@@ -97,9 +108,13 @@ def test_draft_len_zero_samples_from_p_at_position_zero():
 
 def test_k_zero_samples_from_p_with_the_single_uniform():
     p = torch.tensor([[P_BONUS], [one_hot(2)]], dtype=torch.float32)
-    out = speculative_accept(p, torch.zeros(2, 0, V), torch.zeros(2, 0, dtype=torch.int64),
-                             torch.zeros(2, dtype=torch.int64),
-                             torch.tensor([[0.1], [0.7]], dtype=torch.float64))
+    out = speculative_accept(
+        p,
+        torch.zeros(2, 0, V),
+        torch.zeros(2, 0, dtype=torch.int64),
+        torch.zeros(2, dtype=torch.int64),
+        torch.tensor([[0.1], [0.7]], dtype=torch.float64),
+    )
     assert out.tokens.tolist() == [[1], [2]]
     assert out.num_accepted.tolist() == [0, 0] and out.num_committed.tolist() == [1, 1]
 
@@ -136,8 +151,13 @@ def test_nan_after_the_stop_point_is_ignored():
     assert clean == ([[0, 2, -1, -1]], [1], [2], [False])
     assert run([p_nan], [q_nan], [[0, 0, 0]], [3], us) == clean
     # Past the draft length too: a bonus at 1 ignores NaN in p[2], p[3] and q[1:].
-    bonus = run([[P_SURE, P_BONUS, [NAN] * V, [NAN] * V]], [[P_SURE, [NAN] * V, [NAN] * V]],
-                [[0, 0, 0]], [1], [u_row([0.5] * 3, [0] * 3, 0.6)])
+    bonus = run(
+        [[P_SURE, P_BONUS, [NAN] * V, [NAN] * V]],
+        [[P_SURE, [NAN] * V, [NAN] * V]],
+        [[0, 0, 0]],
+        [1],
+        [u_row([0.5] * 3, [0] * 3, 0.6)],
+    )
     assert bonus == ([[0, 3, -1, -1]], [1], [2], [False])
 
 
@@ -146,10 +166,18 @@ def test_nan_after_the_stop_point_is_ignored():
     [
         ([NAN, 0.5, 0.5, 0.0], [1.0, 0.0, 0.0, 0.0], "NaN in p at the stop point", "non_finite"),
         ([0.0, 0.5, 0.5, 0.0], [1.0, NAN, 0.0, 0.0], "NaN in q at the stop point", "non_finite"),
-        ([0.0, 0.5, 0.5, 0.0], [1.0, 0.0, float("inf"), 0.0], "inf in q hidden by the clamp",
-         "non_finite"),
-        ([0.0, 0.5, 0.5, 0.0], [0.0, 0.5, 0.5, 0.0], "zero residual (p == q, p(x) = 0)",
-         "zero_residual"),
+        (
+            [0.0, 0.5, 0.5, 0.0],
+            [1.0, 0.0, float("inf"), 0.0],
+            "inf in q hidden by the clamp",
+            "non_finite",
+        ),
+        (
+            [0.0, 0.5, 0.5, 0.0],
+            [0.0, 0.5, 0.5, 0.0],
+            "zero residual (p == q, p(x) = 0)",
+            "zero_residual",
+        ),
     ],
 )
 def test_invalid_law_at_a_rejecting_stop_point_sets_error(p_stop, q_stop, why, kind):
@@ -168,8 +196,10 @@ def test_invalid_bonus_law_sets_error():
     q = [[P_SURE] * 3] * 2
     got = run(p, q, [[0, 0, 0]] * 2, [1, 1], [u_row([0.5] * 3, [0.5] * 3, 0.5)] * 2)
     assert got == ([[-1] * 4] * 2, [0, 0], [0, 0], [True, True])
-    assert invalid_names(p, q, [[0, 0, 0]] * 2, [1, 1],
-                         [u_row([0.5] * 3, [0.5] * 3, 0.5)] * 2) == ["zero_mass", "non_finite"]
+    assert invalid_names(p, q, [[0, 0, 0]] * 2, [1, 1], [u_row([0.5] * 3, [0.5] * 3, 0.5)] * 2) == [
+        "zero_mass",
+        "non_finite",
+    ]
 
 
 @pytest.mark.parametrize("bad_id", [V, 17, -1])
@@ -189,8 +219,9 @@ def test_greedy_rows_reduce_to_greedy_acceptance():
     g = torch.Generator().manual_seed(5)
     B, k, v = 64, 4, 6
     target = torch.randint(0, v, (B, k + 1), generator=g)
-    drafts = torch.where(torch.rand(B, k, generator=g) < 0.7, target[:, :k],
-                         torch.randint(0, v, (B, k), generator=g))
+    drafts = torch.where(
+        torch.rand(B, k, generator=g) < 0.7, target[:, :k], torch.randint(0, v, (B, k), generator=g)
+    )
     lens = torch.randint(0, k + 1, (B,), generator=g)
     p = torch.nn.functional.one_hot(target, v).float()
     q = torch.nn.functional.one_hot(drafts, v).float()
@@ -216,17 +247,21 @@ def test_first_token_law_is_p_by_quadrature():
     grid = (torch.arange(n, dtype=torch.float64) + 0.5) / n
     coins, corr = (g.reshape(-1) for g in torch.meshgrid(grid, grid, indexing="ij"))
     m = n * n
-    drafts = torch.arange(V).repeat_interleave(m)[:, None]          # every x, m cells each
-    weight = q0.double().repeat_interleave(m) / m                    # q(x) per cell
+    drafts = torch.arange(V).repeat_interleave(m)[:, None]  # every x, m cells each
+    weight = q0.double().repeat_interleave(m) / m  # q(x) per cell
     uniforms = torch.stack([coins, corr, torch.full((m,), 0.5, dtype=torch.float64)], 1)
     p = torch.stack([p0, torch.tensor(P_BONUS)])[None].expand(V * m, 2, V)
     laws = {}
     for mutant in (None, "residual_from_p", "shared_uniform"):
-        out = speculative_accept(p, q0[None, None].expand(V * m, 1, V), drafts,
-                                 torch.ones(V * m, dtype=torch.int64), uniforms.repeat(V, 1),
-                                 mutant=mutant)
-        laws[mutant] = torch.zeros(V, dtype=torch.float64).index_add_(
-            0, out.tokens[:, 0], weight)
+        out = speculative_accept(
+            p,
+            q0[None, None].expand(V * m, 1, V),
+            drafts,
+            torch.ones(V * m, dtype=torch.int64),
+            uniforms.repeat(V, 1),
+            mutant=mutant,
+        )
+        laws[mutant] = torch.zeros(V, dtype=torch.float64).index_add_(0, out.tokens[:, 0], weight)
     assert (laws[None] - p0.double()).abs().max() < 1e-6
     assert (laws["residual_from_p"] - p0.double()).abs().max() > 0.05
     assert (laws["shared_uniform"] - p0.double()).abs().max() > 0.05
@@ -263,8 +298,13 @@ def test_mutant_shared_uniform_reuses_the_rejecting_coin():
 
 def test_unknown_mutant_is_refused():
     p = torch.full((1, 2, V), 0.25)
-    args = (p, p[:, :1], torch.zeros(1, 1, dtype=torch.int64), torch.ones(1, dtype=torch.int64),
-            torch.zeros(1, 3, dtype=torch.float64))
+    args = (
+        p,
+        p[:, :1],
+        torch.zeros(1, 1, dtype=torch.int64),
+        torch.ones(1, dtype=torch.int64),
+        torch.zeros(1, 3, dtype=torch.float64),
+    )
     with pytest.raises(ValueError, match="unknown kernel mutant 'nope'.*residual_from_p"):
         speculative_accept(*args, mutant="nope")
     for name in KERNEL_MUTANTS:

@@ -1,4 +1,5 @@
 """categorical(probs, u): inverse CDF with a float64 CDF, always a positive-weight token."""
+
 from __future__ import annotations
 
 import math
@@ -127,8 +128,10 @@ def test_validates_host_arguments(probs, u, message):
 def test_leaves_its_input_untouched():
     # The draw works in place on its own float64 copy, never on the caller's weights.
     g = torch.Generator().manual_seed(6)
-    for probs in (torch.rand(5, 30, generator=g) - 0.2,
-                  (torch.rand(5, 30, generator=g) - 0.2).double()):
+    for probs in (
+        torch.rand(5, 30, generator=g) - 0.2,
+        (torch.rand(5, 30, generator=g) - 0.2).double(),
+    ):
         before = probs.clone()
         categorical(probs, torch.rand(5, dtype=torch.float64, generator=g))
         assert torch.equal(probs, before)

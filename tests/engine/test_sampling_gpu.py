@@ -3,6 +3,7 @@
 Every test here carries the `gpu` marker (module-level pytestmark); tests/conftest.py
 skips them on machines without CUDA.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -68,7 +69,7 @@ def accept_case(B=64, K=4, V=300, seed=0):
     lens = torch.randint(0, K + 1, (B,), generator=g)
     u = torch.rand(B, 2 * K + 1, dtype=torch.float64, generator=g)
     p[1, :, 0] = float("nan")  # an error row (its stop point sees the NaN) ...
-    p[2, K] = float("nan")     # ... and a NaN that only a bonus at K would see
+    p[2, K] = float("nan")  # ... and a NaN that only a bonus at K would see
     return p, q, drafts, lens, u
 
 
@@ -82,24 +83,32 @@ def test_triton_kernels_are_in_use():
 
 def test_philox_cpu_and_cuda_bit_identical():
     g = torch.Generator().manual_seed(1)
-    seeds = torch.cat([torch.tensor([0, 1, 2**63 - 1, 2**32]),
-                       torch.randint(0, 2**62, (60,), generator=g)])
-    rounds = torch.cat([torch.tensor([0, 2**32 + 5, 2**40, 1]),
-                        torch.randint(0, 10_000, (60,), generator=g)])
+    seeds = torch.cat(
+        [torch.tensor([0, 1, 2**63 - 1, 2**32]), torch.randint(0, 2**62, (60,), generator=g)]
+    )
+    rounds = torch.cat(
+        [torch.tensor([0, 2**32 + 5, 2**40, 1]), torch.randint(0, 10_000, (60,), generator=g)]
+    )
     cpu = philox_uniforms(seeds, rounds, 33)
     assert torch.equal(philox_uniforms(*to_cuda(seeds, rounds), 33).cpu(), cpu)  # Triton
     assert torch.equal(philox_uniforms_torch(*to_cuda(seeds, rounds), 33).cpu(), cpu)
     for n in (1, 2, 255, 256, 257):
-        assert torch.equal(philox_uniforms(*to_cuda(seeds, rounds), n).cpu(),
-                           philox_uniforms(seeds, rounds, n))
+        assert torch.equal(
+            philox_uniforms(*to_cuda(seeds, rounds), n).cpu(), philox_uniforms(seeds, rounds, n)
+        )
 
 
 def reference_rows(logits, t, k, p):
     """Sampler.probabilities row by row (on the logits' device)."""
-    return torch.stack([
-        Sampler.probabilities(logits[i], SamplingParams(temperature=float(t[i]),
-                                                        top_k=int(k[i]), top_p=float(p[i])))
-        for i in range(logits.shape[0])])
+    return torch.stack(
+        [
+            Sampler.probabilities(
+                logits[i],
+                SamplingParams(temperature=float(t[i]), top_k=int(k[i]), top_p=float(p[i])),
+            )
+            for i in range(logits.shape[0])
+        ]
+    )
 
 
 def assert_close_law(got, want, atol=1e-6):
@@ -154,8 +163,9 @@ def test_fused_kernel_on_ties_cuts_and_fallbacks():
     # large-k rows (k > the kernel's group count) take the threshold-search fallback.
     g = torch.Generator().manual_seed(2024)
     logits, t, k, p = small_tie_case(g)
-    assert_close_law(batched_probabilities(*to_cuda(logits, t, k, p)),
-                     reference_rows(logits, t, k, p))
+    assert_close_law(
+        batched_probabilities(*to_cuda(logits, t, k, p)), reference_rows(logits, t, k, p)
+    )
     # Few distinct values on a large vocabulary: huge tie groups at the k-th value and
     # at the top-p cut, k past the group count, top-k and top-p together.
     B, V = 32, 6000
@@ -163,19 +173,27 @@ def test_fused_kernel_on_ties_cuts_and_fallbacks():
     k = torch.tensor([0, 1, 5, 20, 300, 1500, 2000, 5999] * 4)
     p = torch.tensor([1.0, 0.9, 0.3, 0.999, 0.05, 0.6, 0.75, 0.5] * 4)
     t = torch.tensor([1.0, 0.7, 1.3, 2.0] * 8)
-    assert_close_law(batched_probabilities(*to_cuda(logits, t, k, p)),
-                     reference_rows(logits, t, k, p))
+    assert_close_law(
+        batched_probabilities(*to_cuda(logits, t, k, p)), reference_rows(logits, t, k, p)
+    )
     # Tiny vocabularies, exact quarter ties, subnormal tails.
     for logits, t, k, p in [
         (torch.tensor([[float("-inf"), 5.0, 5.0, 5.0, 5.0]]), [1.0], [0], [0.5]),
         (torch.tensor([[0.0, 0.0, -100.0]] * 2), [1.0, 1.0], [0, 0], [1.0, 0.9999999]),
         (torch.tensor([[2.0, 2.0], [1.0, 3.0]]), [1.0, 0.0], [1, 0], [0.5, 1.0]),
-        (torch.tensor([[0.4, 0.3, 0.2, 0.1]]).log().expand(3, 4), [1.0] * 3, [0, 2, 3],
-         [0.5, 0.5, 1.0]),
+        (
+            torch.tensor([[0.4, 0.3, 0.2, 0.1]]).log().expand(3, 4),
+            [1.0] * 3,
+            [0, 2, 3],
+            [0.5, 0.5, 1.0],
+        ),
     ]:
         t, k, p = torch.tensor(t), torch.tensor(k), torch.tensor(p)
-        assert_close_law(batched_probabilities(*to_cuda(logits, t, k, p)),
-                         reference_rows(logits, t, k, p), atol=1e-7)
+        assert_close_law(
+            batched_probabilities(*to_cuda(logits, t, k, p)),
+            reference_rows(logits, t, k, p),
+            atol=1e-7,
+        )
 
 
 def test_fused_kernel_layouts_and_edge_inputs():
@@ -192,8 +210,9 @@ def test_fused_kernel_layouts_and_edge_inputs():
     assert batched_probabilities(cuda[0][:0], *(x[:0] for x in cuda[1:])).shape == (0, 1001)
     # Greedy is the first argmax, a NaN counting as the maximum (torch.argmax).
     greedy = torch.tensor([[1.0, 3.0, 3.0, float("nan"), 3.0], [1.0, 3.0, 3.0, 0.0, 3.0]])
-    got = batched_probabilities(*to_cuda(greedy, torch.zeros(2), torch.zeros(2, dtype=torch.int64),
-                                         torch.ones(2)))
+    got = batched_probabilities(
+        *to_cuda(greedy, torch.zeros(2), torch.zeros(2, dtype=torch.int64), torch.ones(2))
+    )
     assert got.cpu().tolist() == [[0.0, 0.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0, 0.0]]
 
 
@@ -212,6 +231,7 @@ def kernel_paths_case():
         row is streamed, searched, and top-p is cut by the streaming search.
     """
     from engine_under_test.sampling import triton_kernels
+
     block = triton_kernels.PROBS_CONFIG["BLOCK"]
     V = 12 * block
     g = torch.Generator().manual_seed(11)
@@ -241,8 +261,7 @@ def test_hints_on_cuda():
     hinted = batched_probabilities(*cuda, max_top_k=60)
     assert torch.equal(hinted, batched_probabilities(*cuda))  # the kernel ignores hints
     with triton(False):  # the torch path uses them, still the reference's law exactly
-        assert torch.equal(batched_probabilities(*cuda, max_top_k=60),
-                           reference_rows(*cuda))
+        assert torch.equal(batched_probabilities(*cuda, max_top_k=60), reference_rows(*cuda))
 
 
 def test_batched_probabilities_under_cuda_graph_capture():
@@ -271,8 +290,7 @@ def test_categorical_cuda_equals_cpu():
         assert torch.equal(categorical(*to_cuda(weights, u)).cpu(), categorical(weights, u))
 
 
-@pytest.mark.parametrize("mutant", [None, "residual_from_p", "bonus_off_by_one",
-                                    "shared_uniform"])
+@pytest.mark.parametrize("mutant", [None, "residual_from_p", "bonus_off_by_one", "shared_uniform"])
 def test_speculative_accept_cuda_equals_cpu(mutant):
     args = accept_case()
     cpu = speculative_accept(*args, mutant=mutant)
@@ -344,6 +362,7 @@ def test_registry_draw_under_cuda_graph_capture():
 @contextlib.contextmanager
 def sampling_backend(backend):
     from engine_under_test.sampling._dispatch import set_sampling_backend
+
     set_sampling_backend(backend)
     try:
         yield
@@ -367,6 +386,7 @@ def assert_accept_equal(args):
 
 def test_sampling_kernels_are_in_use():
     from engine_under_test.sampling._dispatch import sampling_kernel_for
+
     x = torch.zeros(1, 1, 8, device=CUDA)
     assert sampling_kernel_for("speculative_accept", x, x) is not None
     assert sampling_kernel_for("categorical", x[0]) is not None
@@ -377,13 +397,17 @@ def test_sampling_kernels_are_in_use():
 
 # Launch paths: split rows (switched on below 512 rows), one program per row at the
 # small-batch and at the large-batch configuration.
-PATHS = {"split": ({}, {"BELOW": 512}), "row": ({}, {"BELOW": 0}),
-         "row1024": ({"BLOCK": 1024, "num_warps": 4}, {"BELOW": 0})}
+PATHS = {
+    "split": ({}, {"BELOW": 512}),
+    "row": ({}, {"BELOW": 0}),
+    "row1024": ({"BLOCK": 1024, "num_warps": 4}, {"BELOW": 0}),
+}
 
 
 @contextlib.contextmanager
 def launch_path(name):
     from engine_under_test.sampling import triton_categorical as tc
+
     saved = dict(tc.SAMPLING_CONFIG), dict(tc.SPLIT_CONFIG)
     tc.SAMPLING_CONFIG.update(PATHS[name][0])
     tc.SPLIT_CONFIG.update(PATHS[name][1])
@@ -398,6 +422,7 @@ def launch_path(name):
 @pytest.mark.parametrize("path", PATHS)
 def test_accept_kernel_equals_torch_full_vocabulary(path):
     from tests.engine import test_triton_interpret as cases
+
     with launch_path(path):
         V = 49_152
         result = assert_accept_equal(cases.random_accept(B=384, K=3, V=V, seed=21))
@@ -414,6 +439,7 @@ def test_accept_kernel_equals_torch_full_vocabulary(path):
 @pytest.mark.parametrize("path", PATHS)
 def test_categorical_kernel_equals_torch_full_vocabulary(path):
     from tests.engine import test_triton_interpret as cases
+
     g = torch.Generator().manual_seed(23)
     named = {}
     for B in (1024, 200):  # the large-batch configuration, and below 512 rows
@@ -442,6 +468,7 @@ def check_categorical_cases(named):
 
 def test_accept_kernel_under_cuda_graph_capture():
     from tests.engine import test_triton_interpret as cases
+
     args = to_cuda(*cases.random_accept(B=64, K=3, V=4096, seed=24))
     want = speculative_accept(*args)  # compiles the kernel
     side = torch.cuda.Stream()

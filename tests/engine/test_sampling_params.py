@@ -1,4 +1,5 @@
 """SamplingParams: defaults, normalisation and one clear ValueError per bad field."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,14 +12,26 @@ from engine_under_test.params import SamplingParams
 
 def test_defaults_follow_the_contract():
     p = SamplingParams()
-    assert (p.temperature, p.top_k, p.top_p, p.seed, p.max_tokens, p.stop_token_ids,
-            p.ignore_eos) == (1.0, 0, 1.0, None, 16, (), False)
+    assert (
+        p.temperature,
+        p.top_k,
+        p.top_p,
+        p.seed,
+        p.max_tokens,
+        p.stop_token_ids,
+        p.ignore_eos,
+    ) == (1.0, 0, 1.0, None, 16, (), False)
     assert not p.greedy
 
 
 def test_values_are_normalised_so_equal_requests_compare_equal():
-    a = SamplingParams(temperature=1, top_k=np.int64(5), top_p=np.float32(0.5), seed=np.int64(3),
-                       stop_token_ids=[2, 3])
+    a = SamplingParams(
+        temperature=1,
+        top_k=np.int64(5),
+        top_p=np.float32(0.5),
+        seed=np.int64(3),
+        stop_token_ids=[2, 3],
+    )
     b = SamplingParams(temperature=1.0, top_k=5, top_p=0.5, seed=3, stop_token_ids=(2, 3))
     assert a == b and hash(a) == hash(b)
     assert type(a.temperature) is float and type(a.top_k) is int and type(a.seed) is int
@@ -39,16 +52,34 @@ def test_boundaries_that_are_valid():
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("temperature", -0.1), ("temperature", float("nan")), ("temperature", float("inf")),
-        ("temperature", 1e39), ("temperature", "1.0"), ("temperature", True),
-        ("top_k", 1.5), ("top_k", True), ("top_k", None),
-        ("top_p", 0.0), ("top_p", -0.5), ("top_p", 1.0001), ("top_p", float("nan")),
+        ("temperature", -0.1),
+        ("temperature", float("nan")),
+        ("temperature", float("inf")),
+        ("temperature", 1e39),
+        ("temperature", "1.0"),
+        ("temperature", True),
+        ("top_k", 1.5),
+        ("top_k", True),
+        ("top_k", None),
+        ("top_p", 0.0),
+        ("top_p", -0.5),
+        ("top_p", 1.0001),
+        ("top_p", float("nan")),
         ("top_p", None),
-        ("seed", -1), ("seed", 2**63), ("seed", 1.0), ("seed", True),
-        ("max_tokens", 0), ("max_tokens", 2.0), ("max_tokens", False),
-        ("stop_token_ids", (1, -2)), ("stop_token_ids", (1.0,)), ("stop_token_ids", "12"),
-        ("stop_token_ids", 5), ("stop_token_ids", (True,)),
-        ("ignore_eos", 1), ("ignore_eos", None),
+        ("seed", -1),
+        ("seed", 2**63),
+        ("seed", 1.0),
+        ("seed", True),
+        ("max_tokens", 0),
+        ("max_tokens", 2.0),
+        ("max_tokens", False),
+        ("stop_token_ids", (1, -2)),
+        ("stop_token_ids", (1.0,)),
+        ("stop_token_ids", "12"),
+        ("stop_token_ids", 5),
+        ("stop_token_ids", (True,)),
+        ("ignore_eos", 1),
+        ("ignore_eos", None),
     ],
 )
 def test_each_bad_field_raises_a_value_error_naming_it(field, value):

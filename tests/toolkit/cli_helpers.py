@@ -1,4 +1,5 @@
 """Run the real `specconform` command in a subprocess (exit codes, stdout, stderr)."""
+
 from __future__ import annotations
 
 import os
@@ -13,6 +14,11 @@ def run_cli(*args, env=None, cwd=None, timeout=600) -> subprocess.CompletedProce
     full_env = dict(os.environ)
     full_env["CI"] = "true"  # plain progress lines, no terminal control codes
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "specconform", *map(str, args)],
-                          capture_output=True, text=True, env=full_env, cwd=cwd or ROOT,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "specconform", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd or ROOT,
+        timeout=timeout,
+    )

@@ -6,6 +6,7 @@ clean PASS below is deterministic; a fresh seed range would falsely fail with pr
 at most 5 x 0.01). The planted wrong_residual bug moves p(t2 | t1) by far more than the
 t2 fit's detection threshold at 1,500 seeds (observed p ~ 1e-8): power ~1, no flake.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,6 +49,7 @@ def load_protocol_from(data):
 
 # -- the worked example, end to end ---------------------------------------------------
 
+
 def test_worked_example_passes_and_records_the_adapter(tmp_path):
     """The exact example docs/adapters.md walks through."""
     proc = run_cli("run", EXAMPLE, "--out", tmp_path, "--no-sign")
@@ -67,8 +69,11 @@ def test_worked_example_passes_and_records_the_adapter(tmp_path):
 
 def test_planted_bug_through_an_adapter_fails(tmp_path):
     """Negative control: corrections drawn from p instead of max(p - q, 0)."""
-    path = _protocol(tmp_path, "my_adapter_planted",
-                     options={"vocab": 8, "draft_noise": 1.0, "plant": "wrong_residual"})
+    path = _protocol(
+        tmp_path,
+        "my_adapter_planted",
+        options={"vocab": 8, "draft_noise": 1.0, "plant": "wrong_residual"},
+    )
     proc = run_cli("run", path, "--out", tmp_path / "out", "--no-sign")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     run_dir = next(p for p in (tmp_path / "out").iterdir() if p.is_dir())
@@ -77,6 +82,7 @@ def test_planted_bug_through_an_adapter_fails(tmp_path):
 
 
 # -- broken adapters ------------------------------------------------------------------
+
 
 class _Broken:
     """The toy engine with one thing wrong (selected by `how`)."""
@@ -112,8 +118,11 @@ class _Broken:
         if self.how == "accepted_gt_drafted" and r.rounds:
             recs[0] = dataclasses.replace(r, rounds=((1, 2),) + r.rounds[1:])
         if self.how == "two_closing" and r.rounds:
-            ev = (TokenEvent(-1, -1, "target"), TokenEvent(0, 0, "correction"),
-                  TokenEvent(0, 1, "bonus"))
+            ev = (
+                TokenEvent(-1, -1, "target"),
+                TokenEvent(0, 0, "correction"),
+                TokenEvent(0, 1, "bonus"),
+            )
             recs[0] = dataclasses.replace(r, events=ev)
         if self.how == "not_a_record":
             recs[0] = {"seed": r.seed, "tokens": r.tokens}
@@ -154,17 +163,20 @@ def _group(mode="sync"):
     return Group(name=mode, mode=mode, draft_loops=None if mode == "nospec" else 1)
 
 
-@pytest.mark.parametrize("how, method, message", [
-    ("short", "run", "returned 2 records for 3 seeds"),
-    ("token_range", "run", "token 8 outside [0, 8)"),
-    ("accepted_gt_drafted", "run", "breaks 0 <= accepted <= drafted"),
-    ("two_closing", "run", "do not fit"),
-    ("not_a_record", "run", "expected a SeedRecord"),
-    ("torch_law", "law", "returned Tensor, expected a numpy array (convert with"),
-    ("wrong_shape", "law", "has shape (7,), expected (8,)"),
-    ("unnormalised", "law", "sums to 2, not 1"),
-    ("batched_differs", "batched", "batched must equal serial"),
-])
+@pytest.mark.parametrize(
+    "how, method, message",
+    [
+        ("short", "run", "returned 2 records for 3 seeds"),
+        ("token_range", "run", "token 8 outside [0, 8)"),
+        ("accepted_gt_drafted", "run", "breaks 0 <= accepted <= drafted"),
+        ("two_closing", "run", "do not fit"),
+        ("not_a_record", "run", "expected a SeedRecord"),
+        ("torch_law", "law", "returned Tensor, expected a numpy array (convert with"),
+        ("wrong_shape", "law", "has shape (7,), expected (8,)"),
+        ("unnormalised", "law", "sums to 2, not 1"),
+        ("batched_differs", "batched", "batched must equal serial"),
+    ],
+)
 def test_each_broken_answer_is_one_named_line(how, method, message):
     engine = _checked(how)
     with pytest.raises(AdapterError) as info:
@@ -183,8 +195,9 @@ def test_batched_laws_equal_to_serial_are_used():
     engine = _checked("batched_equal")
     prefixes = [engine.prompt + [t] for t in range(5)]
     batched = engine.target_laws(prefixes)
-    assert all(np.array_equal(b, engine.target_law(p)) for b, p in zip(batched, prefixes,
-                                                                        strict=True))
+    assert all(
+        np.array_equal(b, engine.target_law(p)) for b, p in zip(batched, prefixes, strict=True)
+    )
 
 
 def test_nospec_records_without_rounds_and_events_pass_the_checks():
@@ -204,14 +217,16 @@ def test_adapter_options_are_validated_naming_the_field(tmp_path):
         load_engine(_spec(), mutant="greedy_draft")
 
 
-@pytest.mark.parametrize("engine, message", [
-    ({"adapter": f"{HERE}:raising"}, "factory raised RuntimeError: cannot reach the server"),
-    ({"adapter": f"{HERE}:broken", "options": {"how": "token_range"}}, "outside [0, 8)"),
-    ({"adapter": f"{HERE}:missing"}, "has no callable 'missing'"),
-    ({"adapter": "no_such_module_xyz:factory"}, "cannot import no_such_module_xyz"),
-])
-def test_broken_adapter_exits_2_with_one_line_and_leaves_out_untouched(tmp_path, engine,
-                                                                       message):
+@pytest.mark.parametrize(
+    "engine, message",
+    [
+        ({"adapter": f"{HERE}:raising"}, "factory raised RuntimeError: cannot reach the server"),
+        ({"adapter": f"{HERE}:broken", "options": {"how": "token_range"}}, "outside [0, 8)"),
+        ({"adapter": f"{HERE}:missing"}, "has no callable 'missing'"),
+        ({"adapter": "no_such_module_xyz:factory"}, "cannot import no_such_module_xyz"),
+    ],
+)
+def test_broken_adapter_exits_2_with_one_line_and_leaves_out_untouched(tmp_path, engine, message):
     path = _protocol(tmp_path, "broken_adapter", **engine)
     out = tmp_path / "out"
     proc = run_cli("run", path, "--out", out, "--no-sign", "--seeds", "20")
@@ -222,13 +237,15 @@ def test_broken_adapter_exits_2_with_one_line_and_leaves_out_untouched(tmp_path,
 
 def test_a_broken_adapter_restores_an_existing_ledger(tmp_path):
     out = tmp_path / "out"
-    ok = run_cli("run", _protocol(tmp_path, "ledger_ok"), "--out", out, "--no-sign",
-                 "--seeds", "300")
+    ok = run_cli(
+        "run", _protocol(tmp_path, "ledger_ok"), "--out", out, "--no-sign", "--seeds", "300"
+    )
     assert ok.returncode in (0, 1), ok.stderr[-2000:]
     before = sorted(p.name for p in out.iterdir())
     ledger = (out / "seed-ledger.jsonl").read_bytes()
-    bad = _protocol(tmp_path, "ledger_bad", adapter=f"{HERE}:broken",
-                    options={"how": "token_range"})
+    bad = _protocol(
+        tmp_path, "ledger_bad", adapter=f"{HERE}:broken", options={"how": "token_range"}
+    )
     proc = run_cli("run", bad, "--out", out, "--no-sign", "--seeds", "20")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == before

@@ -3,6 +3,7 @@ output; quadrature refuses a black-box sampler instead of reporting a misleading
 
 Deterministic: no statistics here (the probe compares two runs of the same rows exactly).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -63,11 +64,21 @@ def make(how):
         if how == "nameless":
             return _Nameless()
         return _Kernel(how)
+
     return factory
 
 
-for _how in ("black_box", "reseeding", "torch", "shape", "raises", "tuple", "factory_raises",
-             "nameless", "clean"):
+for _how in (
+    "black_box",
+    "reseeding",
+    "torch",
+    "shape",
+    "raises",
+    "tuple",
+    "factory_raises",
+    "nameless",
+    "clean",
+):
     globals()[f"kernel_{_how}"] = make(_how)
 
 
@@ -77,14 +88,17 @@ def _laws():
     return np.stack([p, np.roll(p, 1)])[None], q[None, None], np.flatnonzero(q)
 
 
-@pytest.mark.parametrize("how, message", [
-    ("torch", "returned tokens as Tensor, expected a numpy array (convert with"),
-    ("shape", "returned tokens of shape (256, 1), expected (256, 2)"),
-    ("raises", "raised IndexError: index 7 is out of bounds"),
-    ("tuple", "returned tuple without `tokens`"),
-    ("factory_raises", "factory raised RuntimeError: no GPU context"),
-    ("nameless", "has no `name` string"),
-])
+@pytest.mark.parametrize(
+    "how, message",
+    [
+        ("torch", "returned tokens as Tensor, expected a numpy array (convert with"),
+        ("shape", "returned tokens of shape (256, 1), expected (256, 2)"),
+        ("raises", "raised IndexError: index 7 is out of bounds"),
+        ("tuple", "returned tuple without `tokens`"),
+        ("factory_raises", "factory raised RuntimeError: no GPU context"),
+        ("nameless", "has no `name` string"),
+    ],
+)
 def test_broken_kernels_are_one_named_line(how, message):
     with pytest.raises(AdapterError) as info:
         kernel = load_kernel(f"{HERE}:kernel_{how}", "cpu", None)
@@ -117,13 +131,17 @@ def _quadrature(tmp_path, adapter: str):
     return path
 
 
-@pytest.mark.parametrize("how, message", [
-    ("black_box", "black-box sampler"), ("torch", "expected a numpy array"),
-    ("factory_raises", "factory raised RuntimeError")])
+@pytest.mark.parametrize(
+    "how, message",
+    [
+        ("black_box", "black-box sampler"),
+        ("torch", "expected a numpy array"),
+        ("factory_raises", "factory raised RuntimeError"),
+    ],
+)
 def test_quadrature_cli_exits_2_with_one_line_and_no_output(tmp_path, how, message):
     out = tmp_path / "out"
-    proc = run_cli("run", _quadrature(tmp_path, f"{HERE}:kernel_{how}"), "--out", out,
-                   "--no-sign")
+    proc = run_cli("run", _quadrature(tmp_path, f"{HERE}:kernel_{how}"), "--out", out, "--no-sign")
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
     assert not out.exists()

@@ -1,6 +1,7 @@
 """Hardening from issue 15 and 13, at unit level (fast): dotted run names, portable
 commands, keygen's folder, exit codes in --help, timing lines only when verbose, the
 run lock, mutant and adapter names."""
+
 from __future__ import annotations
 
 import multiprocessing
@@ -25,6 +26,7 @@ from tests.toolkit.cli_helpers import ROOT
 
 def _alarm(seconds: int):
     """Fail instead of hanging (the bug was an endless loop)."""
+
     def handler(signum, frame):
         raise TimeoutError("free_destination did not return")
 
@@ -62,11 +64,34 @@ def test_folders_left_by_the_truncating_versions_do_not_hang(tmp_path):
 
 
 def test_run_json_command_has_no_per_run_paths():
-    argv = ["specconform", "run", "protocols/ci_gate.yaml", "--out", "/tmp/a", "--seeds",
-            "5e3", "--ledger=/tmp/a/l.jsonl", "--key", "/k/x.key", "--resume", "/tmp/a/r"]
+    argv = [
+        "specconform",
+        "run",
+        "protocols/ci_gate.yaml",
+        "--out",
+        "/tmp/a",
+        "--seeds",
+        "5e3",
+        "--ledger=/tmp/a/l.jsonl",
+        "--key",
+        "/k/x.key",
+        "--resume",
+        "/tmp/a/r",
+    ]
     assert portable_command(argv) == [
-        "specconform", "run", "protocols/ci_gate.yaml", "--out", "<out>", "--seeds", "5e3",
-        "--ledger=<ledger>", "--key", "<key>", "--resume", "<resume>"]
+        "specconform",
+        "run",
+        "protocols/ci_gate.yaml",
+        "--out",
+        "<out>",
+        "--seeds",
+        "5e3",
+        "--ledger=<ledger>",
+        "--key",
+        "<key>",
+        "--resume",
+        "<resume>",
+    ]
 
 
 def test_keygen_creates_the_key_folder(tmp_path):
@@ -80,10 +105,16 @@ def test_keygen_creates_the_key_folder(tmp_path):
 def test_help_lists_every_exit_code():
     result = CliRunner().invoke(cli, ["--help"])
     assert result.exit_code == 0
-    for code, meaning in (("0", "passed"), ("1", "failed"), ("2", "bad input"),
-                          ("3", "evidence invalid"), ("130", "interrupted")):
-        assert any(line.split()[:1] == [code] and meaning in line
-                   for line in result.output.splitlines()), (code, result.output)
+    for code, meaning in (
+        ("0", "passed"),
+        ("1", "failed"),
+        ("2", "bad input"),
+        ("3", "evidence invalid"),
+        ("130", "interrupted"),
+    ):
+        assert any(
+            line.split()[:1] == [code] and meaning in line for line in result.output.splitlines()
+        ), (code, result.output)
 
 
 def test_timing_lines_only_when_verbose(capsys):

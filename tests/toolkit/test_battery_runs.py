@@ -5,6 +5,7 @@ ledger and overlapping seeds: exactly one proceeds, the other exits 2 naming it 
 Real `specconform run` processes on the 8-seed `tiny` protocol of the battery (about
 ten CPU seconds each). Deterministic: no statistical assertion is made.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,12 +48,30 @@ def test_two_runs_started_together_over_one_ledger_exactly_one_proceeds(tmp_path
     protocol = tiny_protocol(tmp_path / "protocol")
     ledger = tmp_path / "shared" / "ledger.jsonl"
     env = dict(os.environ, CI="true")
-    procs = [subprocess.Popen([sys.executable, "-m", "specconform", "run", str(protocol),
-                               "--batch-size", str(batch), "--out", str(tmp_path / f"o{batch}"),
-                               "--ledger", str(ledger), "--no-sign"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env, cwd=ROOT)
-             for batch in (4, 8)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "specconform",
+                "run",
+                str(protocol),
+                "--batch-size",
+                str(batch),
+                "--out",
+                str(tmp_path / f"o{batch}"),
+                "--ledger",
+                str(ledger),
+                "--no-sign",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        for batch in (4, 8)
+    ]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=600)

@@ -2,6 +2,7 @@
 the protocol files' groups and the engine's dependence structure, the harness reads the
 verdict from the Evaluation, and the second-level checks can fail. The 1,000-replication
 tables are bench/calibration_reference.py's, recorded in docs/calibration.md."""
+
 from pathlib import Path
 
 import numpy as np
@@ -59,8 +60,10 @@ def test_world_from_the_shipped_archive():
     assert set(w.q2) == {1, 2}
     assert np.allclose(w.p2.sum(1), 1, atol=1e-5)
     # Draft-depth TV per stratum is what the engine's laws give: d=1 farther than d=2.
-    tv = {d: w.p1 @ [total_variation(p, q) for p, q in zip(w.p2, w.q2[d], strict=True)]
-          for d in (1, 2)}
+    tv = {
+        d: w.p1 @ [total_variation(p, q) for p, q in zip(w.p2, w.q2[d], strict=True)]
+        for d in (1, 2)
+    }
     assert 0 < tv[2] < tv[1] < 1
     bad = {**ref, "p_t2": {}}
     with pytest.raises(ValueError, match="every possible t1"):

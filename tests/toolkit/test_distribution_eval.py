@@ -4,6 +4,7 @@ every test type passes on the exact law and fails on a wrong sampler (negative c
 All data is drawn from fixed seeds, so every outcome is deterministic; the comments at
 each threshold state the alpha and the power that make the outcome the expected one.
 """
+
 import io
 import json
 
@@ -34,8 +35,9 @@ def _rows(ev):
 
 
 def _run(world, ref, n_seeds=5000, seed=1, mutant=None, protocol=PROTOCOL):
-    samples = simulate(world, n_seeds, np.random.default_rng(seed), mutant=mutant,
-                       groups=protocol["groups"])
+    samples = simulate(
+        world, n_seeds, np.random.default_rng(seed), mutant=mutant, groups=protocol["groups"]
+    )
     return _rows(evaluate_frames(protocol, samples, ref)), samples
 
 
@@ -56,11 +58,15 @@ def test_verdict_rule_and_rows(world, ref):
     assert ev.verdict.verdict == "PASS" and ev.verdict.failed == ()
     # PROTOCOL states no `verdict`: Holm over the 4 deciding p-values at its alpha.
     assert ev.verdict.statement.startswith("false-fail rate ≤ 0.01 over 4 tests (Holm)")
-    assert ev.verdict.rule.startswith("PASS iff every prerequisite/primary test has evidence "
-                                      "and p_Holm >= 0.01 (4 tests)")
+    assert ev.verdict.rule.startswith(
+        "PASS iff every prerequisite/primary test has evidence and p_Holm >= 0.01 (4 tests)"
+    )
     names = [r.test for r in ev.tests]
     assert names == [t["name"] for t in PROTOCOL["tests"]] + [
-        "coverage", "out_of_support", "engine_errors"]
+        "coverage",
+        "out_of_support",
+        "engine_errors",
+    ]
     json.dumps([r.to_json() for r in ev.tests])  # every detail is plain JSON
 
 
@@ -68,8 +74,12 @@ def test_evaluate_reads_raw_files(world, ref):
     samples = simulate(world, 2000, np.random.default_rng(3))
     buf = io.StringIO()
     samples.to_csv(buf, index=False)
-    raw = RawData({"raw/samples.csv": buf.getvalue().encode(),
-                   "raw/reference.json": json.dumps(world.reference).encode()})
+    raw = RawData(
+        {
+            "raw/samples.csv": buf.getvalue().encode(),
+            "raw/reference.json": json.dumps(world.reference).encode(),
+        }
+    )
     a = evaluate(PROTOCOL, raw)
     b = evaluate_frames(PROTOCOL, samples, ref)
     assert [r.to_json() for r in a.tests] == [r.to_json() for r in b.tests]
@@ -79,8 +89,17 @@ def test_stratified_detail_has_counts_for_plots(world, ref):
     rows, _ = _run(world, ref)
     row = rows["t2_async"]
     stratum = row.detail["strata"][0]
-    assert {"t1", "n", "statistic", "df", "pvalue", "pooled", "tokens", "observed",
-            "expected"} <= set(stratum)
+    assert {
+        "t1",
+        "n",
+        "statistic",
+        "df",
+        "pvalue",
+        "pooled",
+        "tokens",
+        "observed",
+        "expected",
+    } <= set(stratum)
     assert sum(stratum["observed"]) == stratum["n"] >= PROTOCOL["strata"]["min_samples"]
     assert sum(stratum["expected"]) == pytest.approx(stratum["n"])
     assert row.df == sum(s["df"] for s in row.detail["strata"])
@@ -105,7 +124,7 @@ def test_t1_fails_on_wrong_law(world, ref):
     # Reference t1 law at temperature 1/1.3 vs samples at 1: the effect per sample is large
     # (noncentrality ~ several units per 100 samples), power ~1 at 5,000 samples, alpha 0.01.
     bad = json.loads(json.dumps(world.reference))
-    w = {k: v ** 1.3 for k, v in bad["p_t1"].items()}
+    w = {k: v**1.3 for k, v in bad["p_t1"].items()}
     bad["p_t1"] = {k: v / sum(w.values()) for k, v in w.items()}
     samples = simulate(world, 5000, np.random.default_rng(1))
     rows = _rows(evaluate_frames(PROTOCOL, samples, bad))
@@ -160,8 +179,9 @@ def test_acceptance_detail_reports_tv_and_rates(world, ref):
     # The decision is the exact binomial, Bonferroni over the strata.
     m = len(row.detail["strata"])
     assert row.df is None and row.pvalue_method.startswith("exact binomial")
-    assert row.pvalue == pytest.approx(min(1.0, m * min(s["binom_pvalue"]
-                                                        for s in row.detail["strata"])))
+    assert row.pvalue == pytest.approx(
+        min(1.0, m * min(s["binom_pvalue"] for s in row.detail["strata"]))
+    )
 
 
 def test_residual_from_p_caught_by_joint_not_t2(world, ref):
@@ -191,7 +211,7 @@ def test_out_of_support_observation_is_fatal(world, ref):
 
 def test_out_of_range_token_is_out_of_support(world, ref):
     samples = simulate(world, 1000, np.random.default_rng(1))
-    samples.loc[samples.index[samples["group"] == "nospec"][0], "t3"] = 10 ** 6
+    samples.loc[samples.index[samples["group"] == "nospec"][0], "t3"] = 10**6
     rows = _rows(evaluate_frames(PROTOCOL, samples, ref))
     assert rows["out_of_support"].detail["per_group"]["nospec"]["t3"] == 1
 
@@ -237,8 +257,9 @@ def test_empty_group_frame(world, ref):
 
 def test_impossible_prefix_without_reference_is_skipped_not_crashed(world, ref):
     samples = simulate(world, 5000, np.random.default_rng(1))
-    impossible = next(t for t in range(world.reference["vocab_size"])
-                      if str(t) not in world.reference["p_t1"])
+    impossible = next(
+        t for t in range(world.reference["vocab_size"]) if str(t) not in world.reference["p_t1"]
+    )
     rows_async = samples.index[samples["group"] == "async"][:300]
     samples.loc[rows_async, "t1"] = impossible
     rows = _rows(evaluate_frames(PROTOCOL, samples, ref))

@@ -7,6 +7,7 @@ or the acceptance mechanism by far more than the tests' detection thresholds (se
 docs/kill-matrix.md for the observed statistics): at the fixed seeds they fail with
 p-values below 1e-10, so these assertions have power ~1 and never flake.
 """
+
 import json
 import os
 import random
@@ -41,13 +42,16 @@ def test_ci_gate_passes_on_the_clean_engine(tmp_path):
     assert not list(tmp_path.glob("*.inprogress"))  # checkpoint removed after success
 
 
-@pytest.mark.parametrize("mutant, must_fail", [
-    ("greedy_draft", "t2_async"),             # committed law moves: a distribution failure
-    ("residual_from_p", "joint_async"),       # kernel bug reached through the engine
-    ("no_draft_probs", "acceptance_async"),   # law exact, acceptance drops: mechanism only
-    # The stale input reaches the round after t2's: t3 leaves the target's support.
-    ("async_stale_input", "out_of_support"),
-])
+@pytest.mark.parametrize(
+    "mutant, must_fail",
+    [
+        ("greedy_draft", "t2_async"),  # committed law moves: a distribution failure
+        ("residual_from_p", "joint_async"),  # kernel bug reached through the engine
+        ("no_draft_probs", "acceptance_async"),  # law exact, acceptance drops: mechanism only
+        # The stale input reaches the round after t2's: t3 leaves the target's support.
+        ("async_stale_input", "out_of_support"),
+    ],
+)
 def test_ci_gate_fails_on_planted_bugs(tmp_path, mutant, must_fail):
     proc = run_cli("run", CI_GATE, "--mutant", mutant, "--out", tmp_path, "--no-sign")
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -65,8 +69,9 @@ def test_engine_errors_fail_the_verdict_as_engine_errors(tmp_path):
     errors" named, never PASS on a silently smaller sample. Deterministic: the rule
     (tolerance 0) cannot false-fail a correct engine, and the fault always fires."""
     protocol = _small_protocol(tmp_path, seeds=200, batch=100)
-    proc = run_cli("run", protocol, "--mutant", "nan_target_once", "--out", tmp_path / "o",
-                   "--no-sign")
+    proc = run_cli(
+        "run", protocol, "--mutant", "nan_target_once", "--out", tmp_path / "o", "--no-sign"
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
     verdict = _verdict(tmp_path / "o")
     assert verdict["verdict"] == "FAIL" and "engine_errors" in verdict["failed"]
@@ -102,9 +107,14 @@ def _small_protocol(tmp_path: Path, seeds: int, batch: int) -> Path:
 
 
 def _start(args, env):
-    return subprocess.Popen([sys.executable, "-m", "specconform", *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=ROOT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "specconform", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def _wait_for_checkpoint(out: Path, proc, timeout: float = 300.0) -> Path:
@@ -152,8 +162,7 @@ def test_resume_after_kill_gives_identical_counts_and_verdict(tmp_path):
 
     whole = next(p for p in (tmp_path / "whole").iterdir() if (p / "verdict.json").exists())
     resumed = next(p for p in out.iterdir() if (p / "verdict.json").exists())
-    for name in ("raw/samples.csv", "raw/reference.json", "results/tests.json",
-                 "verdict.json"):
+    for name in ("raw/samples.csv", "raw/reference.json", "results/tests.json", "verdict.json"):
         assert (whole / name).read_bytes() == (resumed / name).read_bytes(), name
     assert not list(out.glob("*.inprogress"))
 
@@ -162,9 +171,18 @@ def test_resume_refuses_a_different_protocol(tmp_path):
     protocol = _small_protocol(tmp_path, seeds=100, batch=50)
     folder = tmp_path / "out" / "x.inprogress"
     folder.mkdir(parents=True)
-    (folder / "checkpoint.json").write_text(json.dumps({
-        "run_id": "x", "attempt": "x@1", "protocol_hash": "0" * 64, "overrides": {},
-        "mutant": None, "plan": []}))
+    (folder / "checkpoint.json").write_text(
+        json.dumps(
+            {
+                "run_id": "x",
+                "attempt": "x@1",
+                "protocol_hash": "0" * 64,
+                "overrides": {},
+                "mutant": None,
+                "plan": [],
+            }
+        )
+    )
     proc = run_cli("run", protocol, "--resume", folder, "--no-sign")
     assert proc.returncode == 2 and "protocol_hash differs" in proc.stderr
 
@@ -173,8 +191,8 @@ def test_adapter_keeps_one_generation_engine_alive(capsys, monkeypatch):
     """At thousands of concurrent requests each group's engine holds tens of GiB of KV
     and graphs: switching group configuration frees the previous engine, and close()
     frees everything (the reference engine too)."""
-    from specconform.adapters.engine import BundledEngine
     from specconform import progress
+    from specconform.adapters.engine import BundledEngine
     from specconform.protocol.load import load_protocol
 
     # The timing lines this test reads appear only with --verbose.
@@ -186,10 +204,10 @@ def test_adapter_keeps_one_generation_engine_alive(capsys, monkeypatch):
     sync_llm = engine._engines[("sync", groups["sync"].draft_loops)]
     engine.run_group(groups["async"], [1, 2, 3])
     assert list(engine._engines) == [("async", groups["async"].draft_loops)]
-    assert sync_llm.runner.cache is None                      # freed, not just dropped
+    assert sync_llm.runner.cache is None  # freed, not just dropped
     assert len(engine.target_law(engine.prompt)) == engine.vocab_size
     engine.close()
     assert engine._engines == {} and engine._reference is None
-    again = engine.run_group(groups["sync"], [1, 2, 3])       # rebuilt on demand
+    again = engine.run_group(groups["sync"], [1, 2, 3])  # rebuilt on demand
     assert [r.tokens for r in again] == [r.tokens for r in first]
     assert "timing: group sync: 3 seeds" in capsys.readouterr().err

@@ -1,5 +1,6 @@
 """The e-process: its factors by hand, Ville's bound under continuous monitoring, and
 that it fails a wrong sampler (negative control)."""
+
 from pathlib import Path
 
 import numpy as np
@@ -14,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_factors_by_hand():
     # One stratum, cells with p0 = (0.5, 0.5); prior mass ½ C = 1 centred on p0.
-    f = kt_log_factors(np.zeros(3, int), np.array([0, 0, 1]), np.array([0.5, 0.5, 0.5]),
-                       np.array([2, 2, 2]))
+    f = kt_log_factors(
+        np.zeros(3, int), np.array([0, 0, 1]), np.array([0.5, 0.5, 0.5]), np.array([2, 2, 2])
+    )
     # q̂: 0.5 (no data), then (1 + .5)/(1 + 1) = .75 for cell 0, then (0 + .5)/(2 + 1) for 1.
     assert np.allclose(np.exp(f), [1.0, 1.5, (0.5 / 3) / 0.5])
     impossible = kt_log_factors(np.zeros(1, int), np.zeros(1, int), np.zeros(1), np.ones(1, int))
@@ -50,6 +52,9 @@ def test_sequential_protocol_passes_exact_and_fails_a_bug():
     ok = sequential_test(pr, w, simulate(w, 2000, np.random.default_rng(4), groups=pr["groups"]))
     assert ok.verdict == "PASS" and ok.log_e.shape == (2000,)
     assert ok.families == (("nospec",), ("sync", "async", "sync_d1", "async_d1"))
-    bad = sequential_test(pr, w, simulate(w, 2000, np.random.default_rng(4),
-                                          groups=pr["groups"], mutant="greedy_draft"))
+    bad = sequential_test(
+        pr,
+        w,
+        simulate(w, 2000, np.random.default_rng(4), groups=pr["groups"], mutant="greedy_draft"),
+    )
     assert bad.verdict == "FAIL" and bad.crossed_at < 500

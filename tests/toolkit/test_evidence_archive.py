@@ -1,5 +1,6 @@
 """Sealing: SHA256SUMS, the signed attestation, the UNSIGNED marker, reproducible zip
 bytes, signing-key resolution, keygen, and the environment/volatile manifests."""
+
 from __future__ import annotations
 
 import base64
@@ -54,6 +55,7 @@ def _unzip(zip_path: Path, dest: Path) -> Path:
 
 # --- layout --------------------------------------------------------------------------
 
+
 def test_seal_writes_a_reproducible_zip_layout(tmp_path, keys):
     zip_path = _sealed(tmp_path / "a", keys[0])
     assert zip_path == tmp_path / "a" / f"{RUN_ID}.zip"
@@ -63,9 +65,19 @@ def test_seal_writes_a_reproducible_zip_layout(tmp_path, keys):
     assert names == sorted(names)
     assert all(n.startswith(f"{RUN_ID}/") and not n.endswith("/") for n in names)
     assert {n.split("/", 1)[1] for n in names} >= {
-        "SHA256SUMS", "attestation.dsse.json", "protocol.json", "protocol.yaml", "run.json",
-        "raw/counts.json", "results/tests.json", "results/tests.csv", "verdict.json",
-        "environment.json", "volatile.json", "log.txt"}
+        "SHA256SUMS",
+        "attestation.dsse.json",
+        "protocol.json",
+        "protocol.yaml",
+        "run.json",
+        "raw/counts.json",
+        "results/tests.json",
+        "results/tests.csv",
+        "verdict.json",
+        "environment.json",
+        "volatile.json",
+        "log.txt",
+    }
     for info in infos:
         assert info.date_time == (1980, 1, 1, 0, 0, 0)
         assert info.external_attr >> 16 == 0o100644
@@ -77,8 +89,13 @@ def test_seal_writes_a_reproducible_zip_layout(tmp_path, keys):
 def test_sha256sum_c_passes_after_unzip(tmp_path, keys, signed):
     zip_path = _sealed(tmp_path / "a", keys[0] if signed else None)
     root = _unzip(zip_path, tmp_path / "unzipped")
-    done = subprocess.run(["sha256sum", "--strict", "-c", "SHA256SUMS"], cwd=root,
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["sha256sum", "--strict", "-c", "SHA256SUMS"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     listed = [line.split("  ", 1)[1] for line in (root / "SHA256SUMS").read_text().splitlines()]
     every_file = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
@@ -94,11 +111,17 @@ def test_attestation_is_a_dsse_in_toto_statement_over_every_file(tmp_path, keys)
     statement = json.loads(payload)
     assert statement["_type"] == STATEMENT_TYPE == "https://in-toto.io/Statement/v1"
     assert statement["predicateType"] == PREDICATE_TYPE
-    assert statement["predicate"] == {"run_id": RUN_ID, "protocol_hash": "ab" * 32,
-                                      "verdict": "PASS"}
+    assert statement["predicate"] == {
+        "run_id": RUN_ID,
+        "protocol_hash": "ab" * 32,
+        "verdict": "PASS",
+    }
     subjects = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
-    files = {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-             for p in root.rglob("*") if p.is_file() and p.name != "attestation.dsse.json"}
+    files = {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in root.rglob("*")
+        if p.is_file() and p.name != "attestation.dsse.json"
+    }
     assert subjects == files and "SHA256SUMS" in subjects
 
     public = serialization.load_pem_public_key(keys[1].read_bytes())
@@ -133,6 +156,7 @@ def test_write_sha256sums_standalone(tmp_path):
 
 # --- reproducibility -----------------------------------------------------------------
 
+
 def test_sealing_one_run_dir_twice_gives_identical_bytes(tmp_path, keys):
     run_dir = toy.build_run_dir(tmp_path / "a")
     first = seal(run_dir, key=keys[0], sign=True).read_bytes()
@@ -148,8 +172,9 @@ def test_a_copy_in_another_folder_seals_to_identical_bytes(tmp_path, keys):
     a = toy.build_run_dir(tmp_path / "a")
     b = tmp_path / "b" / RUN_ID
     shutil.copytree(a, b)
-    assert seal(a, key=keys[0], sign=True).read_bytes() == \
-        seal(b, key=keys[0], sign=True).read_bytes()
+    assert (
+        seal(a, key=keys[0], sign=True).read_bytes() == seal(b, key=keys[0], sign=True).read_bytes()
+    )
 
 
 def test_two_runs_differ_only_in_the_declared_volatile_file(tmp_path, keys):
@@ -163,8 +188,9 @@ def test_two_runs_differ_only_in_the_declared_volatile_file(tmp_path, keys):
     assert differing == {"volatile.json", "SHA256SUMS", "attestation.dsse.json"}
     sums_a = ma[f"{RUN_ID}/SHA256SUMS"].decode().splitlines()
     sums_b = mb[f"{RUN_ID}/SHA256SUMS"].decode().splitlines()
-    assert [x for x, y in zip(sums_a, sums_b, strict=True) if x != y] == \
-        [x for x in sums_a if x.endswith("  volatile.json")]
+    assert [x for x, y in zip(sums_a, sums_b, strict=True) if x != y] == [
+        x for x in sums_a if x.endswith("  volatile.json")
+    ]
 
 
 def test_compare_archives_ignores_the_run_id_but_not_the_data(tmp_path, keys):
@@ -178,6 +204,7 @@ def test_compare_archives_ignores_the_run_id_but_not_the_data(tmp_path, keys):
 
 
 # --- signing keys --------------------------------------------------------------------
+
 
 def test_resolve_signing_key_prefers_the_option_then_the_environment(tmp_path, keys):
     key, _ = keys
@@ -219,8 +246,8 @@ def test_keygen_writes_a_private_key_0600_and_a_public_key(tmp_path):
     private = serialization.load_pem_private_key(key.read_bytes(), password=None)
     public = serialization.load_pem_public_key(pub.read_bytes())
     assert private.public_key().public_bytes(
-        serialization.Encoding.Raw, serialization.PublicFormat.Raw) == public.public_bytes(
-        serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    ) == public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     assert key.read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
 
 
@@ -236,21 +263,30 @@ def test_keygen_never_overwrites(tmp_path, existing):
 
 # --- manifests -----------------------------------------------------------------------
 
+
 def test_environment_manifest_is_deterministic_and_complete(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "4")
     first, second = environment_manifest(), environment_manifest()
     assert first == second
     assert json.loads(json.dumps(first)) == first
     assert first["world_size"] == 4
-    assert set(first) >= {"git", "python", "platform", "cpu", "torch", "world_size",
-                          "specconform_version"}
+    assert set(first) >= {
+        "git",
+        "python",
+        "platform",
+        "cpu",
+        "torch",
+        "world_size",
+        "specconform_version",
+    }
     assert set(first["git"]) == {"commit", "dirty"}
     assert not {"started_at", "finished_at", "hostname", "pid"} & set(first)
 
 
 def _git(*args, cwd) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_manifest_records_the_code_that_ran_not_the_working_directory(tmp_path, monkeypatch):
@@ -261,8 +297,18 @@ def test_manifest_records_the_code_that_ran_not_the_working_directory(tmp_path, 
     other = tmp_path / "other-repo"
     other.mkdir()
     _git("init", "-q", cwd=other)
-    _git("-c", "user.name=x", "-c", "user.email=x@y", "commit", "-q", "--allow-empty",
-         "-m", "other", cwd=other)
+    _git(
+        "-c",
+        "user.name=x",
+        "-c",
+        "user.email=x@y",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "other",
+        cwd=other,
+    )
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     for cwd in (tmp_path, other):
         monkeypatch.chdir(cwd)
@@ -278,12 +324,19 @@ def test_manifest_outside_a_checkout_still_digests_the_code(tmp_path, monkeypatc
     commit, but the source digest names the code, and it is the checkout's digest."""
     copy = tmp_path / "site"
     for name in ("specconform", "engine_under_test"):
-        shutil.copytree(ROOT / name, copy / name,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    probe = ("import json; from specconform.evidence.manifest import environment_manifest;"
-             " m = environment_manifest(); print(json.dumps([m['git'], m['code']]))")
-    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(copy)}, check=True)
+        shutil.copytree(ROOT / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+    probe = (
+        "import json; from specconform.evidence.manifest import environment_manifest;"
+        " m = environment_manifest(); print(json.dumps([m['git'], m['code']]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(copy)},
+        check=True,
+    )
     git, code = json.loads(done.stdout)
     assert git == {"commit": None, "dirty": None}
     assert code["sha256"] == environment_manifest()["code"]["sha256"]
@@ -301,13 +354,14 @@ def test_volatile_facts_hold_times_host_and_pid():
 
 def test_evidence_and_report_never_import_torch(tmp_path):
     zip_path = _sealed(tmp_path / "a", None)
-    code = ("import sys; from pathlib import Path;"
-            "import specconform.evidence, specconform.report, specconform.cli_evidence;"
-            "from specconform.evidence import read_archive;"
-            "from specconform.report import markdown_report, html_report;"
-            f"p = Path({str(zip_path)!r}); read_archive(p); markdown_report([p]);"
-            "html_report([p]);"
-            "assert 'torch' not in sys.modules, 'torch imported'")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=False)
+    code = (
+        "import sys; from pathlib import Path;"
+        "import specconform.evidence, specconform.report, specconform.cli_evidence;"
+        "from specconform.evidence import read_archive;"
+        "from specconform.report import markdown_report, html_report;"
+        f"p = Path({str(zip_path)!r}); read_archive(p); markdown_report([p]);"
+        "html_report([p]);"
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr

@@ -5,6 +5,7 @@ The bombs are written by hand (a raw deflate stream of zeros made of one repeate
 full-flush block, so a 4 GB entry costs a few MB and no 4 GB of compression work); the
 reader must refuse them from the central directory or after little inflation.
 """
+
 from __future__ import annotations
 
 import os
@@ -71,13 +72,39 @@ def _write_zip(path: Path, entries: list[tuple[str, bytes, int, int, int]]) -> P
     for name, data, crc, size, attr in entries:
         raw = name.encode()
         offset = len(body)
-        body += struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0x21, crc, len(data),
-                            size, len(raw), 0) + raw + data
-        central += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, (3 << 8) | 20, 20, 0, 8, 0,
-                               0x21, crc, len(data), size, len(raw), 0, 0, 0, 0, attr,
-                               offset) + raw
-    eocd = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(entries), len(entries),
-                       len(central), len(body), 0)
+        body += (
+            struct.pack(
+                "<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0x21, crc, len(data), size, len(raw), 0
+            )
+            + raw
+            + data
+        )
+        central += (
+            struct.pack(
+                "<IHHHHHHIIIHHHHHII",
+                0x02014B50,
+                (3 << 8) | 20,
+                20,
+                0,
+                8,
+                0,
+                0x21,
+                crc,
+                len(data),
+                size,
+                len(raw),
+                0,
+                0,
+                0,
+                0,
+                attr,
+                offset,
+            )
+            + raw
+        )
+    eocd = struct.pack(
+        "<IHHHHIIH", 0x06054B50, 0, 0, len(entries), len(entries), len(central), len(body), 0
+    )
     path.write_bytes(bytes(body + central + eocd))
     return path
 
@@ -85,8 +112,10 @@ def _write_zip(path: Path, entries: list[tuple[str, bytes, int, int, int]]) -> P
 def _bomb(tmp_path: Path, n_mib: int, declared: int | None = None) -> Path:
     stream, crc = _zeros_deflate(n_mib)
     size = n_mib * MIB if declared is None else declared
-    return _write_zip(tmp_path / f"bomb-{n_mib}.zip",
-                      [(f"{RUN_ID}/raw/samples.csv", stream, crc, size, 0o100644 << 16)])
+    return _write_zip(
+        tmp_path / f"bomb-{n_mib}.zip",
+        [(f"{RUN_ID}/raw/samples.csv", stream, crc, size, 0o100644 << 16)],
+    )
 
 
 def _assert_refused(result, *fragments: str) -> None:
@@ -109,6 +138,7 @@ def _report(archive: Path):
 
 # --- bombs -------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("n_mib", [1907, 3814])  # 2 GB and 4 GB of zeros
 def test_zip_bomb_is_refused_by_ratio_before_inflating(tmp_path, n_mib):
     bomb = _bomb(tmp_path, n_mib)
@@ -127,19 +157,27 @@ def test_entries_past_the_inflated_size_cap_are_refused(tmp_path, unsigned, monk
     # to 2 MiB so that the test stays small: refused from the central directory.
     monkeypatch.setattr(reader, "MAX_TOTAL_BYTES", 2 * MIB)
     noise = os.urandom(MIB).hex().encode() + b"\n"  # 2 MiB + 1 byte of hex text
-    _assert_refused(_verify(_with_entry(tmp_path, unsigned, f"{RUN_ID}/raw/big.csv", noise)),
-                    "evidence bound")
+    _assert_refused(
+        _verify(_with_entry(tmp_path, unsigned, f"{RUN_ID}/raw/big.csv", noise)), "evidence bound"
+    )
 
 
 def test_verify_of_the_4gb_bomb_stays_under_the_memory_bound(tmp_path):
     bomb = _bomb(tmp_path, 3814)
-    probe = ("import resource, subprocess, sys\n"
-             "p = subprocess.run([sys.executable, '-m', 'specconform', 'verify', sys.argv[1],"
-             " '--skip-signature'], capture_output=True, text=True)\n"
-             "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-             "print(p.stderr, end='')\n")
-    done = subprocess.run([sys.executable, "-c", probe, str(bomb)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=120)
+    probe = (
+        "import resource, subprocess, sys\n"
+        "p = subprocess.run([sys.executable, '-m', 'specconform', 'verify', sys.argv[1],"
+        " '--skip-signature'], capture_output=True, text=True)\n"
+        "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+        "print(p.stderr, end='')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(bomb)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     first, *stderr = done.stdout.splitlines()
     code, max_rss_kib = map(int, first.split())
     assert code == 3 and len(stderr) == 1 and "compression ratio" in stderr[0], done.stdout
@@ -150,8 +188,10 @@ def test_verify_of_the_4gb_bomb_stays_under_the_memory_bound(tmp_path):
 
 # --- entry types, duplicates, names -------------------------------------------------------
 
-def _with_entry(tmp_path: Path, archive: Path, name: str, data: bytes,
-                attr: int | None = None) -> Path:
+
+def _with_entry(
+    tmp_path: Path, archive: Path, name: str, data: bytes, attr: int | None = None
+) -> Path:
     out = tmp_path / "hostile.zip"
     with zipfile.ZipFile(archive) as zin, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zout:
         for info in zin.infolist():
@@ -187,32 +227,38 @@ def _retyped(tmp_path: Path, archive: Path, member: str, attr: int) -> Path:
 DIR_ATTR = (stat.S_IFDIR | 0o755) << 16 | 0x10
 
 
-@pytest.mark.parametrize("case, fragment", [
-    ("empty directory", "a directory entry"),
-    ("directory with data", "a directory entry"),
-    ("symlink", "a symlink entry"),
-    ("character device", "a device entry"),
-    ("block device", "a device entry"),
-    ("fifo", "a fifo entry"),
-    ("duplicate", "appears twice"),
-    ("absolute path", "not under the archive's top folder"),
-    ("dot-dot path", "not allowed in evidence"),
-    ("second top folder", "one top folder"),
-    ("file at the root", "not under the archive's top folder"),
-])
+@pytest.mark.parametrize(
+    "case, fragment",
+    [
+        ("empty directory", "a directory entry"),
+        ("directory with data", "a directory entry"),
+        ("symlink", "a symlink entry"),
+        ("character device", "a device entry"),
+        ("block device", "a device entry"),
+        ("fifo", "a fifo entry"),
+        ("duplicate", "appears twice"),
+        ("absolute path", "not under the archive's top folder"),
+        ("dot-dot path", "not allowed in evidence"),
+        ("second top folder", "one top folder"),
+        ("file at the root", "not under the archive's top folder"),
+    ],
+)
 def test_hostile_entries_are_refused(tmp_path, unsigned, case, fragment):
     log = f"{RUN_ID}/log.txt"
     build = {
-        "empty directory": lambda: _with_entry(tmp_path, unsigned, f"{RUN_ID}/extra/", b"",
-                                               DIR_ATTR),
-        "directory with data": lambda: _with_entry(tmp_path, unsigned, f"{RUN_ID}/extra/",
-                                                   bytes(MIB), DIR_ATTR),
-        "symlink": lambda: _retyped(tmp_path, unsigned, "log.txt",
-                                    (stat.S_IFLNK | 0o777) << 16),
-        "character device": lambda: _retyped(tmp_path, unsigned, "log.txt",
-                                             (stat.S_IFCHR | 0o644) << 16),
-        "block device": lambda: _retyped(tmp_path, unsigned, "log.txt",
-                                         (stat.S_IFBLK | 0o644) << 16),
+        "empty directory": lambda: _with_entry(
+            tmp_path, unsigned, f"{RUN_ID}/extra/", b"", DIR_ATTR
+        ),
+        "directory with data": lambda: _with_entry(
+            tmp_path, unsigned, f"{RUN_ID}/extra/", bytes(MIB), DIR_ATTR
+        ),
+        "symlink": lambda: _retyped(tmp_path, unsigned, "log.txt", (stat.S_IFLNK | 0o777) << 16),
+        "character device": lambda: _retyped(
+            tmp_path, unsigned, "log.txt", (stat.S_IFCHR | 0o644) << 16
+        ),
+        "block device": lambda: _retyped(
+            tmp_path, unsigned, "log.txt", (stat.S_IFBLK | 0o644) << 16
+        ),
         "fifo": lambda: _retyped(tmp_path, unsigned, "log.txt", (stat.S_IFIFO | 0o644) << 16),
         "duplicate": lambda: _with_entry(tmp_path, unsigned, log, b"second log\n"),
         "absolute path": lambda: _with_entry(tmp_path, unsigned, f"/{RUN_ID}/x", b"x"),

@@ -1,5 +1,6 @@
 """`specconform verify`: a valid archive passes; every tampering is rejected with exit 3
 naming the first failing file or field; usage problems exit 2."""
+
 from __future__ import annotations
 
 import json
@@ -61,8 +62,9 @@ def _assert_rejected(result, *fragments: str, code: int = 3) -> None:
         assert fragment in lines[0], lines[0]
 
 
-def _tampered(tmp_path: Path, archive: Path, edit, *, resum: bool = True,
-              resign: Path | None = None) -> Path:
+def _tampered(
+    tmp_path: Path, archive: Path, edit, *, resum: bool = True, resign: Path | None = None
+) -> Path:
     """Unzip `archive`, let `edit(run_dir)` change files, then rebuild the zip:
     SHA256SUMS recomputed when `resum`, re-sealed with key `resign` when given."""
     work = tmp_path / "tamper"
@@ -82,6 +84,7 @@ def _tampered(tmp_path: Path, archive: Path, edit, *, resum: bool = True,
 
 # --- valid archives ------------------------------------------------------------------
 
+
 def test_signed_archive_verifies_with_its_public_key(signed, keys):
     result = _verify(signed, "--pubkey", str(keys[1]))
     assert result.exit_code == 0, result.output
@@ -92,8 +95,9 @@ def test_signed_archive_verifies_with_its_public_key(signed, keys):
 
 
 def test_a_failing_verdict_is_still_valid_evidence(tmp_path, keys):
-    archive = seal(toy.build_run_dir(tmp_path / "fail", groups={"sync": toy.BAD}),
-                   key=keys[0], sign=True)
+    archive = seal(
+        toy.build_run_dir(tmp_path / "fail", groups={"sync": toy.BAD}), key=keys[0], sign=True
+    )
     result = _verify(archive, "--pubkey", str(keys[1]))
     assert result.exit_code == 0, result.output
     assert "(FAIL)" in result.stdout
@@ -122,6 +126,7 @@ def test_pubkey_and_skip_signature_contradict(signed, keys):
 
 # --- tampering: every member ---------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", ["signed", "unsigned"])
 def test_flipping_a_byte_in_every_member_is_rejected(tmp_path, request, keys, kind):
     archive = request.getfixturevalue(kind)
@@ -144,8 +149,8 @@ def test_corrupting_compressed_bytes_of_every_member_is_rejected(tmp_path, signe
     raw = signed.read_bytes()
     for info in infos:
         header = info.header_offset
-        name_len = int.from_bytes(raw[header + 26:header + 28], "little")
-        extra_len = int.from_bytes(raw[header + 28:header + 30], "little")
+        name_len = int.from_bytes(raw[header + 26 : header + 28], "little")
+        extra_len = int.from_bytes(raw[header + 28 : header + 30], "little")
         offset = header + 30 + name_len + extra_len + info.compress_size // 2
         corrupted = bytearray(raw)
         corrupted[offset] ^= 0xFF
@@ -164,16 +169,15 @@ def test_dropping_any_member_is_rejected(tmp_path, request, keys, kind):
 
 
 def test_adding_a_file_is_rejected(tmp_path, signed, keys):
-    bad = toy.rewrite_zip(signed, tmp_path / "added.zip",
-                          add={f"{RUN_ID}/raw/extra.json": b"{}"})
-    _assert_rejected(_verify(bad, "--pubkey", str(keys[1])), "raw/extra.json",
-                     "not listed in SHA256SUMS")
+    bad = toy.rewrite_zip(signed, tmp_path / "added.zip", add={f"{RUN_ID}/raw/extra.json": b"{}"})
+    _assert_rejected(
+        _verify(bad, "--pubkey", str(keys[1])), "raw/extra.json", "not listed in SHA256SUMS"
+    )
 
 
 def test_adding_a_file_listed_in_sha256sums_is_caught_by_the_attestation(tmp_path, signed, keys):
     bad = _tampered(tmp_path, signed, lambda d: (d / "notes.txt").write_text("trust me\n"))
-    _assert_rejected(_verify(bad, "--pubkey", str(keys[1])), "attestation.dsse.json",
-                     "notes.txt")
+    _assert_rejected(_verify(bad, "--pubkey", str(keys[1])), "attestation.dsse.json", "notes.txt")
 
 
 def test_a_second_top_folder_is_rejected(tmp_path, signed, keys):
@@ -182,8 +186,9 @@ def test_a_second_top_folder_is_rejected(tmp_path, signed, keys):
 
 
 def test_top_folder_must_be_the_run_id(tmp_path, unsigned):
-    renamed = {name.replace(RUN_ID, "toy-renamed", 1): data
-               for name, data in toy.members(unsigned).items()}
+    renamed = {
+        name.replace(RUN_ID, "toy-renamed", 1): data for name, data in toy.members(unsigned).items()
+    }
     bad = tmp_path / "renamed.zip"
     with zipfile.ZipFile(bad, "w") as zf:
         for name, data in renamed.items():
@@ -192,6 +197,7 @@ def test_top_folder_must_be_the_run_id(tmp_path, unsigned):
 
 
 # --- tampering that keeps SHA256SUMS consistent --------------------------------------
+
 
 def _set_verdict(run_dir: Path, verdict: str) -> None:
     path = run_dir / "verdict.json"
@@ -212,8 +218,11 @@ def test_edited_verdict_in_an_unsigned_archive_fails_recomputation(tmp_path, uns
 
 def test_edited_verdict_resigned_by_another_key_is_rejected(tmp_path, signed, keys, other_keys):
     bad = _tampered(tmp_path, signed, lambda d: _set_verdict(d, "FAIL"), resign=other_keys[0])
-    _assert_rejected(_verify(bad, "--pubkey", str(keys[1])), "attestation.dsse.json",
-                     "not by the given public key")
+    _assert_rejected(
+        _verify(bad, "--pubkey", str(keys[1])),
+        "attestation.dsse.json",
+        "not by the given public key",
+    )
     # Even the attacker's own key does not make a false verdict valid.
     _assert_rejected(_verify(bad, "--pubkey", str(other_keys[1])), "verdict.json")
 
@@ -226,13 +235,13 @@ def _edit_pvalue(run_dir: Path) -> None:
     rows[0]["pvalue"] = 0.5 if rows[0]["pvalue"] != 0.5 else 0.25
     path.write_text(json.dumps(rows))
     (run_dir / "results" / "tests.csv").write_bytes(
-        csv_for_rows([row_from_json(r, "tests.json") for r in rows]))
+        csv_for_rows([row_from_json(r, "tests.json") for r in rows])
+    )
 
 
 def test_consistently_edited_pvalue_fails_recomputation(tmp_path, unsigned):
     bad = _tampered(tmp_path, unsigned, _edit_pvalue)
-    _assert_rejected(_verify(bad, "--skip-signature"), "results/tests.json", "gof_async",
-                     "pvalue")
+    _assert_rejected(_verify(bad, "--skip-signature"), "results/tests.json", "gof_async", "pvalue")
 
 
 def test_csv_that_disagrees_with_json_is_rejected(tmp_path, unsigned):
@@ -269,15 +278,18 @@ def test_sha256sums_digest_edited_alone_is_rejected(tmp_path, unsigned):
 
 # --- keys and usage ------------------------------------------------------------------
 
+
 def test_wrong_public_key_is_rejected(signed, other_keys):
-    _assert_rejected(_verify(signed, "--pubkey", str(other_keys[1])),
-                     "attestation.dsse.json", "not by the given public key")
+    _assert_rejected(
+        _verify(signed, "--pubkey", str(other_keys[1])),
+        "attestation.dsse.json",
+        "not by the given public key",
+    )
 
 
 def test_missing_archive_or_key_file_is_a_usage_error(tmp_path, signed):
     _assert_rejected(_verify(tmp_path / "nope.zip", "--skip-signature"), "not found", code=2)
-    _assert_rejected(_verify(signed, "--pubkey", str(tmp_path / "nope.pub")), "not found",
-                     code=2)
+    _assert_rejected(_verify(signed, "--pubkey", str(tmp_path / "nope.pub")), "not found", code=2)
 
 
 def test_a_private_key_is_not_a_public_key(signed, keys):
@@ -309,8 +321,12 @@ def test_exit_codes_survive_the_real_command_line(tmp_path, signed):
     junk.write_bytes(b"junk")
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "specconform", *args],
-                              capture_output=True, text=True, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "specconform", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
 
     invalid = run("verify", str(junk), "--skip-signature")
     assert invalid.returncode == 3 and invalid.stderr.count("\n") == 1

@@ -10,6 +10,7 @@ they were drawn from) moves p(t2 | t1): at these fixed seeds the t2 fit fails wi
 p = 1.1e-6 and the homogeneity test with p = 9.6e-4 (deterministic, so no flake; the t1
 fit is not moved at this size, t1 = 4.37 as in the clean run).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,10 +31,16 @@ HERE = "tests.toolkit.test_hf_adapter"
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(vocab_size=32, hidden_size=32, intermediate_size=64,
-                                   num_hidden_layers=3, num_attention_heads=4,
-                                   num_key_value_heads=2, max_position_embeddings=64,
-                                   tie_word_embeddings=True)
+    cfg = transformers.LlamaConfig(
+        vocab_size=32,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+    )
     model = transformers.LlamaForCausalLM(cfg)
     with torch.no_grad():  # sharper logits than the default init: a less uniform law
         for p in model.parameters():
@@ -45,23 +52,42 @@ def tiny_dir(tmp_path_factory):
 
 def _protocol(tiny_dir, **engine) -> dict:
     data = {
-        "kind": "distribution", "name": "hf_tiny", "alpha": 0.01,
-        "engine": {"adapter": "hf", "options": {"model": str(tiny_dir), "threads": 1},
-                   "num_speculative_tokens": 3, "temperature": 1.0, "top_k": 3,
-                   "prompt": [1, 2, 3, 4], "max_tokens": 3, "batch_size": 450},
+        "kind": "distribution",
+        "name": "hf_tiny",
+        "alpha": 0.01,
+        "engine": {
+            "adapter": "hf",
+            "options": {"model": str(tiny_dir), "threads": 1},
+            "num_speculative_tokens": 3,
+            "temperature": 1.0,
+            "top_k": 3,
+            "prompt": [1, 2, 3, 4],
+            "max_tokens": 3,
+            "batch_size": 450,
+        },
         "seeds": {"count": 450, "offset": 0},
-        "groups": [{"name": "nospec", "mode": "nospec", "seed_offset": 1_000_000},
-                   {"name": "sync", "mode": "sync", "draft_loops": 1}],
+        "groups": [
+            {"name": "nospec", "mode": "nospec", "seed_offset": 1_000_000},
+            {"name": "sync", "mode": "sync", "draft_loops": 1},
+        ],
         "strata": {"min_samples": 100},
         "decision_roles": ["prerequisite", "primary", "mechanism"],
         "tests": [
             {"name": "t1_nospec", "type": "t1_gof", "role": "prerequisite", "groups": ["nospec"]},
             {"name": "t1_sync", "type": "t1_gof", "role": "prerequisite", "groups": ["sync"]},
             {"name": "t2_sync", "type": "t2_gof", "role": "primary", "groups": ["sync"]},
-            {"name": "t2_sync_vs_nospec", "type": "t2_homogeneity", "role": "primary",
-             "groups": ["sync", "nospec"]},
-            {"name": "acceptance_sync", "type": "acceptance", "role": "mechanism",
-             "groups": ["sync"]},
+            {
+                "name": "t2_sync_vs_nospec",
+                "type": "t2_homogeneity",
+                "role": "primary",
+                "groups": ["sync", "nospec"],
+            },
+            {
+                "name": "acceptance_sync",
+                "type": "acceptance",
+                "role": "mechanism",
+                "groups": ["sync"],
+            },
         ],
     }
     data["engine"].update(engine)
@@ -74,22 +100,33 @@ def _spec(tiny_dir, **engine):
     return validate(_protocol(tiny_dir, **engine), "<test>").engine
 
 
-@pytest.mark.parametrize("temperature, top_k, top_p", [
-    (1.0, 0, 1.0), (0.7, 5, 1.0), (1.3, 0, 0.8), (0.9, 4, 0.7)])
+@pytest.mark.parametrize(
+    "temperature, top_k, top_p", [(1.0, 0, 1.0), (0.7, 5, 1.0), (1.3, 0, 0.8), (0.9, 4, 0.7)]
+)
 def test_p_is_transformers_processed_sampling_law(tiny_dir, temperature, top_k, top_p):
     """The adapter's p equals softmax of the scores transformers samples from (its own
     generate with output_scores) on the random model's logits, for four settings."""
-    engine = HFEngine(_spec(tiny_dir, temperature=temperature, top_k=top_k, top_p=top_p),
-                      factory(_spec(tiny_dir)).options, log=lambda line: None)
+    engine = HFEngine(
+        _spec(tiny_dir, temperature=temperature, top_k=top_k, top_p=top_p),
+        factory(_spec(tiny_dir)).options,
+        log=lambda line: None,
+    )
     from transformers import GenerationConfig
 
     for prefix in ([1, 2, 3, 4], [5, 9], [7, 7, 7, 1, 0, 3]):
         ids = torch.tensor([prefix])
-        gc = GenerationConfig(do_sample=True, temperature=temperature, top_k=top_k,
-                              top_p=top_p, max_new_tokens=1, eos_token_id=None,
-                              pad_token_id=0, output_scores=True, return_dict_in_generate=True)
-        out = engine.model.generate(ids, attention_mask=torch.ones_like(ids),
-                                    generation_config=gc)
+        gc = GenerationConfig(
+            do_sample=True,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            max_new_tokens=1,
+            eos_token_id=None,
+            pad_token_id=0,
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
+        out = engine.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gc)
         theirs = torch.softmax(out.scores[0][0].float(), -1).double().numpy()
         ours = engine.target_law(prefix)
         assert np.max(np.abs(ours - theirs)) < 1e-7
@@ -106,8 +143,9 @@ def test_processed_law_on_random_logits_matches_transformers_builder(tiny_dir):
     ids = torch.tensor([[1, 2]])
     for T, k, p in [(0.5, 7, 0.9), (2.0, 0, 0.5), (1.0, 20, 0.95)]:
         gc = GenerationConfig(do_sample=True, temperature=T, top_k=k, top_p=p)
-        theirs = model._get_logits_processor(generation_config=gc, input_ids_seq_length=2,
-                                             device="cpu")
+        theirs = model._get_logits_processor(
+            generation_config=gc, input_ids_seq_length=2, device="cpu"
+        )
         for _ in range(5):
             logits = torch.tensor(rng.normal(0, 3, 200), dtype=torch.float32)
             want = torch.softmax(theirs(ids, logits[None].clone()), -1)[0].double().numpy()
@@ -185,21 +223,34 @@ def test_planted_draft_law_through_the_hf_adapter_fails(tiny_dir, tmp_path):
     assert "t2_sync" in failed, failed
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"groups": [{"name": "async", "mode": "async", "draft_loops": 1}]},
-     "transformers has no async mode"),
-    ({"groups": [{"name": "sync", "mode": "sync", "draft_loops": 3}]},
-     "groups.draft_loops: early exit after 3 layers; the model has 3"),
-    ({"engine": {"options": {"model": "/nonexistent/dir"}}}, "does not exist"),
-    ({"engine": {"options": {"gguf_file": "x.gguf", "model": "y"}}}, "exactly one of"),
-    ({"engine": {"options": {"modle": "y"}}}, "engine.options.modle: Extra inputs"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            {"groups": [{"name": "async", "mode": "async", "draft_loops": 1}]},
+            "transformers has no async mode",
+        ),
+        (
+            {"groups": [{"name": "sync", "mode": "sync", "draft_loops": 3}]},
+            "groups.draft_loops: early exit after 3 layers; the model has 3",
+        ),
+        ({"engine": {"options": {"model": "/nonexistent/dir"}}}, "does not exist"),
+        ({"engine": {"options": {"gguf_file": "x.gguf", "model": "y"}}}, "exactly one of"),
+        ({"engine": {"options": {"modle": "y"}}}, "engine.options.modle: Extra inputs"),
+    ],
+)
 def test_bad_hf_configuration_is_one_line_exit_2(tiny_dir, tmp_path, change, message):
     data = _protocol(tiny_dir)
     if "groups" in change:
         data["groups"] = change["groups"]
-        data["tests"] = [{"name": "t1", "type": "t1_gof", "role": "prerequisite",
-                          "groups": [change["groups"][0]["name"]]}]
+        data["tests"] = [
+            {
+                "name": "t1",
+                "type": "t1_gof",
+                "role": "prerequisite",
+                "groups": [change["groups"][0]["name"]],
+            }
+        ]
     else:
         data["engine"].update(change["engine"])
     data["seeds"]["count"] = 5

@@ -7,6 +7,7 @@ these assertions never flake. Montecarlo: alpha = 0.01 with Bonferroni over its 
 each kernel mutant moves a cell family by >= 0.05 TV, detected by 200,000 rows with
 power > 0.999 (and, being seeded, detected in every run of this suite).
 """
+
 import json
 
 import pytest
@@ -39,16 +40,24 @@ def test_clean_kernel_passes(tmp_path, name):
 @pytest.mark.parametrize("mutant", KERNEL_MUTANTS)
 @pytest.mark.parametrize("name", PROTOCOLS)
 def test_each_kernel_mutant_fails(tmp_path, name, mutant):
-    proc = run_cli("run", ROOT / "protocols" / f"{name}.yaml", "--mutant", mutant,
-                   "--out", tmp_path, "--no-sign")
+    proc = run_cli(
+        "run",
+        ROOT / "protocols" / f"{name}.yaml",
+        "--mutant",
+        mutant,
+        "--out",
+        tmp_path,
+        "--no-sign",
+    )
     assert proc.returncode == 1, proc.stderr
     assert _lines(proc)[-2] == "result: FAIL"
 
 
 def test_malformed_protocol_exits_2_with_one_line_and_writes_nothing(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text((ROOT / "protocols" / "montecarlo.yaml").read_text()
-                   .replace("alpha: 0.01", "alpha: 1.5"))
+    bad.write_text(
+        (ROOT / "protocols" / "montecarlo.yaml").read_text().replace("alpha: 0.01", "alpha: 1.5")
+    )
     out = tmp_path / "out"
     proc = run_cli("run", bad, "--out", out, "--no-sign")
     assert proc.returncode == 2
@@ -56,16 +65,18 @@ def test_malformed_protocol_exits_2_with_one_line_and_writes_nothing(tmp_path):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--seeds", "10"], "--seeds cannot override"),
-    (["--mutant", "no_such_bug"], "unknown mutant"),
-    (["--mutant", "greedy_draft"], "engine mutant"),
-    (["--device", "tpu"], "tpu"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--seeds", "10"], "--seeds cannot override"),
+        (["--mutant", "no_such_bug"], "unknown mutant"),
+        (["--mutant", "greedy_draft"], "engine mutant"),
+        (["--device", "tpu"], "tpu"),
+    ],
+)
 def test_bad_options_exit_2(tmp_path, args, needle):
     out = tmp_path / "out"
-    proc = run_cli("run", ROOT / "protocols" / "quadrature.yaml", *args, "--out", out,
-                   "--no-sign")
+    proc = run_cli("run", ROOT / "protocols" / "quadrature.yaml", *args, "--out", out, "--no-sign")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert needle in proc.stderr and proc.stderr.count("\n") == 1
     assert not out.exists()
@@ -73,14 +84,30 @@ def test_bad_options_exit_2(tmp_path, args, needle):
 
 @pytest.mark.parametrize("value", ["2.5", "1e-3", "x"])
 def test_non_integer_seeds_rejected(tmp_path, value):
-    proc = run_cli("run", ROOT / "protocols" / "montecarlo.yaml", "--seeds", value,
-                   "--out", tmp_path / "out", "--no-sign")
+    proc = run_cli(
+        "run",
+        ROOT / "protocols" / "montecarlo.yaml",
+        "--seeds",
+        value,
+        "--out",
+        tmp_path / "out",
+        "--no-sign",
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
 
 
 def test_scientific_seed_options_are_recorded(tmp_path):
-    proc = run_cli("run", ROOT / "protocols" / "montecarlo.yaml", "--seeds", "2e4",
-                   "--offset", "2e6", "--out", tmp_path, "--no-sign")
+    proc = run_cli(
+        "run",
+        ROOT / "protocols" / "montecarlo.yaml",
+        "--seeds",
+        "2e4",
+        "--offset",
+        "2e6",
+        "--out",
+        tmp_path,
+        "--no-sign",
+    )
     # At 2e4 rows the rarest positions have no evidence, which fails the verdict (never a
     # PASS without evidence); this test is about what the run records.
     assert proc.returncode in (0, 1) and "result: " in proc.stdout, proc.stderr
@@ -111,8 +138,15 @@ def test_two_identical_runs_differ_only_in_the_volatile_file(tmp_path):
     from specconform.evidence import compare_archives
 
     for _ in range(2):
-        proc = run_cli("run", ROOT / "protocols" / "montecarlo.yaml", "--seeds", "5000",
-                       "--out", tmp_path, "--no-sign")
+        proc = run_cli(
+            "run",
+            ROOT / "protocols" / "montecarlo.yaml",
+            "--seeds",
+            "5000",
+            "--out",
+            tmp_path,
+            "--no-sign",
+        )
         # 5,000 rows leave the rarest positions without evidence: FAIL, reproducibly.
         assert proc.returncode in (0, 1) and "result: " in proc.stdout, proc.stderr
     first, second = sorted(tmp_path.glob("*.zip"), key=lambda p: len(p.name))

@@ -8,6 +8,7 @@ data; and a static scan that no module of those packages imports them at module 
 (a lazy import inside a function, e.g. the environment manifest describing torch, is
 allowed: it runs only when a run describes itself).
 """
+
 from __future__ import annotations
 
 import ast
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("stats", "kinds", "evidence", "report")
 FORBIDDEN = ("torch", "triton", "engine_under_test")
 
-BLOCKED_RUN = r'''
+BLOCKED_RUN = r"""
 import importlib.abc, io, json, sys
 
 FORBIDDEN = {forbidden!r}
@@ -91,13 +92,14 @@ out["quadrature_exact"] = ev.verdict.verdict
 out["kinds"] = sorted(KINDS)
 out["loaded"] = sorted(m for m in sys.modules if m.split(".")[0] in FORBIDDEN)
 print(json.dumps(out))
-'''
+"""
 
 
 def test_packages_import_and_evaluate_with_torch_and_engine_blocked():
     code = BLOCKED_RUN.format(forbidden=set(FORBIDDEN), packages=PACKAGES)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     import json
 
@@ -116,8 +118,9 @@ def test_blocker_is_effective():
     could pass on a machine where importing it silently fails for other reasons)."""
     code = BLOCKED_RUN.format(forbidden=set(FORBIDDEN), packages=PACKAGES)
     code = code.split("for name in")[0] + "import engine_under_test\n"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert done.returncode != 0 and "layering: engine_under_test is blocked" in done.stderr
 
 
@@ -145,14 +148,19 @@ def _module_level_imports(tree: ast.Module) -> list[str]:
 def test_no_module_level_import_of_torch_or_engine(package):
     files = sorted((ROOT / "specconform" / package).rglob("*.py"))
     assert files
-    offenders = [f"{path.relative_to(ROOT)}: {name}" for path in files
-                 for name in _module_level_imports(ast.parse(path.read_text()))
-                 if name.split(".")[0] in FORBIDDEN]
+    offenders = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in files
+        for name in _module_level_imports(ast.parse(path.read_text()))
+        if name.split(".")[0] in FORBIDDEN
+    ]
     assert offenders == []
 
 
 def test_static_scan_catches_a_module_level_import():
     """Negative control for the scan."""
-    tree = ast.parse("import os\ntry:\n    import torch\nexcept ImportError:\n    pass\n"
-                     "def f():\n    import engine_under_test\n")
+    tree = ast.parse(
+        "import os\ntry:\n    import torch\nexcept ImportError:\n    pass\n"
+        "def f():\n    import engine_under_test\n"
+    )
     assert set(_module_level_imports(tree)) == {"os", "torch"}

@@ -1,6 +1,7 @@
 """Seed ledger: overlapping ranges of the same protocol are refused, naming the earlier
 run; expansions declared by the protocol and mutant runs are allowed; reservation is
 atomic across processes."""
+
 import multiprocessing
 import os
 import socket
@@ -55,12 +56,12 @@ def test_declared_expansion_may_include_the_earlier_range(tmp_path):
     ledger = tmp_path / "ledger.jsonl"
     check_and_reserve(ledger, [entry("first", start=2_000_000, stop=2_005_000)])
     grow = Expansion(of_offset=2_000_000, of_count=5000)
-    check_and_reserve(ledger, [entry("bigger", start=2_000_000, stop=2_020_000)],
-                      expansion=grow)
+    check_and_reserve(ledger, [entry("bigger", start=2_000_000, stop=2_020_000)], expansion=grow)
     wrong = Expansion(of_offset=2_000_000, of_count=4000)
     with pytest.raises(UsageError):
-        check_and_reserve(ledger, [entry("again", start=2_000_000, stop=2_030_000)],
-                          expansion=wrong)
+        check_and_reserve(
+            ledger, [entry("again", start=2_000_000, stop=2_030_000)], expansion=wrong
+        )
 
 
 def test_resumed_run_does_not_conflict_with_itself(tmp_path):
@@ -79,13 +80,13 @@ def test_corrupt_ledger_is_a_clear_error(tmp_path):
 
 def test_refusal_names_the_next_free_offset(tmp_path):
     ledger = tmp_path / "ledger.jsonl"
-    check_and_reserve(ledger, [entry("a", start=0, stop=300),
-                               entry("a", group="nospec", start=1000, stop=1300)])
+    check_and_reserve(
+        ledger, [entry("a", start=0, stop=300), entry("a", group="nospec", start=1000, stop=1300)]
+    )
     new = [entry("b", start=100, stop=400), entry("b", group="nospec", start=1100, stop=1400)]
     with pytest.raises(UsageError, match=r"--offset 300 \(the next free seeds\)"):
         check_and_reserve(ledger, new, offset=100)
-    shifted = [entry("b", start=300, stop=600), entry("b", group="nospec", start=1300,
-                                                                 stop=1600)]
+    shifted = [entry("b", start=300, stop=600), entry("b", group="nospec", start=1300, stop=1600)]
     check_and_reserve(ledger, shifted, offset=300)  # the suggestion is indeed free
 
 
@@ -125,10 +126,13 @@ def _race(barrier, folder, k, results):
     for i in range(ROUNDS):
         barrier.wait()
         try:
-            check_and_reserve(folder / f"ledger-{i}.jsonl",
-                              [entry(new_attempt_id(f"w{k}"), start=0, stop=5000),
-                               entry(new_attempt_id(f"w{k}"), group="nospec", start=0,
-                                     stop=5000)])
+            check_and_reserve(
+                folder / f"ledger-{i}.jsonl",
+                [
+                    entry(new_attempt_id(f"w{k}"), start=0, stop=5000),
+                    entry(new_attempt_id(f"w{k}"), group="nospec", start=0, stop=5000),
+                ],
+            )
             results.put((i, k, True))
         except UsageError:
             results.put((i, k, False))
@@ -141,8 +145,9 @@ def test_eight_concurrent_reservations_exactly_one_wins_100_times(tmp_path):
     # had two winners.
     ctx = multiprocessing.get_context("fork")
     barrier, results = ctx.Barrier(WORKERS), ctx.Queue()
-    procs = [ctx.Process(target=_race, args=(barrier, tmp_path, k, results))
-             for k in range(WORKERS)]
+    procs = [
+        ctx.Process(target=_race, args=(barrier, tmp_path, k, results)) for k in range(WORKERS)
+    ]
     for p in procs:
         p.start()
     outcomes = [results.get(timeout=120) for _ in range(ROUNDS * WORKERS)]

@@ -1,4 +1,5 @@
 """The exact first-position laws of planted bugs against the engine-free simulator."""
+
 import numpy as np
 import pytest
 
@@ -27,8 +28,7 @@ def test_exact_law_matches_simulation(stratum, mutant):
     s = simulate(w, 40000, np.random.default_rng(1), mutant=mutant, groups=[STANDARD_GROUPS[4]])
     s = s[s.t1 == w.t1_tokens[i]]
     col = np.searchsorted(w.u_tokens[i, :m], s.t2.to_numpy())
-    counts = np.bincount(col + np.where(s.first_accepted.to_numpy() == 1, 0, m),
-                         minlength=2 * m)
+    counts = np.bincount(col + np.where(s.first_accepted.to_numpy() == 1, 0, m), minlength=2 * m)
     p, q, q2 = w.p2[i, :m], w.q2[1][i, :m], w.q2[2][i, :m]
     law = first_position_law(p, q, mutant, q_other=q2)
     assert law.joint.sum() == pytest.approx(1.0)

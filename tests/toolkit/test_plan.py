@@ -1,5 +1,6 @@
 """The planner: detectable TV and seeds needed from exact laws, its CLI, and a check of
 its promise against the real evaluator on a biased sampler."""
+
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -125,8 +126,9 @@ def test_cli_plan():
     res = run_cli("plan", "protocols/fp32_t2.yaml", "--seeds", "5000", "--reference", ARCHIVE)
     assert res.returncode == 0, res.stderr
     assert "t2_async_vs_nospec" in res.stdout and "detectable TV" in res.stdout
-    bad = run_cli("plan", "protocols/fp32_t2.yaml", "--seeds", "5", "--tv", "0.1",
-                  "--reference", ARCHIVE)
+    bad = run_cli(
+        "plan", "protocols/fp32_t2.yaml", "--seeds", "5", "--tv", "0.1", "--reference", ARCHIVE
+    )
     assert bad.returncode == 2 and bad.stdout == "" and bad.stderr.count("\n") == 1
 
 
@@ -152,9 +154,12 @@ def test_predicted_power_matches_replications(gate):
     from specconform.plan import mutant_power
 
     protocol, ref = gate
-    one = {**protocol, "groups": [g for g in protocol["groups"] if g["name"] == "async_d1"],
-           "tests": [t for t in protocol["tests"] if t["name"] == "joint_async_d1"],
-           "decision_roles": ["primary"]}
+    one = {
+        **protocol,
+        "groups": [g for g in protocol["groups"] if g["name"] == "async_d1"],
+        "tests": [t for t in protocol["tests"] if t["name"] == "joint_async_d1"],
+        "decision_roles": ["primary"],
+    }
     pred = {r.test: r for r in mutant_power(one, ref, "shared_uniform", 2000)}
     predicted = pred["joint_async_d1"].power
     assert 0.6 < predicted < 0.85

@@ -1,4 +1,5 @@
 """specconform.stats.power against known values, scipy's own tests and simulation."""
+
 import numpy as np
 import pytest
 from scipy import stats as sps
@@ -108,8 +109,9 @@ def test_binomial_rejection_region_equals_scipy_binomtest(n, p0):
 
 def test_binomial_power_exact():
     res = binom_power(200, 0.1, 0.2, 0.01)
-    direct = sum(sps.binom.pmf(k, 200, 0.2) for k in range(201)
-                 if sps.binomtest(k, 200, 0.1).pvalue < 0.01)
+    direct = sum(
+        sps.binom.pmf(k, 200, 0.2) for k in range(201) if sps.binomtest(k, 200, 0.1).pvalue < 0.01
+    )
     assert res.power == pytest.approx(direct, rel=1e-12)
     assert res.size <= 0.01  # exact test: conservative at finite n
     assert binom_power(200, 0.1, 0.1, 0.01).power == pytest.approx(res.size)

@@ -1,4 +1,5 @@
 """Protocol files: strict validation with one-line errors, canonical hash, overrides."""
+
 from pathlib import Path
 
 import pytest
@@ -53,19 +54,21 @@ def test_hash_changes_with_any_criterion(tmp_path):
     assert load_protocol(_write(tmp_path, data, "c.yaml")).hash != base
 
 
-@pytest.mark.parametrize("mutate, field, problem", [
-    (lambda d: d.update(alpha=1.5), "alpha", "less than 1"),
-    (lambda d: d.update(alpha=0), "alpha", "greater than 0"),
-    (lambda d: d.update(alpha="0.01"), "alpha", "valid number"),
-    (lambda d: d.update(surprise=1), "surprise", "unknown field"),
-    (lambda d: d.pop("seeds"), "seeds", "required field is missing"),
-    (lambda d: d["seeds"].update(offset=-1), "seeds.offset", "greater than or equal to 0"),
-    (lambda d: d["cases"][0].update(K=0), "cases.0.K", "greater than or equal to 1"),
-    (lambda d: d["cases"][0].update(draft_lens=[2]), "cases.0", "draft_lens"),
-    (lambda d: d.update(kind="bogus"), "(top level)", "unknown kind"),
-])
-def test_malformed_protocol_is_one_line_naming_file_field_problem(tmp_path, mutate, field,
-                                                                  problem):
+@pytest.mark.parametrize(
+    "mutate, field, problem",
+    [
+        (lambda d: d.update(alpha=1.5), "alpha", "less than 1"),
+        (lambda d: d.update(alpha=0), "alpha", "greater than 0"),
+        (lambda d: d.update(alpha="0.01"), "alpha", "valid number"),
+        (lambda d: d.update(surprise=1), "surprise", "unknown field"),
+        (lambda d: d.pop("seeds"), "seeds", "required field is missing"),
+        (lambda d: d["seeds"].update(offset=-1), "seeds.offset", "greater than or equal to 0"),
+        (lambda d: d["cases"][0].update(K=0), "cases.0.K", "greater than or equal to 1"),
+        (lambda d: d["cases"][0].update(draft_lens=[2]), "cases.0", "draft_lens"),
+        (lambda d: d.update(kind="bogus"), "(top level)", "unknown kind"),
+    ],
+)
+def test_malformed_protocol_is_one_line_naming_file_field_problem(tmp_path, mutate, field, problem):
     data = _montecarlo()
     mutate(data)
     path = _write(tmp_path, data)
@@ -91,9 +94,11 @@ def test_not_yaml_and_not_mapping(tmp_path):
 
 def test_overrides_are_limited_to_marked_fields_and_recorded(tmp_path):
     loaded = load_protocol(_write(tmp_path, _montecarlo()))
-    assert overridable_fields(loaded.model) == {"--seeds": "seeds.count",
-                                                "--offset": "seeds.offset",
-                                                "--device": "device"}
+    assert overridable_fields(loaded.model) == {
+        "--seeds": "seeds.count",
+        "--offset": "seeds.offset",
+        "--device": "device",
+    }
     over = apply_overrides(loaded, {"--seeds": 5000, "--offset": 2_000_000, "--mutant": None})
     assert over.model.seeds.count == 5000 and over.model.seeds.offset == 2_000_000
     assert over.overrides == {"seeds.count": 5000, "seeds.offset": 2_000_000}
@@ -105,8 +110,10 @@ def test_overrides_are_limited_to_marked_fields_and_recorded(tmp_path):
         apply_overrides(loaded, {"--seeds": 0})
 
 
-@pytest.mark.parametrize("text, value", [("5000", 5000), ("5e3", 5000), ("2e6", 2_000_000),
-                                         ("2.0E6", 2_000_000), ("1_000", 1000)])
+@pytest.mark.parametrize(
+    "text, value",
+    [("5000", 5000), ("5e3", 5000), ("2e6", 2_000_000), ("2.0E6", 2_000_000), ("1_000", 1000)],
+)
 def test_exact_int_accepts_scientific_integers(text, value):
     assert exact_int(text, "--seeds") == value
 
@@ -142,11 +149,14 @@ def test_verdict_defaults_to_holm_at_alpha_and_changes_the_hash(tmp_path):
     assert load_protocol(_write(tmp_path, data, "b.yaml")).hash != implicit.hash
 
 
-@pytest.mark.parametrize("verdict, field", [
-    ({"combine": "fisher", "alpha": 0.01}, "verdict.combine"),
-    ({"combine": "holm", "alpha": 1.5}, "verdict.alpha"),
-    ({"combine": "holm"}, "verdict.alpha"),
-])
+@pytest.mark.parametrize(
+    "verdict, field",
+    [
+        ({"combine": "fisher", "alpha": 0.01}, "verdict.combine"),
+        ({"combine": "holm", "alpha": 1.5}, "verdict.alpha"),
+        ({"combine": "holm"}, "verdict.alpha"),
+    ],
+)
 def test_bad_verdict_rule_is_refused(tmp_path, verdict, field):
     data = {**_distribution(), "verdict": verdict}
     with pytest.raises(ProtocolError, match=f"field '{field}'"):

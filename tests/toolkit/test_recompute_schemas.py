@@ -2,6 +2,7 @@
 (docs/evidence/fp32_t2-*.zip, written before family-wise verdicts) still verifies through
 the frozen schema-1 evaluator; schema-2 archives are compared on every new field; a
 mismatch between the archive's schema and its protocol is named, not silently accepted."""
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,9 @@ def test_schema1_rows_are_still_compared_field_by_field(old, old_recomputed):
 
 def test_schema_claimed_by_the_archive_must_match_its_protocol(old, old_recomputed):
     verdict = {**old.json_object("verdict.json"), "schema": 2}
-    with pytest.raises(EvidenceError, match="results schema 2, but the protocol recomputes "
-                                            "under schema 1"):
+    with pytest.raises(
+        EvidenceError, match="results schema 2, but the protocol recomputes under schema 1"
+    ):
         check_recomputation(_with(old, "verdict.json", verdict), old_recomputed)
 
 
@@ -61,8 +63,7 @@ def test_old_raw_data_under_the_current_rules(old):
     # The same raw data re-decided by today's rules (the protocol as it would be stated
     # now: Holm at 0.01 over its 4 deciding tests) also passes, and its engine_errors row
     # counts the recorded finish_reason of every request.
-    protocol = {**old.json_object("protocol.json"), "verdict": {"combine": "holm",
-                                                               "alpha": 0.01}}
+    protocol = {**old.json_object("protocol.json"), "verdict": {"combine": "holm", "alpha": 0.01}}
     ev = reevaluate(protocol, old.raw_data())
     assert ev.verdict.verdict == "PASS" and ev.verdict.schema == 2
     assert ev.verdict.statement.startswith("false-fail rate ≤ 0.01 over 4 tests (Holm)")

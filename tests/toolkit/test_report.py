@@ -1,6 +1,7 @@
 """`specconform report`, JUnit XML and the CI step summary, on real archives: the shipped
 ci_gate protocol run by the real evaluator on samples from exact synthetic laws
 (tests/toolkit/fixtures/distribution_run.py), clean and with planted bugs."""
+
 from __future__ import annotations
 
 import hashlib
@@ -35,11 +36,18 @@ def archives(tmp_path_factory):
     temperature 0.8 (t2 noncentrality ~80 over ~40 df at 2,000 seeds: Holm rejects
     t2_async with power ~1) and 2 async engine errors. overlap: clean, seeds [1000, 3000)."""
     base = tmp_path_factory.mktemp("archives")
-    return {"primary": real.build_archive(base / "p", PRIMARY_ID),
-            "replication": real.build_archive(base / "r", REPLICATION_ID, offset=100_000,
-                                              mutant="target_temperature", rng_seed=2,
-                                              errors=2),
-            "overlap": real.build_archive(base / "o", OVERLAP_ID, offset=1000, rng_seed=3)}
+    return {
+        "primary": real.build_archive(base / "p", PRIMARY_ID),
+        "replication": real.build_archive(
+            base / "r",
+            REPLICATION_ID,
+            offset=100_000,
+            mutant="target_temperature",
+            rng_seed=2,
+            errors=2,
+        ),
+        "overlap": real.build_archive(base / "o", OVERLAP_ID, offset=1000, rng_seed=3),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -70,10 +78,14 @@ def _cells(line: str) -> list[str]:
 
 # --- the archives are what the evaluator wrote -------------------------------------------
 
+
 def test_fixture_archives_verify_and_state_their_verdicts(primary, disjoint):
     for path, verdict in ((primary, "PASS"), (disjoint, "FAIL")):
-        done = subprocess.run([sys.executable, "-m", "specconform", "verify", str(path),
-                               "--skip-signature"], capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "specconform", "verify", str(path), "--skip-signature"],
+            capture_output=True,
+            text=True,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         assert read_archive(path).evaluation().verdict.verdict == verdict
     reasons = dict(read_archive(disjoint).evaluation().verdict.reasons)
@@ -82,13 +94,18 @@ def test_fixture_archives_verify_and_state_their_verdicts(primary, disjoint):
 
 # --- Markdown ------------------------------------------------------------------------
 
+
 def test_formal_checks_put_primary_and_replication_side_by_side(primary, disjoint):
     markdown = markdown_report([primary, disjoint], details=True)
     table = _section(markdown, "### Formal checks")
     header = _cells(table[0])
     # Labels come from the runs (issue 15): the second archive is a mutant run.
-    assert header == ["test", "role", f"primary `{PRIMARY_ID}`",
-                      f"mutant target_temperature `{REPLICATION_ID}`"]
+    assert header == [
+        "test",
+        "role",
+        f"primary `{PRIMARY_ID}`",
+        f"mutant target_temperature `{REPLICATION_ID}`",
+    ]
     rows = {_cells(line)[0]: _cells(line) for line in table[2:]}
     assert list(rows) == list(_rows(primary))
     assert rows["t2_async"][2].endswith("PASS") and rows["t2_async"][3].endswith("FAIL")
@@ -96,8 +113,9 @@ def test_formal_checks_put_primary_and_replication_side_by_side(primary, disjoin
     assert rows["t2_async"][2].startswith("p=") and "p_Holm=" in rows["t2_async"][2]
     # t1 over four seed-sharing groups: the combined p is named p_Bonf, each group's p shown.
     t1 = rows["t1_speculative"][2]
-    assert t1.startswith("p_Bonf=") and all(f"{g} p=" in t1
-                                            for g in ("sync", "async", "sync_d1", "async_d1"))
+    assert t1.startswith("p_Bonf=") and all(
+        f"{g} p=" in t1 for g in ("sync", "async", "sync_d1", "async_d1")
+    )
     assert rows["t3_async"][2].endswith("no evidence")  # never PASS without evidence
     assert "| verdict | **PASS** | **FAIL** |" in markdown
 
@@ -123,8 +141,10 @@ def test_seed_ranges_disjoint_and_overlapping(archives):
 
 def test_coverage_scope_and_archive_digests(primary, disjoint):
     markdown = markdown_report([primary, disjoint], details=True)
-    assert any(line.startswith("- primary, t2_async: ") and "strata cover" in line
-               for line in markdown.splitlines())
+    assert any(
+        line.startswith("- primary, t2_async: ") and "strata cover" in line
+        for line in markdown.splitlines()
+    )
     assert "false-fail rate ≤ 0.01 over 8 tests (Holm)" in markdown
     archives = _section(markdown, "### Archives")
     for line, path in zip(archives[2:], (primary, disjoint), strict=True):
@@ -133,6 +153,7 @@ def test_coverage_scope_and_archive_digests(primary, disjoint):
 
 
 # --- HTML ----------------------------------------------------------------------------
+
 
 def test_html_has_inline_svg_plots_and_is_byte_identical(primary, disjoint):
     first = html_report([primary, disjoint])
@@ -152,14 +173,21 @@ def test_acceptance_point_is_typed_from_real_rows(primary):
 
 
 def test_html_is_byte_identical_in_a_fresh_process(primary, disjoint):
-    code = ("import sys; from pathlib import Path; from specconform.report import html_report;"
-            "sys.stdout.write(html_report([Path(a) for a in sys.argv[1:]]))")
-    done = subprocess.run([sys.executable, "-c", code, str(primary), str(disjoint)],
-                          capture_output=True, text=True, check=True)
+    code = (
+        "import sys; from pathlib import Path; from specconform.report import html_report;"
+        "sys.stdout.write(html_report([Path(a) for a in sys.argv[1:]]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(primary), str(disjoint)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert done.stdout == html_report([primary, disjoint])
 
 
 # --- CLI -----------------------------------------------------------------------------
+
 
 def test_report_command_writes_markdown_and_html(tmp_path, primary, disjoint):
     out = tmp_path / "out" / "report.md"
@@ -172,8 +200,9 @@ def test_report_command_writes_markdown_and_html(tmp_path, primary, disjoint):
 
 def test_report_command_errors_leave_no_output(tmp_path, primary):
     out = tmp_path / "report.md"
-    result = CliRunner().invoke(report_command,
-                                [str(primary), str(tmp_path / "missing.zip"), "--out", str(out)])
+    result = CliRunner().invoke(
+        report_command, [str(primary), str(tmp_path / "missing.zip"), "--out", str(out)]
+    )
     assert result.exit_code == 2 and "not found" in result.stderr
     assert len(result.stderr.splitlines()) == 1
     assert not out.exists() and list(tmp_path.iterdir()) == []
@@ -184,6 +213,7 @@ def test_report_command_errors_leave_no_output(tmp_path, primary):
 
 
 # --- JUnit and step summary ----------------------------------------------------------
+
 
 def _junit(path):
     tests = list(read_archive(path).evaluation().tests)
@@ -207,10 +237,20 @@ def test_junit_fails_only_deciding_tests(disjoint):
 
 
 def test_junit_no_evidence_deciding_test_is_a_failure_never_pass():
-    row = TestRow("t2_async", "primary", 0.0, 0, None, 0, 0.01, False, status="NO_EVIDENCE",
-                  deciding=True, reason="no evidence")
-    info = TestRow("t3_async", "exploratory", 0.0, 0, None, 0, 0.01, None,
-                   status="NO_EVIDENCE")
+    row = TestRow(
+        "t2_async",
+        "primary",
+        0.0,
+        0,
+        None,
+        0,
+        0.01,
+        False,
+        status="NO_EVIDENCE",
+        deciding=True,
+        reason="no evidence",
+    )
+    info = TestRow("t3_async", "exploratory", 0.0, 0, None, 0, 0.01, None, status="NO_EVIDENCE")
     (suite,) = ET.fromstring(junit_xml([row, info], "x")).findall("testsuite")
     first, second = suite.findall("testcase")
     assert first.find("failure").get("message") == "no evidence"
@@ -233,11 +273,28 @@ def test_step_summary_and_append(tmp_path, disjoint):
 
 
 def test_a_deterministic_check_shows_its_statistic():
-    case = TestRow(test="case", role="case", statistic=0.25, df=None, pvalue=None, n=10,
-                   alpha=0.0, passed=True, detail={"bound_first": 0.006})
+    case = TestRow(
+        test="case",
+        role="case",
+        statistic=0.25,
+        df=None,
+        pvalue=None,
+        n=10,
+        alpha=0.0,
+        passed=True,
+        detail={"bound_first": 0.006},
+    )
     assert check_cell(case) == "max err/bound=0.25 PASS"
-    other = TestRow(test="out_of_support", role="primary", statistic=0.0, df=None,
-                    pvalue=None, n=10, alpha=0.01, passed=True)
+    other = TestRow(
+        test="out_of_support",
+        role="primary",
+        statistic=0.0,
+        df=None,
+        pvalue=None,
+        n=10,
+        alpha=0.01,
+        passed=True,
+    )
     assert check_cell(other) == "stat=0 PASS"
     assert check_cell(None) == "—"
     assert pvalue_text(other) == "p=n/a"

@@ -4,6 +4,7 @@ cannot run.
 
 Deterministic: the tiny preset on CPU, fixed seeds; no statistics are asserted here, only
 byte equality of raw data and results (the statistics are the protocol's own)."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,15 @@ from tests.toolkit.cli_helpers import ROOT, run_cli
 CI_GATE = ROOT / "protocols" / "ci_gate.yaml"
 # Everything but the environment manifest (world size), volatile.json and the digests
 # of those two (SHA256SUMS, attestation) must be byte-identical for any process count.
-INVARIANT = ("raw/samples.csv", "raw/reference.json", "results/tests.json",
-             "results/tests.csv", "verdict.json", "protocol.json", "protocol.yaml")
+INVARIANT = (
+    "raw/samples.csv",
+    "raw/reference.json",
+    "results/tests.json",
+    "results/tests.csv",
+    "verdict.json",
+    "protocol.json",
+    "protocol.yaml",
+)
 
 
 def _protocol(tmp_path: Path, seeds: int = 120, batch: int = 40) -> Path:
@@ -35,8 +43,7 @@ def _protocol(tmp_path: Path, seeds: int = 120, batch: int = 40) -> Path:
     data["seeds"]["count"] = seeds
     data["engine"]["batch_size"] = batch
     data["groups"] = [g for g in data["groups"] if g["name"] in ("nospec", "async")]
-    data["tests"] = [t for t in data["tests"]
-                     if set(t["groups"]) <= {"nospec", "async"}]
+    data["tests"] = [t for t in data["tests"] if set(t["groups"]) <= {"nospec", "async"}]
     data["strata"]["min_samples"] = 20
     path = tmp_path / "shard_probe.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -98,8 +105,11 @@ def _rank_pid(out: Path, rank: int) -> int | None:
             environ = (proc / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if str(out).encode() in cmdline and f"RANK={rank}".encode() in environ \
-                and b"TORCHELASTIC_RUN_ID" in b"\0".join(environ):
+        if (
+            str(out).encode() in cmdline
+            and f"RANK={rank}".encode() in environ
+            and b"TORCHELASTIC_RUN_ID" in b"\0".join(environ)
+        ):
             return int(proc.name)
     return None
 
@@ -111,10 +121,25 @@ def test_killed_rank_ends_the_run_and_resume_with_one_process_completes_it(tmp_p
     assert one.returncode in (0, 1), one.stderr
     out = tmp_path / "killed"
     env = dict(os.environ, CI="true")
-    proc = subprocess.Popen([sys.executable, "-m", "specconform", "run", str(protocol),
-                             "--out", str(out), "--no-sign", "--nproc", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specconform",
+            "run",
+            str(protocol),
+            "--out",
+            str(out),
+            "--no-sign",
+            "--nproc",
+            "2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     # Kill rank 1 as soon as it has written its first batch: the run is mid-way.
     deadline, killed = time.monotonic() + 300, False
     while time.monotonic() < deadline and proc.poll() is None and not killed:
@@ -146,8 +171,7 @@ def test_a_rank_without_the_device_refuses_before_anything_is_written(tmp_path):
         pytest.skip("needs a machine without CUDA")
     protocol = _protocol(tmp_path)
     out = tmp_path / "out"
-    res = run_cli("run", protocol, "--out", out, "--no-sign", "--nproc", "2",
-                  "--device", "cuda")
+    res = run_cli("run", protocol, "--out", out, "--no-sign", "--nproc", "2", "--device", "cuda")
     assert res.returncode == 2, res.stderr[-2000:]
     errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "rank 0 of 2" in errors[0] and "CUDA" in errors[0]
@@ -155,8 +179,15 @@ def test_a_rank_without_the_device_refuses_before_anything_is_written(tmp_path):
 
 
 def test_kernel_protocols_refuse_sharding(tmp_path):
-    res = run_cli("run", ROOT / "protocols" / "quadrature.yaml", "--out", tmp_path / "o",
-                  "--no-sign", "--nproc", "2")
+    res = run_cli(
+        "run",
+        ROOT / "protocols" / "quadrature.yaml",
+        "--out",
+        tmp_path / "o",
+        "--no-sign",
+        "--nproc",
+        "2",
+    )
     assert res.returncode == 2, res.stderr[-2000:]
     assert "only distribution protocols shard" in res.stderr
     assert not (tmp_path / "o").exists()

@@ -1,5 +1,6 @@
 """Pooling rule, Pearson goodness of fit, homogeneity and aggregation: hand-checked
 cases and agreement with scipy on data that needs no pooling."""
+
 import numpy as np
 import pytest
 from scipy import stats as sps
@@ -13,6 +14,7 @@ from specconform.stats import (
 )
 
 # --- pooling rule -------------------------------------------------------------------
+
 
 def test_pool_sparse_cells_in_order_of_expected():
     pl = pool_cells(np.array([10.0, 2.0, 1.0, 7.0, 3.0]), 5.0)
@@ -54,6 +56,7 @@ def test_pooling_apply_sums_into_final_cells():
 
 
 # --- goodness of fit ----------------------------------------------------------------
+
 
 def test_gof_matches_scipy_without_pooling():
     obs = np.array([30, 25, 25, 20])
@@ -107,6 +110,7 @@ def test_gof_rejects_bad_input():
 
 # --- homogeneity --------------------------------------------------------------------
 
+
 def test_homogeneity_matches_scipy_without_pooling():
     a = np.array([40, 35, 25])
     b = np.array([30, 45, 25])
@@ -143,6 +147,7 @@ def test_homogeneity_empty_sample_is_untestable():
 
 
 # --- aggregation --------------------------------------------------------------------
+
 
 def test_sum_chi2_sums_statistic_and_df():
     r1 = pearson_gof(np.array([30, 25, 25, 20]), np.array([0.3, 0.3, 0.2, 0.2]))

@@ -1,4 +1,5 @@
 """Rate test (rejection rate vs TV), exact speculative laws and cell helpers."""
+
 import numpy as np
 import pytest
 from scipy import stats as sps
@@ -83,7 +84,8 @@ def test_align_keeps_observed_tokens_outside_support():
 
 
 def test_on_union():
-    tokens, a, b = on_union(np.array([1, 3]), np.array([0.5, 0.5]), np.array([3, 4]),
-                            np.array([0.9, 0.1]))
+    tokens, a, b = on_union(
+        np.array([1, 3]), np.array([0.5, 0.5]), np.array([3, 4]), np.array([0.9, 0.1])
+    )
     assert tokens.tolist() == [1, 3, 4]
     assert a.tolist() == [0.5, 0.5, 0.0] and b.tolist() == [0.0, 0.9, 0.1]

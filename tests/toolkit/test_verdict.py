@@ -4,6 +4,7 @@ Unit cases use hand-built rows; the protocol-level cases run the distribution ev
 on samples from the exact synthetic laws of specconform.calibration (fixed seeds, so
 every outcome is deterministic; each threshold's comment states alpha and power).
 """
+
 import numpy as np
 import pytest
 from statsmodels.stats.multitest import multipletests
@@ -18,8 +19,17 @@ from tests.toolkit.synthetic import PROTOCOL
 
 def _row(name, p, role="primary", status=None):
     passed = None if role == "exploratory" else (p is not None and p >= 0.01)
-    return TestRow(name, role, 1.0, 1.0, p, 100, 0.01, passed,
-                   status=status or ("" if p is not None else "NO_EVIDENCE"))
+    return TestRow(
+        name,
+        role,
+        1.0,
+        1.0,
+        p,
+        100,
+        0.01,
+        passed,
+        status=status or ("" if p is not None else "NO_EVIDENCE"),
+    )
 
 
 def test_adjust_matches_statsmodels_and_hand_holm():
@@ -37,8 +47,13 @@ def test_adjust_matches_statsmodels_and_hand_holm():
 def test_holm_verdict_states_its_rate_and_keeps_raw_p():
     # Each p >= 0.01 on its own would pass the old per-test rule; Holm over 4 fails the
     # smallest (4 * 0.004 = 0.016 >= 0.01 passes; 4 * 0.002 = 0.008 fails).
-    rows = [_row("a", 0.002), _row("b", 0.5), _row("c", 0.3, role="prerequisite"),
-            _row("d", 0.9), _row("e", 0.001, role="secondary")]
+    rows = [
+        _row("a", 0.002),
+        _row("b", 0.5),
+        _row("c", 0.3, role="prerequisite"),
+        _row("d", 0.9),
+        _row("e", 0.001, role="secondary"),
+    ]
     out, verdict = family_verdict(rows, FamilyRule(("prerequisite", "primary"), "holm", 0.01))
     by = {r.test: r for r in out}
     assert verdict.verdict == "FAIL" and verdict.failed == ("a",)
@@ -61,11 +76,15 @@ def test_no_evidence_fails_a_deciding_role_and_deterministic_rows_do_not_count()
     assert verdict.family_size == 1  # only "a" has a p-value
     assert verdict.statement.startswith("false-fail rate ≤ 0.05 over 1 tests (Bonf)")
     assert "out_of_support" in verdict.statement
-    assert {r.test: r.status for r in out} == {"a": "PASS", "b": "NO_EVIDENCE",
-                                               "out_of_support": "PASS"}
+    assert {r.test: r.status for r in out} == {
+        "a": "PASS",
+        "b": "NO_EVIDENCE",
+        "out_of_support": "PASS",
+    }
 
 
 # --- the distribution kind under the family-wise rule ------------------------------------
+
 
 @pytest.fixture(scope="module")
 def world():
@@ -78,8 +97,12 @@ def ref(world):
 
 
 def _protocol(**extra):
-    return {**PROTOCOL, "seeds": {"count": 2000, "offset": 0},
-            "engine": {"batch_size": 500}, **extra}
+    return {
+        **PROTOCOL,
+        "seeds": {"count": 2000, "offset": 0},
+        "engine": {"batch_size": 500},
+        **extra,
+    }
 
 
 def test_exact_law_passes_with_holm_and_wrong_sampler_fails(world, ref):
@@ -108,8 +131,10 @@ def test_homogeneity_with_df_zero_reads_no_evidence(world, ref):
     row = next(r for r in ev.tests if r.test == "t2_async_vs_sync")
     assert row.df == 0 and row.status == "NO_EVIDENCE" and row.pvalue is None
     assert row.passed is False and not row.deciding  # secondary: shown, does not decide
-    deciding = [{**t, "role": "primary"} if t["name"] == "t2_async_vs_sync" else t
-                for t in PROTOCOL["tests"]]
+    deciding = [
+        {**t, "role": "primary"} if t["name"] == "t2_async_vs_sync" else t
+        for t in PROTOCOL["tests"]
+    ]
     ev = evaluate_frames(_protocol(tests=deciding), samples, ref)
     assert dict(ev.verdict.reasons)["t2_async_vs_sync"] == "no evidence"
 
@@ -129,7 +154,8 @@ def test_engine_errors_fail_the_verdict_by_their_own_reason(world, ref):
     assert row.detail["per_group"]["async"] == 2
     assert row.detail["per_batch"]["async"] == {"0": 1, "2": 1}
     assert ev.verdict.verdict == "FAIL" and dict(ev.verdict.reasons) == {
-        "engine_errors": "engine errors"}
+        "engine_errors": "engine errors"
+    }
     # A pre-registered tolerance of 2 per deciding group admits them.
     ev = evaluate_frames(_protocol(engine_errors={"tolerance": 2}), samples, ref)
     assert ev.verdict.verdict == "PASS"
@@ -153,8 +179,9 @@ def test_samples_without_finish_reason_are_no_evidence_for_engine_errors(world, 
 def test_tests_csv_states_status_and_adjusted_p_and_json_round_trips():
     from specconform.evidence.results_io import read_tests_csv, tests_csv_bytes
 
-    rows, verdict = family_verdict([_row("a", 0.002), _row("b", None), _row("c", 0.5)],
-                                   FamilyRule(("primary",), "holm", 0.01))
+    rows, verdict = family_verdict(
+        [_row("a", 0.002), _row("b", None), _row("c", 0.5)], FamilyRule(("primary",), "holm", 0.01)
+    )
     parsed = {r["test"]: r for r in read_tests_csv(tests_csv_bytes(rows))}
     assert parsed["a"]["status"] == "FAIL"
     assert parsed["a"]["adjusted_pvalue"] == pytest.approx(0.004)
@@ -166,21 +193,25 @@ def test_tests_csv_states_status_and_adjusted_p_and_json_round_trips():
     assert Verdict.from_json(verdict.to_json()) == verdict
 
 
-@pytest.mark.parametrize("mutant, must_fail", [
-    # Corrections drawn from p land where (p - q)+ = 0: out of support for the joint
-    # cells (p = 0 exactly), caught with certainty at any level.
-    ("residual_from_p", "joint_async"),
-    # Law exact, acceptance lowered from 1 - TV to E_q[p]: a rejection-rate shift ~0.5 on
-    # >400 samples per stratum, exact binomial p < 1e-10 << 0.01 / 8 (Holm's first step).
-    ("q_one_hot", "acceptance_async"),
-])
+@pytest.mark.parametrize(
+    "mutant, must_fail",
+    [
+        # Corrections drawn from p land where (p - q)+ = 0: out of support for the joint
+        # cells (p = 0 exactly), caught with certainty at any level.
+        ("residual_from_p", "joint_async"),
+        # Law exact, acceptance lowered from 1 - TV to E_q[p]: a rejection-rate shift ~0.5 on
+        # >400 samples per stratum, exact binomial p < 1e-10 << 0.01 / 8 (Holm's first step).
+        ("q_one_hot", "acceptance_async"),
+    ],
+)
 def test_shipped_ci_gate_fails_wrong_samplers_under_holm(world, ref, mutant, must_fail):
     from specconform.protocol.load import load_protocol
     from tests.toolkit.fixtures.distribution_run import ROOT
 
     protocol = load_protocol(ROOT / "protocols" / "ci_gate.yaml").data
-    samples = simulate(world, 2000, np.random.default_rng(4), mutant=mutant,
-                       groups=protocol["groups"])
+    samples = simulate(
+        world, 2000, np.random.default_rng(4), mutant=mutant, groups=protocol["groups"]
+    )
     ev = evaluate_frames(protocol, samples, ref)
     assert ev.verdict.verdict == "FAIL" and must_fail in ev.verdict.failed
     assert dict(ev.verdict.reasons)[must_fail] == "p_Holm < 0.01"

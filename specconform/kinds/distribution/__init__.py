@@ -4,6 +4,7 @@ Public seam: :func:`evaluate` (raw files -> Evaluation), :func:`evaluate_frames`
 (in-memory samples and reference -> Evaluation, used by calibration), :class:`Reference`
 and the protocol schema :data:`Schema` (kept in specconform/protocol/schema.py).
 """
+
 from specconform.protocol.schema import DistributionProtocol as Schema
 
 from .evaluate import TESTS, evaluate, evaluate_frames

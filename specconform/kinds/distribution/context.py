@@ -6,6 +6,7 @@ accepted (-1 = not generated / no draft) and finish_reason ("length" | "stop" | 
 "abort"; absent in synthetic frames that predate it: then engine errors are not
 counted and the engine_errors row says "no evidence").
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -74,36 +75,46 @@ class Context:
     def build(cls, protocol: dict, samples, ref: Reference) -> Context:
         strata_rule = protocol.get("strata") or {}
         offset = (protocol.get("seeds") or {}).get("offset")
-        plans = {g["name"]: GroupPlan(g["name"], g["mode"], g.get("draft_loops"),
-                                      None if offset is None
-                                      else int(offset) + int(g.get("seed_offset", 0)))
-                 for g in protocol["groups"]}
+        plans = {
+            g["name"]: GroupPlan(
+                g["name"],
+                g["mode"],
+                g.get("draft_loops"),
+                None if offset is None else int(offset) + int(g.get("seed_offset", 0)),
+            )
+            for g in protocol["groups"]
+        }
         batch = (protocol.get("engine") or {}).get("batch_size")
         tolerance = (protocol.get("engine_errors") or {}).get("tolerance", 0)
-        return cls(alpha=float(protocol["alpha"]),
-                   min_samples=int(strata_rule.get("min_samples", 200)),
-                   min_expected=float(strata_rule.get("min_expected", 5.0)),
-                   batch_size=None if batch is None else int(batch),
-                   error_tolerance=int(tolerance),
-                   rule=FamilyRule.from_protocol(protocol, DECIDING_ROLES),
-                   plans=MappingProxyType(plans), ref=ref,
-                   data=MappingProxyType(split(samples, ref.vocab_size)))
+        return cls(
+            alpha=float(protocol["alpha"]),
+            min_samples=int(strata_rule.get("min_samples", 200)),
+            min_expected=float(strata_rule.get("min_expected", 5.0)),
+            batch_size=None if batch is None else int(batch),
+            error_tolerance=int(tolerance),
+            rule=FamilyRule.from_protocol(protocol, DECIDING_ROLES),
+            plans=MappingProxyType(plans),
+            ref=ref,
+            data=MappingProxyType(split(samples, ref.vocab_size)),
+        )
 
     def group(self, name: str) -> GroupData:
         if name not in self.plans:
             raise ValueError(f"test names unknown group {name!r}")
         return self.data.get(name, GroupData.empty())
 
-    def row(self, spec: dict, statistic, df, pvalue, n: int, detail: dict,
-            method: str) -> TestRow:
+    def row(self, spec: dict, statistic, df, pvalue, n: int, detail: dict, method: str) -> TestRow:
         """A row at the per-test level; :func:`family_verdict` re-decides deciding rows.
         NaN/None p-value or n 0: no evidence (never a pass)."""
         role = spec["role"]
         evidence = n > 0 and pvalue is not None and np.isfinite(pvalue)
         if not evidence:
             status, passed, reason = NO_EVIDENCE, False, "no evidence"
-            detail = {**detail, "no_evidence": "no stratum reached the strata threshold, "
-                                               "or every cell pooled into one (df 0)"}
+            detail = {
+                **detail,
+                "no_evidence": "no stratum reached the strata threshold, "
+                "or every cell pooled into one (df 0)",
+            }
         elif role == "exploratory":
             status, passed, reason = INFO, None, ""
         else:
@@ -111,9 +122,20 @@ class Context:
             status, reason = (PASS if passed else FAIL), ""
         if role == "exploratory":
             status, passed = (INFO if evidence else NO_EVIDENCE), None
-        return TestRow(spec["name"], role, None if statistic is None else float(statistic),
-                       df, None if not evidence else float(pvalue), int(n), self.alpha,
-                       passed, detail, status=status, pvalue_method=method, reason=reason)
+        return TestRow(
+            spec["name"],
+            role,
+            None if statistic is None else float(statistic),
+            df,
+            None if not evidence else float(pvalue),
+            int(n),
+            self.alpha,
+            passed,
+            detail,
+            status=status,
+            pvalue_method=method,
+            reason=reason,
+        )
 
 
 def split(samples, vocab_size: int) -> dict[str, GroupData]:

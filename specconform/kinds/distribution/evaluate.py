@@ -5,6 +5,7 @@ Raw data (written by the runner): ``raw/samples.csv`` (columns in :mod:`.context
 ``raw/reference.json`` (:mod:`.reference`). Imports no torch: ``verify`` recomputes
 verdicts on a laptop.
 """
+
 from __future__ import annotations
 
 from specconform.kinds.verdict import family_verdict
@@ -15,9 +16,14 @@ from .context import Context
 from .reference import Reference
 from .rows import coverage_row, engine_errors_row, support_row
 
-TESTS = {"t1_gof": tokens.t1_gof, "t2_gof": tokens.t2_gof,
-         "t2_homogeneity": tokens.t2_homogeneity, "t3_gof": tokens.t3_gof,
-         "acceptance": mechanism.acceptance, "joint": mechanism.joint}
+TESTS = {
+    "t1_gof": tokens.t1_gof,
+    "t2_gof": tokens.t2_gof,
+    "t2_homogeneity": tokens.t2_homogeneity,
+    "t3_gof": tokens.t3_gof,
+    "acceptance": mechanism.acceptance,
+    "joint": mechanism.joint,
+}
 
 
 def evaluate(protocol: dict, raw: RawData) -> Evaluation:
@@ -37,9 +43,9 @@ def evaluate_frames(protocol: dict, samples, reference: dict | Reference) -> Eva
         rows.append(row)
         if cov is not None:
             coverage[spec["name"]] = cov
-    deciding_groups = {g for spec in protocol["tests"] if spec["role"] in ctx.rule.roles
-                       for g in spec["groups"]}
-    rows += [coverage_row(ctx, coverage), support_row(ctx),
-             engine_errors_row(ctx, deciding_groups)]
+    deciding_groups = {
+        g for spec in protocol["tests"] if spec["role"] in ctx.rule.roles for g in spec["groups"]
+    }
+    rows += [coverage_row(ctx, coverage), support_row(ctx), engine_errors_row(ctx, deciding_groups)]
     decided, verdict = family_verdict(rows, ctx.rule)
     return Evaluation(decided, verdict)

@@ -8,6 +8,7 @@ its own (union bound only); df 0 reads p = 1 and PASS; acceptance decides on the
 2-cell χ²; t1 over several groups shows the smallest-p group's statistic beside the
 Bonferroni p; engine errors are not counted.
 """
+
 from __future__ import annotations
 
 import math
@@ -48,10 +49,17 @@ def pearson_homogeneity(*args, **kwargs):
 def rate_test(k, n, p0, *, min_expected):
     """Schema 1's rate record: the 2-cell χ² as statistic/df/pvalue, the exact p beside."""
     r = _rate_test(k, n, p0, min_expected=min_expected)
-    return SimpleNamespace(statistic=r.chi2_statistic, df=r.chi2_df,
-                           pvalue=1.0 if math.isnan(r.chi2_pvalue) else r.chi2_pvalue,
-                           n=r.n, k=r.k, rate=r.rate, binom_pvalue=r.pvalue,
-                           pooled=r.pooled)
+    return SimpleNamespace(
+        statistic=r.chi2_statistic,
+        df=r.chi2_df,
+        pvalue=1.0 if math.isnan(r.chi2_pvalue) else r.chi2_pvalue,
+        n=r.n,
+        k=r.k,
+        rate=r.rate,
+        binom_pvalue=r.pvalue,
+        pooled=r.pooled,
+    )
+
 
 DECIDING_ROLES = ("prerequisite", "primary")
 
@@ -81,6 +89,7 @@ def evaluate_frames(protocol: dict, samples, reference) -> Evaluation:
 
 # --- inputs --------------------------------------------------------------------------------
 
+
 class _Context:
     def __init__(self, protocol: dict, ref: Reference, data: dict[str, GroupData]):
         self.alpha = float(protocol["alpha"])
@@ -108,11 +117,13 @@ class _Context:
             detail = {**detail, "reason": "no data reached the strata threshold"}
         else:
             passed = bool(pvalue >= self.alpha)
-        return TestRow(spec["name"], role, float(statistic), df, pvalue, int(n), self.alpha,
-                       passed, detail)
+        return TestRow(
+            spec["name"], role, float(statistic), df, pvalue, int(n), self.alpha, passed, detail
+        )
 
 
 # --- tests ---------------------------------------------------------------------------------
+
 
 def _t1_gof(ctx: _Context, spec: dict):
     """Each group's t1 against p_t1; several (seed-sharing) groups combined by Bonferroni."""
@@ -126,11 +137,15 @@ def _t1_gof(ctx: _Context, spec: dict):
         per_group.append({"group": name, **gof_detail(res, tokens, counts, probs)})
     comb = bonferroni([r.pvalue for r in results])
     decider = results[comb.argmin]
-    detail = {"groups": list(spec["groups"]), "per_group": per_group,
-              "combination": "single group" if comb.m == 1 else
-              f"Bonferroni over {comb.m} groups sharing seeds: p = min(1, m * min p_i); "
-              "statistic and df are those of the group with the smallest p-value",
-              "deciding_group": spec["groups"][comb.argmin]}
+    detail = {
+        "groups": list(spec["groups"]),
+        "per_group": per_group,
+        "combination": "single group"
+        if comb.m == 1
+        else f"Bonferroni over {comb.m} groups sharing seeds: p = min(1, m * min p_i); "
+        "statistic and df are those of the group with the smallest p-value",
+        "deciding_group": spec["groups"][comb.argmin],
+    }
     n = sum(r.n for r in results)
     return ctx.row(spec, decider.statistic, decider.df, comb.pvalue, n, detail), None
 
@@ -162,8 +177,10 @@ def _t2_homogeneity(ctx: _Context, spec: dict):
         # Shared seeds can mean shared randomness; two-sample tests need independent
         # samples, so split by seed parity: disjoint seed sets by construction.
         a, b = a.take(a.seed % 2 == 0), b.take(b.seed % 2 == 1)
-        split = (f"seed sets overlap: {name_a} uses its even seeds, {name_b} its odd "
-                 "seeds (disjoint seeds, independent samples)")
+        split = (
+            f"seed sets overlap: {name_a} uses its even seeds, {name_b} its odd "
+            "seeds (disjoint seeds, independent samples)"
+        )
     else:
         split = "seed sets disjoint: all samples of both groups"
     keys_a, _ = strata(a.t1, ctx.min_samples)
@@ -177,11 +194,22 @@ def _t2_homogeneity(ctx: _Context, spec: dict):
         cb = np.bincount(np.searchsorted(tokens, xb), minlength=tokens.size)
         res = pearson_homogeneity(ca, cb, min_expected=ctx.min_expected)
         results.append(res)
-        per.append({"t1": int(t1), "n": res.n, "n_a": res.n_a, "n_b": res.n_b,
-                    "statistic": _num(res.statistic), "df": res.df, "pvalue": _num(res.pvalue),
-                    "cells": res.cells, "pooled": [int(tokens[i]) for i in res.pooled],
-                    "tokens": tokens.tolist(), "observed_a": ca.tolist(),
-                    "observed_b": cb.tolist()})
+        per.append(
+            {
+                "t1": int(t1),
+                "n": res.n,
+                "n_a": res.n_a,
+                "n_b": res.n_b,
+                "statistic": _num(res.statistic),
+                "df": res.df,
+                "pvalue": _num(res.pvalue),
+                "cells": res.cells,
+                "pooled": [int(tokens[i]) for i in res.pooled],
+                "tokens": tokens.tolist(),
+                "observed_a": ca.tolist(),
+                "observed_b": cb.tolist(),
+            }
+        )
     head = {"groups": [name_a, name_b], "seed_split": split}
     eligible = a.t1.size + b.t1.size
     return _stratified_row(ctx, spec, head, results, per, eligible)
@@ -207,18 +235,34 @@ def _acceptance(ctx: _Context, spec: dict):
         fa = g.first_accepted[g.t1 == t1]
         res = rate_test(int((fa == 0).sum()), fa.size, tv, min_expected=ctx.min_expected)
         results.append(res)
-        per.append({"t1": int(t1), "n": res.n, "tv": tv, "rejected": res.k,
-                    "expected_rejection_rate": tv, "observed_rejection_rate": res.rate,
-                    "expected": [res.n * (1 - tv), res.n * tv], "observed": [res.n - res.k, res.k],
-                    "statistic": _num(res.statistic), "df": res.df, "pvalue": _num(res.pvalue),
-                    "binom_pvalue": res.binom_pvalue, "pooled": list(res.pooled)})
+        per.append(
+            {
+                "t1": int(t1),
+                "n": res.n,
+                "tv": tv,
+                "rejected": res.k,
+                "expected_rejection_rate": tv,
+                "observed_rejection_rate": res.rate,
+                "expected": [res.n * (1 - tv), res.n * tv],
+                "observed": [res.n - res.k, res.k],
+                "statistic": _num(res.statistic),
+                "df": res.df,
+                "pvalue": _num(res.pvalue),
+                "binom_pvalue": res.binom_pvalue,
+                "pooled": list(res.pooled),
+            }
+        )
     drafted, accepted = int(whole.drafted.clip(min=0).sum()), int(whole.accepted.clip(min=0).sum())
-    head = {"group": name, "draft_loops": d, "skipped_impossible_strata": skipped,
-            "mean_accepted_per_drafted": accepted / drafted if drafted else None,
-            "mean_drafted": float(whole.drafted.mean()) if whole.drafted.size else None,
-            "mean_accepted": float(whole.accepted.mean()) if whole.accepted.size else None,
-            "aggregate": "sum of the strata's 2-cell Pearson chi2 and df; exact binomial "
-                         "p-values per stratum in 'strata'"}
+    head = {
+        "group": name,
+        "draft_loops": d,
+        "skipped_impossible_strata": skipped,
+        "mean_accepted_per_drafted": accepted / drafted if drafted else None,
+        "mean_drafted": float(whole.drafted.mean()) if whole.drafted.size else None,
+        "mean_accepted": float(whole.accepted.mean()) if whole.accepted.size else None,
+        "aggregate": "sum of the strata's 2-cell Pearson chi2 and df; exact binomial "
+        "p-values per stratum in 'strata'",
+    }
     return _stratified_row(ctx, spec, head, results, per, g.t1.size)
 
 
@@ -227,36 +271,59 @@ def _joint(ctx: _Context, spec: dict):
     name, d, _, g = _speculative(ctx, spec)
     tested, skipped = first_position_strata(ctx, d, g)
     results, per = joint_strata(ctx, g, tested, gof=pearson_gof)
-    head = {"group": name, "draft_loops": d, "skipped_impossible_strata": skipped,
-            "cells": "acc:x ~ min(p, q)(x), rej:x ~ (p - q)+(x), x over supp p U supp q"}
+    head = {
+        "group": name,
+        "draft_loops": d,
+        "skipped_impossible_strata": skipped,
+        "cells": "acc:x ~ min(p, q)(x), rej:x ~ (p - q)+(x), x over supp p U supp q",
+    }
     return _stratified_row(ctx, spec, head, results, per, g.t1.size)
 
 
-_RUNNERS = {"t1_gof": _t1_gof, "t2_gof": _t2_gof, "t2_homogeneity": _t2_homogeneity,
-            "t3_gof": _t3_gof, "acceptance": _acceptance, "joint": _joint}
+_RUNNERS = {
+    "t1_gof": _t1_gof,
+    "t2_gof": _t2_gof,
+    "t2_homogeneity": _t2_homogeneity,
+    "t3_gof": _t3_gof,
+    "acceptance": _acceptance,
+    "joint": _joint,
+}
 
 
 # --- rows ----------------------------------------------------------------------------------
 
-def _stratified_row(ctx: _Context, spec: dict, head: dict, results: list, per: list,
-                    eligible: int):
+
+def _stratified_row(ctx: _Context, spec: dict, head: dict, results: list, per: list, eligible: int):
     agg = sum_chi2(results)
     if agg.strata and math.isnan(agg.pvalue):
         agg = replace(agg, pvalue=1.0)
-    detail = {**head, "min_samples": ctx.min_samples, "min_expected": ctx.min_expected,
-              "strata_count": agg.strata, "aggregate_df": agg.df, "strata": per}
+    detail = {
+        **head,
+        "min_samples": ctx.min_samples,
+        "min_expected": ctx.min_expected,
+        "strata_count": agg.strata,
+        "aggregate_df": agg.df,
+        "strata": per,
+    }
     pvalue = _num(agg.pvalue) if agg.strata else None
     row = ctx.row(spec, agg.statistic, agg.df, pvalue, agg.n, detail)
     keys = [{k: e[k] for k in ("t1", "t2") if k in e} for e in per]
-    cov = {"strata": len(per), "keys": keys, "n_covered": agg.n, "n_eligible": int(eligible),
-           "share": agg.n / eligible if eligible else 0.0}
+    cov = {
+        "strata": len(per),
+        "keys": keys,
+        "n_covered": agg.n,
+        "n_eligible": int(eligible),
+        "share": agg.n / eligible if eligible else 0.0,
+    }
     return row, cov
 
 
 def _coverage_row(ctx: _Context, coverage: dict) -> TestRow:
     share = min((c["share"] for c in coverage.values()), default=1.0)
     n = sum(g.t1.size for g in ctx.data.values())
-    detail = {"statistic": "smallest share of eligible samples covered by the strata of any "
-                           "stratified test", "tests": coverage}
-    return TestRow("coverage", "exploratory", float(share), None, None, n, ctx.alpha, None,
-                   detail)
+    detail = {
+        "statistic": "smallest share of eligible samples covered by the strata of any "
+        "stratified test",
+        "tests": coverage,
+    }
+    return TestRow("coverage", "exploratory", float(share), None, None, n, ctx.alpha, None, detail)

@@ -8,6 +8,7 @@
 - ``joint``: the committed t2 split by accept/reject against min(p, q) and (p - q)₊ (the
   2V joint cells, :func:`specconform.stats.speculative.joint_cells`); strata summed.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,36 +32,54 @@ def acceptance(ctx: Context, spec: dict):
         fa = g.first_accepted[g.t1 == t1]
         res = rate_test(int((fa == 0).sum()), fa.size, tv, min_expected=ctx.min_expected)
         results.append(res)
-        per.append({"t1": int(t1), "n": res.n, "tv": tv, "rejected": res.k,
-                    "expected_rejection_rate": tv, "observed_rejection_rate": res.rate,
-                    "binom_pvalue": json_number(res.pvalue),
-                    "expected": [res.n * (1 - tv), res.n * tv],
-                    "observed": [res.n - res.k, res.k],
-                    "chi2_statistic": json_number(res.chi2_statistic),
-                    "chi2_df": res.chi2_df, "chi2_pvalue": json_number(res.chi2_pvalue),
-                    "pooled": list(res.pooled)})
+        per.append(
+            {
+                "t1": int(t1),
+                "n": res.n,
+                "tv": tv,
+                "rejected": res.k,
+                "expected_rejection_rate": tv,
+                "observed_rejection_rate": res.rate,
+                "binom_pvalue": json_number(res.pvalue),
+                "expected": [res.n * (1 - tv), res.n * tv],
+                "observed": [res.n - res.k, res.k],
+                "chi2_statistic": json_number(res.chi2_statistic),
+                "chi2_df": res.chi2_df,
+                "chi2_pvalue": json_number(res.chi2_pvalue),
+                "pooled": list(res.pooled),
+            }
+        )
     comb = stratified_rate_test(results)
     drafted = int(whole.drafted.clip(min=0).sum())
     accepted = int(whole.accepted.clip(min=0).sum())
     expected_rate = comb.expected_events / comb.n if comb.n else None
-    detail = {"group": name, "draft_loops": d, "skipped_impossible_strata": skipped,
-              "min_samples": ctx.min_samples, "strata_count": len(results), "strata": per,
-              "decision": "exact binomial per stratum, Bonferroni over the strata",
-              "rejected": comb.k,
-              "observed_rejection_rate": comb.k / comb.n if comb.n else None,
-              "expected_rejection_rate": expected_rate,
-              # The first-position acceptance ratio and its exact value (1 - TV averaged
-              # over the tested strata): what the report's acceptance figure plots.
-              "acceptance_ratio": 1 - comb.k / comb.n if comb.n else None,
-              "expected_acceptance_ratio": None if expected_rate is None
-              else 1 - expected_rate,
-              "mean_accepted_per_drafted": accepted / drafted if drafted else None,
-              "mean_drafted": float(whole.drafted.mean()) if whole.drafted.size else None,
-              "mean_accepted": float(whole.accepted.mean()) if whole.accepted.size else None}
-    method = ("exact binomial" if len(results) == 1
-              else f"exact binomial, Bonferroni over {len(results)} strata")
-    row = ctx.row(spec, detail["observed_rejection_rate"], None, comb.pvalue, comb.n, detail,
-                  method)
+    detail = {
+        "group": name,
+        "draft_loops": d,
+        "skipped_impossible_strata": skipped,
+        "min_samples": ctx.min_samples,
+        "strata_count": len(results),
+        "strata": per,
+        "decision": "exact binomial per stratum, Bonferroni over the strata",
+        "rejected": comb.k,
+        "observed_rejection_rate": comb.k / comb.n if comb.n else None,
+        "expected_rejection_rate": expected_rate,
+        # The first-position acceptance ratio and its exact value (1 - TV averaged
+        # over the tested strata): what the report's acceptance figure plots.
+        "acceptance_ratio": 1 - comb.k / comb.n if comb.n else None,
+        "expected_acceptance_ratio": None if expected_rate is None else 1 - expected_rate,
+        "mean_accepted_per_drafted": accepted / drafted if drafted else None,
+        "mean_drafted": float(whole.drafted.mean()) if whole.drafted.size else None,
+        "mean_accepted": float(whole.accepted.mean()) if whole.accepted.size else None,
+    }
+    method = (
+        "exact binomial"
+        if len(results) == 1
+        else f"exact binomial, Bonferroni over {len(results)} strata"
+    )
+    row = ctx.row(
+        spec, detail["observed_rejection_rate"], None, comb.pvalue, comb.n, detail, method
+    )
     keys = tuple(((("t1", int(e["t1"])),)) for e in per)
     return row, Coverage(len(per), keys, comb.n, int(g.t1.size))
 
@@ -69,8 +88,12 @@ def joint(ctx: Context, spec: dict):
     name, d, _, g = _speculative(ctx, spec)
     tested, skipped = first_position_strata(ctx, d, g)
     results, per = joint_strata(ctx, g, tested)
-    head = {"group": name, "draft_loops": d, "skipped_impossible_strata": skipped,
-            "cells": "acc:x ~ min(p, q)(x), rej:x ~ (p - q)+(x), x over supp p U supp q"}
+    head = {
+        "group": name,
+        "draft_loops": d,
+        "skipped_impossible_strata": skipped,
+        "cells": "acc:x ~ min(p, q)(x), rej:x ~ (p - q)+(x), x over supp p U supp q",
+    }
     return stratified_row(ctx, spec, head, results, per, g.t1.size)
 
 

@@ -4,6 +4,7 @@ Sparse laws are (tokens [S] int64 ascending, probs [S] float64): p_t1, p_t2[t1],
 p_t3[(t1, t2)] from a serial replay, and the draft laws q_t2[d][t1] at the first draft
 position after prompt + t1. Parse once and reuse across replications (calibration does).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,8 +18,10 @@ class Reference:
         self.p1 = sparse_law(ref["p_t1"])
         self.p2 = {int(k): sparse_law(v) for k, v in ref["p_t2"].items()}
         self.p3 = {_pair(k): sparse_law(v) for k, v in ref.get("p_t3", {}).items()}
-        self.q2 = {int(d): {int(k): sparse_law(v) for k, v in laws.items()}
-                   for d, laws in ref.get("q_t2", {}).items()}
+        self.q2 = {
+            int(d): {int(k): sparse_law(v) for k, v in laws.items()}
+            for d, laws in ref.get("q_t2", {}).items()
+        }
         self._codes = None
 
     def codes(self, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

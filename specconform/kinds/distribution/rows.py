@@ -9,6 +9,7 @@
   ``engine_errors.tolerance`` (default 0) in any deciding group fails the verdict with
   the reason "engine errors" (distinct from a distribution failure).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -37,30 +38,46 @@ class Coverage:
         return self.n_covered / self.n_eligible if self.n_eligible else 0.0
 
     def to_json(self) -> dict:
-        return {"strata": self.strata, "keys": [dict(k) for k in self.keys],
-                "n_covered": self.n_covered, "n_eligible": self.n_eligible,
-                "share": self.share}
+        return {
+            "strata": self.strata,
+            "keys": [dict(k) for k in self.keys],
+            "n_covered": self.n_covered,
+            "n_eligible": self.n_eligible,
+            "share": self.share,
+        }
 
 
 def gof_detail(res, tokens, counts, probs, labels=None) -> dict:
     """A goodness-of-fit stratum's JSON record: counts per original cell, what pooled."""
     names = labels if labels is not None else [int(t) for t in tokens]
-    return {"n": res.n, "statistic": json_number(res.statistic), "df": res.df,
-            "pvalue": json_number(res.pvalue), "cells": res.cells,
-            "out_of_support": res.out_of_support,
-            "pooled": [names[i] for i in res.pooled], "tokens": list(names),
-            "observed": [int(c) for c in counts],
-            "expected": [float(res.n * p) for p in probs / probs.sum()]}
+    return {
+        "n": res.n,
+        "statistic": json_number(res.statistic),
+        "df": res.df,
+        "pvalue": json_number(res.pvalue),
+        "cells": res.cells,
+        "out_of_support": res.out_of_support,
+        "pooled": [names[i] for i in res.pooled],
+        "tokens": list(names),
+        "observed": [int(c) for c in counts],
+        "expected": [float(res.n * p) for p in probs / probs.sum()],
+    }
 
 
-def stratified_row(ctx: Context, spec: dict, head: dict, results: list, per: list,
-                   eligible: int) -> tuple[TestRow, Coverage]:
+def stratified_row(
+    ctx: Context, spec: dict, head: dict, results: list, per: list, eligible: int
+) -> tuple[TestRow, Coverage]:
     """Strata's χ² summed into one row (df 0 or no stratum: no evidence)."""
     agg = sum_chi2(results)
-    detail = {**head, "min_samples": ctx.min_samples, "min_expected": ctx.min_expected,
-              "strata_count": agg.strata, "aggregate_df": agg.df, "strata": per}
-    row = ctx.row(spec, agg.statistic, agg.df, agg.pvalue, agg.n, detail,
-                  "chi2 summed over strata")
+    detail = {
+        **head,
+        "min_samples": ctx.min_samples,
+        "min_expected": ctx.min_expected,
+        "strata_count": agg.strata,
+        "aggregate_df": agg.df,
+        "strata": per,
+    }
+    row = ctx.row(spec, agg.statistic, agg.df, agg.pvalue, agg.n, detail, "chi2 summed over strata")
     keys = tuple(tuple((k, int(e[k])) for k in ("t1", "t2") if k in e) for e in per)
     return row, Coverage(len(per), keys, agg.n, int(eligible))
 
@@ -68,11 +85,24 @@ def stratified_row(ctx: Context, spec: dict, head: dict, results: list, per: lis
 def coverage_row(ctx: Context, coverage: dict[str, Coverage]) -> TestRow:
     share = min((c.share for c in coverage.values()), default=1.0)
     n = sum(g.t1.size for g in ctx.data.values())
-    detail = {"statistic": "smallest share of eligible samples covered by the strata of any "
-                           "stratified test",
-              "tests": {name: c.to_json() for name, c in coverage.items()}}
-    return TestRow("coverage", "exploratory", float(share), None, None, n, ctx.alpha, None,
-                   detail, status=INFO, pvalue_method="none (descriptive)")
+    detail = {
+        "statistic": "smallest share of eligible samples covered by the strata of any "
+        "stratified test",
+        "tests": {name: c.to_json() for name, c in coverage.items()},
+    }
+    return TestRow(
+        "coverage",
+        "exploratory",
+        float(share),
+        None,
+        None,
+        n,
+        ctx.alpha,
+        None,
+        detail,
+        status=INFO,
+        pvalue_method="none (descriptive)",
+    )
 
 
 def support_row(ctx: Context) -> TestRow:
@@ -96,10 +126,20 @@ def support_row(ctx: Context) -> TestRow:
         n += int(ok1.sum() + ok2.sum() + ok3.sum())
     detail = {"per_group": per, "rule": "any observation with reference probability 0 fails"}
     ok = total == 0
-    return TestRow("out_of_support", "primary", float(total), None, None, n, ctx.alpha, ok,
-                   detail, status=PASS if ok else FAIL,
-                   pvalue_method="none (deterministic: impossible under the null)",
-                   reason="" if ok else "out of support")
+    return TestRow(
+        "out_of_support",
+        "primary",
+        float(total),
+        None,
+        None,
+        n,
+        ctx.alpha,
+        ok,
+        detail,
+        status=PASS if ok else FAIL,
+        pvalue_method="none (deterministic: impossible under the null)",
+        reason="" if ok else "out of support",
+    )
 
 
 def engine_errors_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
@@ -119,19 +159,44 @@ def engine_errors_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
     n = sum(g.t1.size for g in ctx.data.values())
     deciding = sorted(deciding_groups & set(per_group))
     over = [gname for gname in deciding if per_group[gname] > ctx.error_tolerance]
-    detail = {"per_group": per_group, "per_batch": per_batch, "deciding_groups": deciding,
-              "tolerance": ctx.error_tolerance,
-              "batch": "(seed - group's first seed) // batch_size",
-              "over_tolerance": over,
-              "rule": "FAIL if a group read by a deciding test has more engine errors "
-                      "than the tolerance"}
+    detail = {
+        "per_group": per_group,
+        "per_batch": per_batch,
+        "deciding_groups": deciding,
+        "tolerance": ctx.error_tolerance,
+        "batch": "(seed - group's first seed) // batch_size",
+        "over_tolerance": over,
+        "rule": "FAIL if a group read by a deciding test has more engine errors than the tolerance",
+    }
     method = "none (deterministic: a correct engine raises no error on valid laws)"
     if not recorded:
         detail["no_evidence"] = "samples carry no finish_reason: engine errors not counted"
-        return TestRow("engine_errors", "primary", None, None, None, n, ctx.alpha, False,
-                       detail, status=NO_EVIDENCE, pvalue_method=method,
-                       reason="no evidence")
+        return TestRow(
+            "engine_errors",
+            "primary",
+            None,
+            None,
+            None,
+            n,
+            ctx.alpha,
+            False,
+            detail,
+            status=NO_EVIDENCE,
+            pvalue_method=method,
+            reason="no evidence",
+        )
     ok = not over
-    return TestRow("engine_errors", "primary", float(sum(per_group.values())), None, None, n,
-                   ctx.alpha, ok, detail, status=PASS if ok else FAIL, pvalue_method=method,
-                   reason="" if ok else REASON_ENGINE_ERRORS)
+    return TestRow(
+        "engine_errors",
+        "primary",
+        float(sum(per_group.values())),
+        None,
+        None,
+        n,
+        ctx.alpha,
+        ok,
+        detail,
+        status=PASS if ok else FAIL,
+        pvalue_method=method,
+        reason="" if ok else REASON_ENGINE_ERRORS,
+    )

@@ -9,6 +9,7 @@ Dependence (issue 5): groups that share seeds can share randomness, so
   the first group contributes its even seeds and the second its odd seeds;
 - χ² statistics are summed only over strata of one group (disjoint samples).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,17 +36,24 @@ def t1_gof(ctx: Context, spec: dict) -> tuple[TestRow, Coverage | None]:
     n = sum(r.n for r in results)
     if len(results) == 1:
         res = results[0]
-        detail = {"groups": list(spec["groups"]), "per_group": per_group,
-                  "combination": "single group"}
+        detail = {
+            "groups": list(spec["groups"]),
+            "per_group": per_group,
+            "combination": "single group",
+        }
         return ctx.row(spec, res.statistic, res.df, res.pvalue, n, detail, "chi2"), None
     comb = bonferroni([r.pvalue for r in results])
-    detail = {"groups": list(spec["groups"]), "per_group": per_group,
-              "combination": f"Bonferroni over the {comb.m} groups with evidence (they "
-                             "share seeds): p_Bonf = min(1, m * min p_i); each group's "
-                             "statistic, df and p in per_group",
-              "smallest_p_group": spec["groups"][comb.argmin] if comb.argmin >= 0 else None}
-    return ctx.row(spec, None, None, comb.pvalue, n, detail,
-                   f"Bonferroni over {comb.m} groups"), None
+    detail = {
+        "groups": list(spec["groups"]),
+        "per_group": per_group,
+        "combination": f"Bonferroni over the {comb.m} groups with evidence (they "
+        "share seeds): p_Bonf = min(1, m * min p_i); each group's "
+        "statistic, df and p in per_group",
+        "smallest_p_group": spec["groups"][comb.argmin] if comb.argmin >= 0 else None,
+    }
+    return ctx.row(
+        spec, None, None, comb.pvalue, n, detail, f"Bonferroni over {comb.m} groups"
+    ), None
 
 
 def t2_gof(ctx: Context, spec: dict):
@@ -102,8 +110,10 @@ def t2_homogeneity(ctx: Context, spec: dict):
         # Shared seeds can mean shared randomness; two-sample tests need independent
         # samples, so split by seed parity: disjoint seed sets by construction.
         a, b = a.take(a.seed % 2 == 0), b.take(b.seed % 2 == 1)
-        split = (f"seed sets overlap: {name_a} uses its even seeds, {name_b} its odd "
-                 "seeds (disjoint seeds, independent samples)")
+        split = (
+            f"seed sets overlap: {name_a} uses its even seeds, {name_b} its odd "
+            "seeds (disjoint seeds, independent samples)"
+        )
     else:
         split = "seed sets disjoint: all samples of both groups"
     keys = np.intersect1d(strata(a.t1, ctx.min_samples)[0], strata(b.t1, ctx.min_samples)[0])
@@ -114,15 +124,27 @@ def t2_homogeneity(ctx: Context, spec: dict):
         ca, cb = counts_on(tokens, xa), counts_on(tokens, xb)
         res = pearson_homogeneity(ca, cb, min_expected=ctx.min_expected)
         results.append(res)
-        per.append({"t1": int(t1), "n": res.n, "n_a": res.n_a, "n_b": res.n_b,
-                    **_numbers(res), "cells": res.cells,
-                    "pooled": [int(tokens[i]) for i in res.pooled],
-                    "tokens": tokens.tolist(), "observed_a": ca.tolist(),
-                    "observed_b": cb.tolist()})
+        per.append(
+            {
+                "t1": int(t1),
+                "n": res.n,
+                "n_a": res.n_a,
+                "n_b": res.n_b,
+                **_numbers(res),
+                "cells": res.cells,
+                "pooled": [int(tokens[i]) for i in res.pooled],
+                "tokens": tokens.tolist(),
+                "observed_a": ca.tolist(),
+                "observed_b": cb.tolist(),
+            }
+        )
     head = {"groups": [name_a, name_b], "seed_split": split}
     return stratified_row(ctx, spec, head, results, per, a.t1.size + b.t1.size)
 
 
 def _numbers(res) -> dict:
-    return {"statistic": json_number(res.statistic), "df": res.df,
-            "pvalue": json_number(res.pvalue)}
+    return {
+        "statistic": json_number(res.statistic),
+        "df": res.df,
+        "pvalue": json_number(res.pvalue),
+    }

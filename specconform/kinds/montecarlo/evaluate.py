@@ -14,6 +14,7 @@ most its alpha. A test whose cells all pool into one has no evidence and fails. 
 kernel error flag on these valid laws fails the protocol ("engine errors"), as does a
 committed token outside the vocabulary.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -45,11 +46,19 @@ def evaluate(protocol: dict, raw: RawData) -> Evaluation:
             acc, rej, bon = (_vector(at, cell, V) for cell in ("accept", "reject", "bonus"))
             if j < K and acc.sum() + rej.sum() > 0:
                 probs = joint_cells(as_exact(p32[j]), as_exact(q32[j]))
-                planned.append((f"{case['name']}_pos{j}_joint", case["name"], j,
-                                np.concatenate([acc, rej]), probs))
+                planned.append(
+                    (
+                        f"{case['name']}_pos{j}_joint",
+                        case["name"],
+                        j,
+                        np.concatenate([acc, rej]),
+                        probs,
+                    )
+                )
             if bon.sum() > 0:
-                planned.append((f"{case['name']}_pos{j}_bonus", case["name"], j, bon,
-                                as_exact(p32[j])))
+                planned.append(
+                    (f"{case['name']}_pos{j}_bonus", case["name"], j, bon, as_exact(p32[j]))
+                )
     tests = []
     for name, case_name, j, observed, probs in planned:
         res = pearson_gof(observed, probs, min_expected=min_expected)
@@ -57,27 +66,61 @@ def evaluate(protocol: dict, raw: RawData) -> Evaluation:
         top = np.argsort(-expected, kind="stable")[:16]
         evidence = bool(np.isfinite(res.pvalue))
         status = NO_EVIDENCE if not evidence else (PASS if res.pvalue >= alpha else FAIL)
-        tests.append(TestRow(
-            test=name, role="primary", statistic=float(res.statistic), df=float(res.df),
-            pvalue=float(res.pvalue) if evidence else None, n=int(res.n), alpha=alpha,
-            passed=status == PASS, status=status, pvalue_method="chi2",
-            reason="" if evidence else "no evidence",
-            detail={"case": case_name, "position": j, "cells": int(res.cells),
+        tests.append(
+            TestRow(
+                test=name,
+                role="primary",
+                statistic=float(res.statistic),
+                df=float(res.df),
+                pvalue=float(res.pvalue) if evidence else None,
+                n=int(res.n),
+                alpha=alpha,
+                passed=status == PASS,
+                status=status,
+                pvalue_method="chi2",
+                reason="" if evidence else "no evidence",
+                detail={
+                    "case": case_name,
+                    "position": j,
+                    "cells": int(res.cells),
                     "pooled": [int(i) for i in res.pooled],
                     "out_of_support": int(res.out_of_support),
                     "cell_index": [int(i) for i in top],
                     "observed": [int(observed[i]) for i in top],
-                    "expected": [float(expected[i]) for i in top]}))
-    tests.append(TestRow(test="out_of_vocab", role="primary", statistic=float(out_of_vocab),
-                         df=None, pvalue=None, n=int(committed["count"].sum()), alpha=alpha,
-                         passed=out_of_vocab == 0, detail={"tokens": out_of_vocab},
-                         reason="" if out_of_vocab == 0 else "out of vocabulary",
-                         pvalue_method="none (deterministic)"))
-    tests.append(TestRow(test="kernel_errors", role="primary", statistic=float(errors),
-                         df=None, pvalue=None, n=int(counts["count"].sum()), alpha=alpha,
-                         passed=errors == 0, detail={"error_rows": errors},
-                         reason="" if errors == 0 else REASON_ENGINE_ERRORS,
-                         pvalue_method="none (deterministic)"))
+                    "expected": [float(expected[i]) for i in top],
+                },
+            )
+        )
+    tests.append(
+        TestRow(
+            test="out_of_vocab",
+            role="primary",
+            statistic=float(out_of_vocab),
+            df=None,
+            pvalue=None,
+            n=int(committed["count"].sum()),
+            alpha=alpha,
+            passed=out_of_vocab == 0,
+            detail={"tokens": out_of_vocab},
+            reason="" if out_of_vocab == 0 else "out of vocabulary",
+            pvalue_method="none (deterministic)",
+        )
+    )
+    tests.append(
+        TestRow(
+            test="kernel_errors",
+            role="primary",
+            statistic=float(errors),
+            df=None,
+            pvalue=None,
+            n=int(counts["count"].sum()),
+            alpha=alpha,
+            passed=errors == 0,
+            detail={"error_rows": errors},
+            reason="" if errors == 0 else REASON_ENGINE_ERRORS,
+            pvalue_method="none (deterministic)",
+        )
+    )
     rows, verdict = family_verdict(tests, FamilyRule.from_protocol(protocol, ("primary",)))
     return Evaluation(rows, verdict)
 

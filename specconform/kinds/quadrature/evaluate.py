@@ -9,6 +9,7 @@ holds for the bonus law (coin and bonus draw), and the K = 0 law is within 1/G. 
 allowance of 1e-6 covers float32 laws and the kernel's rounding. Tokens of zero target
 mass are checked exactly on an edge sweep: any such committed token fails the case.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,10 @@ from specconform.stats.speculative import total_variation
 
 FLOAT_ALLOWANCE = 1e-6
 # What a case row's `statistic` is (also written into its detail).
-STATISTIC = ("max over the first-token, bonus and K=0 laws of (max |grid law - exact law| "
-             "/ that law's grid bound): <= 1 is within the bound")
+STATISTIC = (
+    "max over the first-token, bonus and K=0 laws of (max |grid law - exact law| "
+    "/ that law's grid bound): <= 1 is within the bound"
+)
 
 
 def _dense(counts: dict, vocab: int) -> np.ndarray:
@@ -54,24 +57,47 @@ def evaluate_case(case: dict, raw: dict) -> TestRow:
     bound2 = 1.5 / g + FLOAT_ALLOWANCE
     bound1 = 1.0 / g + FLOAT_ALLOWANCE
     zero_mass = _zero_mass_commits(raw, p32, pb32)
-    passed = (err_first <= bound2 and err_bonus <= bound2 and err_k0 <= bound1
-              and zero_mass == 0 and raw["kernel_errors"] == 0 and out_of_range == 0)
+    passed = (
+        err_first <= bound2
+        and err_bonus <= bound2
+        and err_k0 <= bound1
+        and zero_mass == 0
+        and raw["kernel_errors"] == 0
+        and out_of_range == 0
+    )
     detail = {
-        "statistic": STATISTIC, "grid": g, "bound_first": bound2, "bound_bonus": bound2, "bound_k0": bound1,
-        "max_abs_error_first": err_first, "max_abs_error_bonus": err_bonus,
-        "max_abs_error_k0": err_k0, "zero_mass_commits": zero_mass,
-        "kernel_errors": int(raw["kernel_errors"]), "tokens_out_of_range": out_of_range,
+        "statistic": STATISTIC,
+        "grid": g,
+        "bound_first": bound2,
+        "bound_bonus": bound2,
+        "bound_k0": bound1,
+        "max_abs_error_first": err_first,
+        "max_abs_error_bonus": err_bonus,
+        "max_abs_error_k0": err_k0,
+        "zero_mass_commits": zero_mass,
+        "kernel_errors": int(raw["kernel_errors"]),
+        "tokens_out_of_range": out_of_range,
         "tv_pq": 1.0 - accept_mass,
-        "expected": _top(p, first), "observed_first": None,
+        "expected": _top(p, first),
+        "observed_first": None,
     }
     detail["observed_first"] = [float(first[t]) for t, _ in detail["expected"]]
     n = len(raw["first_counts"]) * cells + len(raw["bonus_counts"]) * cells + g
     reason = "" if passed else ("engine errors" if raw["kernel_errors"] else "bound exceeded")
-    return TestRow(test=case["name"], role="case", statistic=max(err_first / bound2,
-                   err_bonus / bound2, err_k0 / bound1), df=None, pvalue=None, n=n,
-                   alpha=0.0, passed=bool(passed), detail=detail,
-                   status=PASS if passed else FAIL, reason=reason,
-                   pvalue_method="none (deterministic: exact law within the grid bound)")
+    return TestRow(
+        test=case["name"],
+        role="case",
+        statistic=max(err_first / bound2, err_bonus / bound2, err_k0 / bound1),
+        df=None,
+        pvalue=None,
+        n=n,
+        alpha=0.0,
+        passed=bool(passed),
+        detail=detail,
+        status=PASS if passed else FAIL,
+        reason=reason,
+        pvalue_method="none (deterministic: exact law within the grid bound)",
+    )
 
 
 def _top(p: np.ndarray, first: np.ndarray, k: int = 12) -> list[tuple[int, float]]:
@@ -88,8 +114,7 @@ def _zero_mass_commits(raw: dict, p32: np.ndarray, pb32: np.ndarray) -> int:
             if not 0 <= token < law.size or law[token] <= 0:
                 bad += 1
     for counts in raw["first_counts"].values():
-        bad += sum(c for t, c in counts.items() if not 0 <= int(t) < p32.size
-                   or p32[int(t)] <= 0)
+        bad += sum(c for t, c in counts.items() if not 0 <= int(t) < p32.size or p32[int(t)] <= 0)
     return bad
 
 
