@@ -133,7 +133,11 @@ def speculative_accept(
     _check(p, q, drafts, draft_lens, uniforms, mutant)
     kernel = sampling_kernel_for("speculative_accept", p, q)  # Triton on CUDA (_dispatch)
     if kernel is not None and mutant is None:
-        return AcceptResult(*kernel(p, q, drafts, draft_lens, uniforms))
+        tokens, num_accepted, num_committed, error = kernel(p, q, drafts, draft_lens, uniforms)
+        # The Triton kernel flags an invalid stop-point law without saying why: the
+        # reason is UNCLASSIFIED there (the torch path names it), never missing.
+        invalid = torch.where(error, UNCLASSIFIED, VALID).to(torch.int8)
+        return AcceptResult(tokens, num_accepted, num_committed, error, invalid)
     B, K = drafts.shape
     V = p.shape[2]
     device = p.device

@@ -295,8 +295,8 @@ def test_speculative_accept_cuda_equals_cpu(mutant):
     args = accept_case()
     cpu = speculative_accept(*args, mutant=mutant)
     gpu = speculative_accept(*to_cuda(*args), mutant=mutant)
-    for a, b in zip(cpu, gpu, strict=True):
-        assert torch.equal(a, b.cpu())
+    for name, a, b in zip(cpu._fields, cpu, gpu, strict=True):
+        assert torch.equal(_reason_blind(name, a), _reason_blind(name, b.cpu())), name
     assert cpu.error[1] and not cpu.error[0]
 
 
@@ -370,6 +370,13 @@ def sampling_backend(backend):
         set_sampling_backend("auto")
 
 
+def _reason_blind(name: str, value: torch.Tensor) -> torch.Tensor:
+    """`invalid` compared as "some reason" vs "valid": the Triton kernel flags an invalid
+    stop-point law as UNCLASSIFIED, the torch path names the reason; everything else
+    must be equal bit for bit."""
+    return value != 0 if name == "invalid" else value
+
+
 def assert_accept_equal(args):
     """Triton (auto on CUDA) == torch on CUDA == torch on CPU, field by field."""
     cpu = speculative_accept(*args)
@@ -379,7 +386,8 @@ def assert_accept_equal(args):
         want = speculative_accept(*cuda_args)
     for name, a, b, c in zip(cpu._fields, cpu, want, got, strict=True):
         assert torch.equal(b.cpu(), a), f"{name}: torch CUDA differs from CPU"
-        bad = (c.cpu() != a).reshape(a.shape[0], -1).any(1).nonzero().flatten().tolist()
+        a, c = _reason_blind(name, a), _reason_blind(name, c.cpu())
+        bad = (c != a).reshape(a.shape[0], -1).any(1).nonzero().flatten().tolist()
         assert not bad, f"{name}: Triton differs from torch in rows {bad[:20]}"
     return cpu
 
@@ -481,5 +489,5 @@ def test_accept_kernel_under_cuda_graph_capture():
         static = speculative_accept(*args)
     graph.replay()
     torch.cuda.synchronize()
-    for a, b in zip(want, static, strict=True):
-        assert torch.equal(a, b)
+    for name, a, b in zip(want._fields, want, static, strict=True):
+        assert torch.equal(a, b), name
