@@ -244,52 +244,30 @@ def _execute(
 
 @cli.command()
 @run_options
-def run(
-    protocol,
-    seeds,
-    offset,
-    batch_size,
-    mutant,
-    device,
-    out_dir,
-    key,
-    no_sign,
-    ledger,
-    resume,
-    nproc,
-    verbose,
-    base_ref,
-):
+def run(nproc, **options):
     """Run a pre-registered PROTOCOL and write a signed evidence archive.
 
     Prints a table of every check, then `result: PASS|FAIL` and `archive: PATH`.
     Exit 0 on PASS, 1 on FAIL, 2 on bad input (checked before any work: one line,
     nothing written), 130 on Ctrl-C.
     """
-    from specconform.runner.execute import print_table
-
-    _launch_shards(nproc)
-    outcome = _execute(
-        protocol,
-        seeds,
-        offset,
-        batch_size,
-        mutant,
-        device,
-        out_dir,
-        key,
-        no_sign,
-        ledger,
-        resume,
-        verbose,
-        base_ref,
-    )
-    _exit_follower(outcome)
-    print_table(outcome.evaluation)
+    outcome = _run_and_print(nproc, options)
     verdict = outcome.evaluation.verdict.verdict
     click.echo(f"result: {verdict}")
     click.echo(f"archive: {outcome.archive}")
     _exit(EXIT_PASS if verdict == "PASS" else EXIT_FAIL)
+
+
+def _run_and_print(nproc: int | None, options: dict):
+    """What `run` and `gate` share: shard if asked, execute, let follower ranks go, print
+    the table. Returns the leader's (or the only process's) RunOutcome."""
+    from specconform.runner.execute import print_table
+
+    _launch_shards(nproc)
+    outcome = _execute(**options)
+    _exit_follower(outcome)
+    print_table(outcome.evaluation)
+    return outcome
 
 
 def _launch_shards(nproc: int | None) -> None:
@@ -327,46 +305,12 @@ def _exit(code: int) -> None:
     default=None,
     help="Write JUnit XML of every test here.",
 )
-def gate(
-    protocol,
-    seeds,
-    offset,
-    batch_size,
-    mutant,
-    device,
-    out_dir,
-    key,
-    no_sign,
-    ledger,
-    resume,
-    nproc,
-    verbose,
-    base_ref,
-    junit,
-):
+def gate(nproc, junit, **options):
     """A run meant for CI: like `run`, plus JUnit XML (--junit) and the Markdown summary
     appended to $GITHUB_STEP_SUMMARY when set. Exit 0/1/2/3/130 as documented."""
     from specconform.report import junit_xml, step_summary_markdown
-    from specconform.runner.execute import print_table
 
-    _launch_shards(nproc)
-    outcome = _execute(
-        protocol,
-        seeds,
-        offset,
-        batch_size,
-        mutant,
-        device,
-        out_dir,
-        key,
-        no_sign,
-        ledger,
-        resume,
-        verbose,
-        base_ref,
-    )
-    _exit_follower(outcome)
-    print_table(outcome.evaluation)
+    outcome = _run_and_print(nproc, options)
     verdict = outcome.evaluation.verdict.verdict
     if junit is not None:
         junit.parent.mkdir(parents=True, exist_ok=True)
