@@ -83,6 +83,25 @@ def rope_tables(positions: torch.Tensor, head_dim: int, theta: float):
     return angles.cos(), angles.sin()
 
 
+def attention_context(
+    positions: torch.Tensor,  # [B, T] int64 position of each new token
+    rows: torch.Tensor,  # [B] int64 cache slots
+    max_len: int,
+    prefix: bool,
+    head_dim: int,
+    rope_theta: float,
+) -> AttnContext:
+    """Rotary tables, causal mask and clamped write positions for one forward (shared by
+    the looped model and the Llama-family one)."""
+    keys = torch.arange(max_len, device=positions.device)
+    mask = (keys[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, T, Lmax]
+    cos, sin = rope_tables(positions, head_dim, rope_theta)
+    # Stale or padded tokens may sit past the end; clamping keeps their (ignored)
+    # writes inside their own slot instead of raising or touching another slot.
+    write_pos = positions.clamp(0, max_len - 1)
+    return AttnContext(rows=rows, prefix=prefix, write_pos=write_pos, mask=mask, cos=cos, sin=sin)
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """x [B, T, H, hd]; cos/sin [B, T, hd] float32 -> rotated x, same dtype."""
     half = x.shape[-1] // 2

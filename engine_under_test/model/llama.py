@@ -29,7 +29,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from .kv_cache import KVCache
-from .layers import MLP, Attention, AttnContext, Embedding, Linear, RMSNorm, rope_tables
+from .layers import MLP, Attention, AttnContext, Embedding, Linear, RMSNorm, attention_context
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -123,16 +123,8 @@ class LlamaLM(nn.Module):
         max_len: int,
         prefix: bool,
     ) -> AttnContext:
-        keys = torch.arange(max_len, device=positions.device)
-        mask = (keys[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, T, Lmax]
-        cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
-        return AttnContext(
-            rows=rows,
-            prefix=prefix,
-            write_pos=positions.clamp(0, max_len - 1),
-            mask=mask,
-            cos=cos,
-            sin=sin,
+        return attention_context(
+            positions, rows, max_len, prefix, self.cfg.head_dim, self.cfg.rope_theta
         )
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:  # [B, T] int64 -> [B, T, D]

@@ -19,7 +19,7 @@ from torch import nn
 
 from ..config import ModelConfig
 from .kv_cache import KVCache
-from .layers import AttnContext, DecoderLayer, Embedding, Linear, RMSNorm, rope_tables
+from .layers import AttnContext, DecoderLayer, Embedding, Linear, RMSNorm, attention_context
 
 
 class LoopedLM(nn.Module):
@@ -76,15 +76,8 @@ class LoopedLM(nn.Module):
         max_len: int,
         prefix: bool,
     ) -> AttnContext:
-        """Rotary tables, causal mask and clamped write positions for one forward."""
-        keys = torch.arange(max_len, device=positions.device)
-        mask = (keys[None, None, :] <= positions[:, :, None])[:, None]  # [B, 1, T, Lmax]
-        cos, sin = rope_tables(positions, self.cfg.head_dim, self.cfg.rope_theta)
-        # Stale or padded tokens may sit past the end; clamping keeps their (ignored)
-        # writes inside their own slot instead of raising or touching another slot.
-        write_pos = positions.clamp(0, max_len - 1)
-        return AttnContext(
-            rows=rows, prefix=prefix, write_pos=write_pos, mask=mask, cos=cos, sin=sin
+        return attention_context(
+            positions, rows, max_len, prefix, self.cfg.head_dim, self.cfg.rope_theta
         )
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:  # [B, T] int64 -> [B, T, D]
