@@ -22,6 +22,7 @@ from pathlib import Path
 from specconform.errors import EvidenceError, SpecconformError, UsageError
 from specconform.evidence.verify import VerifyReport
 from specconform.extras import MissingExtraError, missing_extra
+from specconform.progress import silent
 from specconform.report.model import ArchiveView
 from specconform.results import Evaluation, TestRow, Verdict
 
@@ -141,7 +142,7 @@ def run(
             mutant=mutant,
             key=signing_key,
             sign=sign,
-            progress=_progress() if progress else _silent,
+            progress=_progress() if progress else silent,
             run_context={"ledger": None, "resume": None, "out_dir": out_dir},
         )
     if outcome.archive is None or outcome.evaluation is None or outcome.run_dir is None:
@@ -239,24 +240,6 @@ def _progress():
     from specconform.progress import progress
 
     return progress
-
-
-class _Silent:
-    def advance(self, n: int = 1) -> None:
-        pass
-
-
-class _SilentContext:
-    def __enter__(self) -> _Silent:
-        return _Silent()
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-
-def _silent(description: str, total: int, log=None) -> _SilentContext:
-    """A progress callback that shows nothing (the library default)."""
-    return _SilentContext()
 
 
 def plan_protocol(

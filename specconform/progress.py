@@ -92,3 +92,21 @@ def progress(description: str, total: int, log=None):
         transient=False,
     ) as bar:
         yield _RichProgress(bar, bar.add_task(description, total=total))
+
+
+class _SilentProgress:
+    """Shows nothing: the library default where no terminal is ours to draw on."""
+
+    def __enter__(self) -> _SilentProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def advance(self, n: int = 1) -> None:
+        return None
+
+
+def silent(description: str, total: int, log=None) -> _SilentProgress:
+    """A `progress` stand-in with the same signature that shows nothing."""
+    return _SilentProgress()

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from specconform.api_stats import detectable_tv
+from specconform.progress import silent
 from specconform.testing.records import COLLECTOR, CheckRecord, fail_message
 
 # Small but sharp defaults: each takes well under a second with the bundled kernel on
@@ -113,21 +114,6 @@ def _numpy(x) -> np.ndarray:
     if hasattr(x, "detach"):  # a torch tensor, on any device
         x = x.detach().cpu().numpy()
     return np.asarray(x)
-
-
-class _Silent:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-    def advance(self, n: int = 1) -> None:
-        pass
-
-
-def _silent(description: str, total: int, log=None) -> _Silent:
-    return _Silent()
 
 
 def assert_sampler_exact(
@@ -219,7 +205,7 @@ def _run(model, kernel: _UserKernel, kind: str, seeds: str) -> list[CheckRecord]
     from specconform.results import RawData
     from specconform.runner import montecarlo, quadrature
 
-    raw = (quadrature if kind == "quadrature" else montecarlo).collect(model, kernel, _silent)
+    raw = (quadrature if kind == "quadrature" else montecarlo).collect(model, kernel, silent)
     evaluation = reevaluate(model.model_dump(mode="json"), RawData(raw))
     out = []
     for row in evaluation.tests:
