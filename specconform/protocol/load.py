@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from specconform.errors import ProtocolError, UsageError
-from specconform.protocol.schema import Protocol
+from specconform.protocol.union import KIND_NAMES, Protocol
 
 # A discriminated union of the kinds' models (mypy cannot type a TypeAdapter of an
 # Annotated union; pydantic validates it at run time).
@@ -85,7 +85,7 @@ def _first_problem(exc: ValidationError) -> str:
     err = exc.errors()[0]
     # Drop the discriminator tag pydantic inserts (e.g. 'quadrature') from the location.
     loc = [str(p) for p in err["loc"]]
-    if loc and loc[0] in ("quadrature", "montecarlo", "distribution"):
+    if loc and loc[0] in KIND_NAMES:
         loc = loc[1:]
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
@@ -93,7 +93,7 @@ def _first_problem(exc: ValidationError) -> str:
     elif err["type"] == "missing":
         msg = "required field is missing"
     elif err["type"] == "union_tag_invalid":
-        msg = f"unknown kind {err.get('input')!r}; expected quadrature, montecarlo or distribution"
+        msg = f"unknown kind {err.get('input')!r}; expected one of {', '.join(KIND_NAMES)}"
     elif err["type"] == "union_tag_not_found":
         msg = "missing field 'kind'"
     field = ".".join(loc) if loc else "(top level)"

@@ -355,12 +355,6 @@ class EqualityProtocol(Strict):
         return self
 
 
-Protocol = Annotated[
-    QuadratureProtocol | MonteCarloProtocol | DistributionProtocol | EqualityProtocol,
-    Field(discriminator="kind"),
-]
-
-
 def _with_verdict(model):
     """Fill the default family rule (Holm at the protocol's alpha) so that the stored
     protocol always states its rule (and archives of this schema are told apart)."""

@@ -1,0 +1,102 @@
+"""What a sequence protocol needs from an engine, beyond the distribution interface.
+
+A sequence protocol sends a group's requests (each with its own prompt, seed, sampling
+parameters and length) to the engine in one call, with continuous batching, and then
+replays the serial reference law p_t for every committed token's prefix. The methods
+below are optional on an engine adapter (`specconform.adapters.engine.EngineAdapter`);
+what an adapter lacks makes the tests that need it "not applicable", never PASS:
+
+- ``run_requests(group, requests, max_num_seqs, trace=False, progress=None)``: run the
+  requests to completion, at most ``max_num_seqs`` at once (None: all at once), and
+  return one `SequenceRecord` per request in input order. With ``trace=True`` a
+  white-box engine also returns, per round, the exact laws it used (`RoundTrace`);
+- ``sequence_laws(request, tokens, draft_depth)``: the laws at every prefix of one
+  generation at once (teacher forcing): p_t for prefix ``request.prompt + tokens[:t]``,
+  t = 0..T-1, and q_t at ``draft_depth`` when it is not None. The runner checks a
+  pre-registered sample of them against ``target_law_for`` (the ``teacher_forcing``
+  check) before trusting them;
+- ``target_law_for(prefix, request)`` / ``draft_law_for(prefix, request, draft_depth)``:
+  the serial reference laws for one prefix under one request's parameters;
+- ``target_logits(prefix)``: the raw full-depth logits at the last position of prefix,
+  for the independent oracle of the sampling semantics (specconform.oracle).
+
+Vocabulary as in `specconform.adapters.engine`: p is the target law, q the draft law;
+a round drafts L <= K tokens; positions 0..L-1 hold drafts, position L the bonus.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from specconform.adapters.engine import TokenEvent
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request of a sequence group, as the engine must run it."""
+
+    prompt: tuple[int, ...]
+    seed: int | None  # None for a greedy request
+    temperature: float  # 0: greedy
+    top_k: int  # 0: off
+    top_p: float
+    max_tokens: int
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = True
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class RoundTrace:
+    """The laws one request's round used, as the engine computed them (white-box).
+
+    ``prefix_len`` counts the request's committed tokens (after the prompt) before the
+    round, so position j's prefix is prompt + tokens[:prefix_len] + drafts[:j]."""
+
+    round: int
+    prefix_len: int
+    drafts: tuple[int, ...]  # the L draft tokens of the round
+    p: np.ndarray  # [L + 1, V] float32: target law at positions 0..L
+    q: np.ndarray  # [L, V] float32: draft law at positions 0..L-1
+
+
+@dataclass(frozen=True)
+class SequenceRecord:
+    """One request's result."""
+
+    tokens: tuple[int, ...]  # committed tokens, t1 first
+    finish_reason: str  # "length" | "stop" | "error" | "abort"
+    events: tuple[TokenEvent, ...] | None = None  # one per token, when the engine tells
+    rounds: tuple[tuple[int, int], ...] | None = None  # per round: (drafted L, accepted)
+    traces: tuple[RoundTrace, ...] | None = None  # with trace=True on a white-box engine
+
+
+@runtime_checkable
+class SequenceEngine(Protocol):
+    """The optional sequence methods (see the module docstring)."""
+
+    def run_requests(
+        self,
+        group,
+        requests: Sequence[RequestSpec],
+        max_num_seqs: int | None,
+        trace: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> list[SequenceRecord]: ...
+
+    def sequence_laws(
+        self, request: RequestSpec, tokens: Sequence[int], draft_depth: int | None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """-> (p [T, V] float32, q [T, V] float32 or None)."""
+        ...
+
+    def target_law_for(self, prefix: Sequence[int], request: RequestSpec) -> np.ndarray:
+        """-> [V] float32, the serial reference p under the request's parameters."""
+        ...

@@ -1,0 +1,83 @@
+"""The raw files of a sequence run: the contract between its runner and its evaluator.
+
+The runner (specconform/runner/sequence.py, the only part that touches an engine)
+writes them; the evaluator (torch-free) and ``verify`` read them. Every number the
+verdict needs is here, so a reviewer recomputes the verdict with numpy/scipy/pandas.
+
+``raw/sequence/requests.csv`` -- one row per request, sorted by (group, request):
+    group           str   the group's name
+    request         int   index of the request within its group (0..n-1)
+    prompt_index    int   index into the protocol's prompts
+    seed            int   the request's seed; -1 for a greedy request
+    temperature     float the request's parameters (temperature 0: greedy)
+    top_k           int
+    top_p           float
+    max_tokens      int
+    stop_token_ids  str   space-separated token ids ("" for none)
+    n_tokens        int   committed tokens returned
+    finish_reason   str   "length" | "stop" | "error" | "abort"
+
+``raw/sequence/tokens.csv`` -- one row per committed token, sorted by (group, request,
+step); p_t below is the serial reference law of the request's parameters at the prefix
+prompt + tokens[:step]:
+    group, request  as above
+    step            int   0-based index of the token in the generation (0: t1)
+    token           int   the committed token x_t
+    round           int   the request's round index (0, 1, ...); -1 for a plain target
+                          sample (prefill, nospec); -2 when the engine gives no events
+    position        int   draft position j within the round (0..L); -1 as for round
+    kind            str   accepted | correction | bonus | target | unknown
+    drafted         int   the round's draft length L (the bonus sits at j == L); -1
+    cdf_below       float F_t(x_t - 1) = sum of p_t(v) over token ids v < x_t (float64)
+    p_token         float p_t(x_t) (float64); 0 is an out-of-support token
+    tv              float TV(p_t, q_t) when the token sits at a drafted position
+                          (kind accepted or correction) and q is available; empty else
+
+``raw/sequence/checks.json`` -- the deterministic checks, one entry per check type that
+the protocol's tests use (``oracle``, ``teacher_forcing``, ``trace``, ``isolation``,
+``greedy_equality``), keyed by test name::
+
+    {"<test name>": {"type": str, "applicable": bool, "why": str,
+                     "checked": int, "mismatches": int,
+                     "max_abs_diff": float | null, "tolerance": float | null,
+                     "examples": [ {...}, ... up to 5 first mismatches ]}}
+
+The randomisation V_t of the PIT is not raw data: the evaluator draws it from
+``numpy.random.default_rng(protocol["pit_seed"]).random(len(tokens))`` in the file's
+row order, so the U_t = cdf_below + V_t * p_token are reproducible by ``verify``.
+"""
+
+from __future__ import annotations
+
+REQUESTS = "raw/sequence/requests.csv"
+TOKENS = "raw/sequence/tokens.csv"
+CHECKS = "raw/sequence/checks.json"
+
+REQUEST_COLUMNS: tuple[str, ...] = (
+    "group",
+    "request",
+    "prompt_index",
+    "seed",
+    "temperature",
+    "top_k",
+    "top_p",
+    "max_tokens",
+    "stop_token_ids",
+    "n_tokens",
+    "finish_reason",
+)
+TOKEN_COLUMNS: tuple[str, ...] = (
+    "group",
+    "request",
+    "step",
+    "token",
+    "round",
+    "position",
+    "kind",
+    "drafted",
+    "cdf_below",
+    "p_token",
+    "tv",
+)
+TOKEN_KINDS: tuple[str, ...] = ("accepted", "correction", "bonus", "target", "unknown")
+NO_EVENTS = -2  # round/position of a token whose engine gives no events

@@ -1,0 +1,196 @@
+"""The schema of ``kind: sequence`` protocols: every committed token of long generations.
+
+A sequence protocol pre-registers groups of requests (mode, draft depth, batching, a
+cycle of per-request sampling parameters, staggered lengths), the seed used to draw the
+randomisation V_t of the probability integral transform, the strata rules, every test
+and the family-wise rule. ``specconform/kinds/sequence`` evaluates it; the raw files its
+runner writes are described in :mod:`specconform.kinds.sequence.raw`.
+
+Test types:
+
+- stochastic (a p-value, exact or asymptotic, size stated in docs/calibration.md):
+  ``pit_uniformity`` (U_t ~ Uniform(0, 1) per stratum of what is known before the token
+  is drawn), ``pit_independence`` (pairs of U's: ``pairs: lag1 | rounds | requests``),
+  ``acceptance_all`` (rejections at every drafted position against sum TV(p_j, q_j));
+- deterministic (no sample size; a correct engine never breaks them): ``oracle`` (the
+  reference law against the independent numpy oracle of the sampling semantics),
+  ``teacher_forcing`` (batched teacher-forced laws against the incremental serial
+  replay), ``trace`` (the laws the engine used in each round against the serial replay),
+  ``isolation`` (a request's tokens equal its solo run with the same seed),
+  ``greedy_equality`` (a greedy speculative group token for token against a greedy
+  nospec group).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from specconform.protocol.schema import (
+    EngineErrors,
+    EngineSpec,
+    FamilyVerdict,
+    NonNegInt,
+    Probability,
+    SeedPlan,
+    Strict,
+    _unique,
+    _with_verdict,
+)
+
+Name = Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
+
+
+class SequenceEngine(EngineSpec):
+    """The engine of a sequence protocol: as a distribution protocol's, but generations
+    are long (``max_tokens`` up to 4,096, the default of requests that do not set one)
+    and temperature 0 (greedy) is allowed for the engine-wide default."""
+
+    temperature: Annotated[float, Field(ge=0.0)] = 1.0
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=16)] = 3
+    max_tokens: Annotated[int, Field(ge=1, le=4096)] = 256
+
+
+class SamplingConfig(Strict):
+    """One request's sampling parameters; unset fields take the engine's."""
+
+    temperature: Annotated[float, Field(ge=0.0)] | None = None  # 0: greedy
+    top_k: NonNegInt | None = None  # 0: off
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+
+
+class SequenceGroup(Strict):
+    """One engine configuration and its requests.
+
+    Request i (0-based) of the group uses prompt ``prompts[i % len(prompts)]``,
+    sampling ``sampling[i % len(sampling)]``, length ``max_tokens[i % len(max_tokens)]``
+    and seed ``seeds.offset + seed_offset + i`` (greedy requests take no seed). All
+    requests go to the engine in one call with at most ``max_num_seqs`` running at once:
+    fewer slots than requests is continuous batching (later requests are admitted while
+    earlier ones decode)."""
+
+    name: Name
+    mode: Literal["nospec", "sync", "async"]
+    draft_loops: Annotated[int, Field(ge=1)] | None = None
+    requests: Annotated[int, Field(ge=1)] | None = None  # None: the protocol's seeds.count
+    seed_offset: NonNegInt = 0
+    max_num_seqs: Annotated[int, Field(ge=1)] | None = None  # None: all requests at once
+    prompts: Annotated[list[NonNegInt], Field(min_length=1)] = [0]  # indices into prompts
+    sampling: Annotated[list[SamplingConfig], Field(min_length=1)] = [SamplingConfig()]
+    max_tokens: (
+        Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=1)] | None
+    ) = None  # None: [engine.max_tokens]
+    stop_token_ids: list[NonNegInt] = []
+    ignore_eos: bool = True
+
+    @model_validator(mode="after")
+    def _draft_loops(self):
+        if self.mode == "nospec" and self.draft_loops is not None:
+            raise ValueError("nospec groups take no draft_loops")
+        if self.mode != "nospec" and self.draft_loops is None:
+            raise ValueError(f"{self.mode} groups need draft_loops")
+        return self
+
+
+StochasticType = Literal["pit_uniformity", "pit_independence", "acceptance_all"]
+DeterministicType = Literal["oracle", "teacher_forcing", "trace", "isolation", "greedy_equality"]
+STOCHASTIC_TYPES: tuple[str, ...] = ("pit_uniformity", "pit_independence", "acceptance_all")
+DETERMINISTIC_TYPES: tuple[str, ...] = (
+    "oracle",
+    "teacher_forcing",
+    "trace",
+    "isolation",
+    "greedy_equality",
+)
+
+
+class SequenceTest(Strict):
+    __test__ = False
+    name: Name
+    type: StochasticType | DeterministicType
+    role: Literal["primary", "secondary", "exploratory", "mechanism", "conformance"]
+    groups: list[Name] = []  # none: every group the type applies to
+    # pit_independence: which pairs of U's (lag1: consecutive tokens of one request;
+    # rounds: the same draft position in consecutive rounds of one request; requests:
+    # the same step of requests i and i+1 of one group).
+    pairs: Literal["lag1", "rounds", "requests"] | None = None
+    # greedy_equality: the greedy nospec group the speculative groups are compared with.
+    against: Name | None = None
+    # Deterministic checks: max |Δp| allowed (oracle, teacher_forcing, trace).
+    tolerance: Annotated[float, Field(ge=0.0)] | None = None
+    # How many requests (trace, isolation) or prefixes (oracle, teacher_forcing) the
+    # check covers; None: the type's default (docs/sequence.md).
+    sample: Annotated[int, Field(ge=1)] | None = None
+
+
+class SequenceStrata(Strict):
+    """Strata of pit_uniformity: by the token's slot (plain target sample, draft position
+    j, bonus) and by round band (round index in [b_i, b_{i+1})); strata with fewer than
+    ``min_samples`` tokens are pooled into their slot's last band."""
+
+    round_bands: Annotated[list[NonNegInt], Field(min_length=1)] = [0, 1, 4, 16]
+    min_samples: Annotated[int, Field(ge=1)] = 50
+    bins: Annotated[int, Field(ge=2, le=100)] = 10  # equiprobable bins of U per stratum
+
+
+class SequenceProtocol(Strict):
+    kind: Literal["sequence"]
+    name: Annotated[str, Field(pattern=r"^[a-z0-9_\-]+$")]
+    description: str = ""
+    alpha: Probability  # per-test level of rows that do not decide
+    engine: SequenceEngine
+    # Prompts referenced by index from the groups: token lists, or "default" (the
+    # engine's default prompt).
+    prompts: Annotated[list[list[NonNegInt] | Literal["default"]], Field(min_length=1)] = [
+        "default"
+    ]
+    seeds: SeedPlan
+    pit_seed: NonNegInt = 0  # seeds specconform's own generator of the V_t
+    groups: Annotated[list[SequenceGroup], Field(min_length=1)]
+    strata: SequenceStrata = SequenceStrata()
+    tests: Annotated[list[SequenceTest], Field(min_length=1)]
+    decision_roles: Annotated[
+        list[Literal["primary", "secondary", "mechanism", "conformance"]], Field(min_length=1)
+    ] = ["primary", "mechanism", "conformance"]
+    verdict: FamilyVerdict | None = None
+    engine_errors: EngineErrors = EngineErrors()
+
+    @model_validator(mode="after")
+    def _references(self):
+        _with_verdict(self)
+        _unique(self.groups, "group")
+        _unique(self.tests, "test")
+        by_name = {g.name: g for g in self.groups}
+        for group in self.groups:
+            for index in group.prompts:
+                if index >= len(self.prompts):
+                    raise ValueError(
+                        f"group {group.name!r}: prompt index {index} but the protocol "
+                        f"has {len(self.prompts)} prompt(s)"
+                    )
+        for test in self.tests:
+            for g in [*test.groups, *([test.against] if test.against else [])]:
+                if g not in by_name:
+                    raise ValueError(f"test {test.name!r} names unknown group {g!r}")
+            if test.type == "pit_independence" and test.pairs is None:
+                raise ValueError(f"test {test.name!r}: pit_independence needs pairs")
+            if test.type != "pit_independence" and test.pairs is not None:
+                raise ValueError(f"test {test.name!r}: pairs applies to pit_independence only")
+            if test.type == "greedy_equality":
+                if test.against is None:
+                    raise ValueError(f"test {test.name!r}: greedy_equality needs against")
+                if by_name[test.against].mode != "nospec":
+                    raise ValueError(f"test {test.name!r}: against must name a nospec group")
+            elif test.against is not None:
+                raise ValueError(f"test {test.name!r}: against applies to greedy_equality only")
+            if test.type in ("acceptance_all", "trace"):
+                for g in test.groups:
+                    if by_name[g].mode == "nospec":
+                        raise ValueError(
+                            f"test {test.name!r}: {test.type} needs speculative groups"
+                        )
+        return self
+
+    def group_requests(self, group: SequenceGroup) -> int:
+        return group.requests if group.requests is not None else self.seeds.count
