@@ -18,6 +18,7 @@ after the KV cache or a slot-state tensor was reallocated.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 
 import torch
@@ -59,8 +60,23 @@ class GraphedRound:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            outputs = self.fn(*key)
+        # No cyclic garbage collection while capturing. An engine dropped earlier (its
+        # graphs hold the runner through the round function: a reference cycle) may be
+        # collected by an automatic gc pass triggered by the capture's own Python
+        # allocations; its CUDAGraph's destructor then calls cudaGraphExecDestroy,
+        # which is not permitted while a stream captures, and invalidates this capture
+        # (cudaErrorStreamCaptureInvalidated, "operation not permitted when stream is
+        # capturing (function reset)"). torch.cuda.graph no longer runs gc.collect()
+        # on entry by default, so collect here, before capture, and hold gc off.
+        gc.collect()
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool):
+                outputs = self.fn(*key)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         self.captures += 1
         self.graphs[key] = (graph, outputs)
         return self.graphs[key]
