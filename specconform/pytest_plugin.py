@@ -9,7 +9,10 @@ plugin autoloading is off. It adds:
 - ``--specconform-archive DIR``: writes ``DIR/specconform-checks.json`` with every check
   of the session (test id, statistic, df, p, n, seeds, detectable TV) and copies the
   evidence archives of ``assert_protocol_passes`` into DIR;
-- a terminal summary line: ``specconform: N checks in M tests, K failed``.
+- a terminal summary line: ``specconform: N checks in M tests: P PASS, F FAIL`` and,
+  for the FAILs, how many were inside failing tests and how many inside passing ones
+  (negative controls: a test that asserts a wrong sampler is rejected passes *because*
+  its check FAILed, so a suite full of negative controls does not read as broken).
 
 The assertions themselves live in :mod:`specconform.testing`; this module imports
 nothing heavy, so loading the plugin costs nothing for suites that do not use it.
@@ -27,6 +30,7 @@ import pytest
 from specconform.testing.records import COLLECTOR, CheckRecord
 
 _STASH_RECORDS = pytest.StashKey[list]()
+_STASH_FAILED_TESTS = pytest.StashKey[set]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,6 +46,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_STASH_RECORDS] = []
+    config.stash[_STASH_FAILED_TESTS] = set()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    """Remember the tests that failed (any phase), to tell a negative control's FAIL
+    (inside a passing test) from a real one in the summary line."""
+    report = yield
+    if report.failed:
+        item.config.stash[_STASH_FAILED_TESTS].add(item.nodeid)
+    return report
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -95,8 +110,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     if not records and target is None:
         return
     tests = {r.nodeid for r in records}
-    failed = sum(not r.passed for r in records)
-    line = f"specconform: {len(records)} checks in {len(tests)} tests, {failed} checks failed"
+    failed_tests = config.stash.get(_STASH_FAILED_TESTS, set())
+    fails = [r for r in records if not r.passed]
+    in_failing = sum(r.nodeid in failed_tests for r in fails)
+    line = (
+        f"specconform: {len(records)} checks in {len(tests)} tests: "
+        f"{len(records) - len(fails)} PASS, {len(fails)} FAIL"
+    )
+    if fails:
+        line += f" ({in_failing} in failing tests, {len(fails) - in_failing} in passing tests"
+        line += ": negative controls)" if len(fails) > in_failing else ")"
     if target is not None:
         line += f"; evidence in {_write_archive(Path(target), records)}"
     terminalreporter.write_line(line)

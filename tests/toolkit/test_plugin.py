@@ -121,7 +121,7 @@ def test_plugin_in_a_fresh_project(pytester, monkeypatch):
         [
             "*assert_law: law rejected at alpha=0.01*",
             "*law: FAIL statistic=* df=2 p=* n=4000 alpha=0.01 seeds=PCG64(3) detectable_tv=*",
-            "specconform: 2 checks in 2 tests, 1 checks failed; evidence in *evidence",
+            "specconform: 2 checks in 2 tests: 1 PASS, 1 FAIL (1 in failing tests, 0 in passing tests); evidence in *evidence",
         ]
     )
     checks = json.loads((evidence / "specconform-checks.json").read_text())["checks"]
@@ -129,6 +129,34 @@ def test_plugin_in_a_fresh_project(pytester, monkeypatch):
         ("test_fresh.py::test_right_law", True),
         ("test_fresh.py::test_wrong_law", False),
     ]
+
+
+NEGATIVE_CONTROL_TEST = """
+import numpy as np
+import pytest
+from specconform.testing import assert_law
+
+def test_wrong_law_is_rejected():
+    rng = np.random.Generator(np.random.PCG64(3))
+    with pytest.raises(AssertionError):
+        assert_law(rng.choice(3, size=4000, p=[0.4, 0.4, 0.2]), [0.5, 0.3, 0.2], seeds="3")
+"""
+
+
+def test_summary_tells_negative_controls_from_failures(pytester, monkeypatch):
+    # A FAIL inside a passing test is a negative control doing its job (TV 0.1 at
+    # n = 4,000 is rejected at alpha 0.01 with power ~1 from the noncentral chi2, and the
+    # seed is fixed): the line must not read like a broken suite.
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    pytester.makepyfile(test_control=NEGATIVE_CONTROL_TEST)
+    result = pytester.runpytest_subprocess("-p", "specconform")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "specconform: 1 checks in 1 tests: 0 PASS, 1 FAIL "
+            "(0 in failing tests, 1 in passing tests: negative controls)"
+        ]
+    )
 
 
 def test_plugin_is_silent_for_suites_that_do_not_use_it(pytester, monkeypatch):
