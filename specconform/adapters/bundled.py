@@ -300,38 +300,19 @@ class BundledEngine:
             )
         return records
 
-    def _logits(self, tokens: list[int], depth: int | None):
-        """Raw logits [T, V] float32 at every position of one serial forward (the model's
-        reference path: a fresh single-slot cache, no batch)."""
-        model = self._reference_llm().model
-        # The same depth argument as LLM.target_probabilities / draft_probabilities.
-        return model.reference_logits(
-            list(tokens), loops=model.num_loops if depth is None else depth
-        )
-
     def sequence_laws(self, request: RequestSpec, tokens, draft_depth: int | None):
-        """Teacher forcing: one forward of prompt + tokens[:-1] gives the logits of every
-        prefix prompt + tokens[:t] (row len(prompt) - 1 + t), then `Sampler.probabilities`
-        row by row with the request's parameters (the serial reference, not the batched
-        path). tests/engine/test_teacher_forcing.py proves it equals the incremental
-        replay (same support, max |dp| in docs/sequence-runner.md)."""
-        from engine_under_test.sampling import Sampler
-
-        V = self.vocab_size
-        T = len(tokens)
-        if T == 0:
-            empty = np.zeros((0, V), dtype=np.float32)
-            return empty, (empty if draft_depth is not None else None)
-        seq = list(request.prompt) + [int(t) for t in tokens[:-1]]
-        rows = slice(len(request.prompt) - 1, len(request.prompt) - 1 + T)
+        """Teacher forcing (`LLM.teacher_forced_probabilities`): one serial forward of
+        prompt + tokens[:-1] gives p_t for every prefix prompt + tokens[:t], and one at
+        the draft depth q_t; tests/engine/test_teacher_forcing.py proves them equal to
+        the incremental replay (same support; max |dp| in docs/sequence-runner.md)."""
+        llm = self._reference_llm()
         params = self.request_params(request)
-        with self._torch.no_grad():
-            p = Sampler.probabilities(self._logits(seq, None)[rows], params)
-            q = None
-            if draft_depth is not None:
-                q = Sampler.probabilities(self._logits(seq, draft_depth)[rows], params)
-        p_np = p.float().cpu().numpy()
-        return p_np, (None if q is None else q.float().cpu().numpy())
+        p = llm.teacher_forced_probabilities(request.prompt, list(tokens), params)
+        q = None
+        if draft_depth is not None:
+            q = llm.teacher_forced_probabilities(request.prompt, list(tokens), params, draft_depth)
+            q = q.float().cpu().numpy()
+        return p.float().cpu().numpy(), q
 
     def target_law_for(self, prefix, request: RequestSpec) -> np.ndarray:
         p = self._reference_llm().target_probabilities(list(prefix), self.request_params(request))
@@ -344,6 +325,9 @@ class BundledEngine:
         return q.detach().float().cpu().numpy()
 
     def target_logits(self, prefix) -> np.ndarray:
-        """Raw full-depth logits [V] float32 at the last position of prefix."""
+        """Raw full-depth logits [V] float32 at the last position of prefix (the logits
+        `target_law_for` applies the sampling semantics to)."""
+        model = self._reference_llm().model
         with self._torch.no_grad():
-            return self._logits(list(prefix), None)[-1].float().cpu().numpy()
+            logits = model.reference_logits(list(prefix), loops=model.num_loops)
+        return logits[-1].float().cpu().numpy()
