@@ -1,0 +1,335 @@
+"""The sequence runner (specconform/runner/sequence.py) and its deterministic checks.
+
+End to end on CPU with a reduced copy of protocols/ci_sequence.yaml (a few requests of
+a few tokens: seconds): the raw files' columns and order follow
+specconform/kinds/sequence/raw.py and two runs give identical bytes. The comparison
+logic of the trace, isolation and greedy checks is driven with synthetic inputs here:
+each check is deterministic (no α), and each has a negative control that FAILs it
+(a bf16-rounded q, as the planted bf16_q does; a divergent solo run; an unpaired
+greedy request).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from specconform.adapters.sequence import RequestSpec, RoundTrace, SequenceRecord
+from specconform.errors import UsageError
+from specconform.kinds.sequence.raw import CHECKS, REQUEST_COLUMNS, REQUESTS, TOKEN_COLUMNS, TOKENS
+from specconform.progress import silent
+from specconform.protocol.load import load_protocol
+from specconform.runner import sequence as runner
+from specconform.runner import sequence_checks as sc
+from tests.toolkit.cli_helpers import ROOT, run_cli
+
+SMALL = {
+    "kind": "sequence",
+    "name": "seq_small",
+    "alpha": 0.01,
+    "engine": {
+        "preset": "tiny",
+        "model_seed": 0,
+        "dtype": "float32",
+        "device": "cpu",
+        "num_speculative_tokens": 3,
+        "temperature": 1.0,
+        "max_tokens": 16,
+    },
+    "prompts": ["default", [7, 3, 101, 45, 9, 250, 12, 5]],
+    "seeds": {"count": 4, "offset": 0},
+    "pit_seed": 7,
+    "groups": [
+        {
+            "name": "async_mixed",
+            "mode": "async",
+            "draft_loops": 2,
+            "requests": 4,
+            "max_num_seqs": 2,
+            "prompts": [0, 1],
+            "max_tokens": [16, 10],
+            "sampling": [
+                {"temperature": 1.4, "top_p": 0.9},
+                {"temperature": 0.6, "top_k": 20},
+                {"temperature": 0.0},
+                {"temperature": 1.0},
+            ],
+            "stop_token_ids": [3, 17],
+            "ignore_eos": False,
+        },
+        {
+            "name": "nospec_greedy",
+            "mode": "nospec",
+            "requests": 2,
+            "prompts": [0, 1],
+            "max_tokens": [12],
+            "sampling": [{"temperature": 0.0}],
+        },
+        {
+            "name": "async_greedy",
+            "mode": "async",
+            "draft_loops": 2,
+            "requests": 2,
+            "prompts": [0, 1],
+            "max_tokens": [12],
+            "sampling": [{"temperature": 0.0}],
+        },
+    ],
+    "verdict": {"combine": "holm", "alpha": 0.01},
+    "tests": [
+        {"name": "pit_async", "type": "pit_uniformity", "role": "primary"},
+        {"name": "oracle", "type": "oracle", "role": "conformance", "sample": 4},
+        {"name": "tf", "type": "teacher_forcing", "role": "conformance", "sample": 6},
+        {"name": "trace_async", "type": "trace", "role": "conformance", "sample": 1},
+        {
+            "name": "iso",
+            "type": "isolation",
+            "role": "conformance",
+            "groups": ["async_mixed"],
+            "sample": 1,
+        },
+        {
+            "name": "greedy",
+            "type": "greedy_equality",
+            "role": "conformance",
+            "groups": ["async_greedy"],
+            "against": "nospec_greedy",
+        },
+    ],
+}
+
+
+def _write(tmp_path: Path, data: dict, name="p.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _collect(path: Path) -> dict[str, bytes]:
+    return runner.collect(
+        load_protocol(path), mutant=None, progress=silent, log=lambda line: None, context={}
+    )
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    path = _write(tmp_path_factory.mktemp("seq"), SMALL)
+    return path, _collect(path)
+
+
+def test_raw_files_follow_the_contract(small_run):
+    _, raw = small_run
+    assert sorted(raw) == sorted([REQUESTS, TOKENS, CHECKS])
+    req = pd.read_csv(io.BytesIO(raw[REQUESTS]), keep_default_na=False)
+    tok = pd.read_csv(io.BytesIO(raw[TOKENS]))
+    assert tuple(req.columns) == REQUEST_COLUMNS and tuple(tok.columns) == TOKEN_COLUMNS
+    # Sorted by (group, request[, step]); one token row per committed token.
+    assert list(req["group"]) == sorted(req["group"])
+    assert tok.equals(tok.sort_values(["group", "request", "step"], kind="stable"))
+    assert req["n_tokens"].sum() == len(tok)
+    mixed = req[req["group"] == "async_mixed"]
+    assert list(mixed["seed"]) == [0, 1, -1, 3]  # greedy request 2 has no seed
+    assert list(mixed["stop_token_ids"]) == ["3 17"] * 4
+    assert (req["n_tokens"] <= req["max_tokens"]).all()
+    # PIT columns: probabilities, cdf_below + p_token <= 1; the committed token has mass.
+    assert ((tok["p_token"] > 0) & (tok["cdf_below"] + tok["p_token"] <= 1 + 1e-6)).all()
+    drafted = tok["kind"].isin(["accepted", "correction"])
+    assert tok.loc[drafted, "tv"].between(0, 1).all() and tok.loc[~drafted, "tv"].isna().all()
+    assert set(tok.loc[tok["group"] == "nospec_greedy", "kind"]) == {"target"}
+    # Greedy rows: the committed token is the argmax, p_token 1.
+    greedy = tok.merge(req[req["temperature"] == 0][["group", "request"]])
+    assert (greedy["p_token"] == 1.0).all()
+
+
+def test_checks_json(small_run):
+    _, raw = small_run
+    checks = json.loads(raw[CHECKS])
+    assert sorted(checks) == ["greedy", "iso", "oracle", "tf", "trace_async"]
+    for name in ("oracle", "tf", "iso", "greedy"):
+        c = checks[name]
+        assert c["applicable"] and c["checked"] > 0 and c["mismatches"] == 0, (name, c)
+    # 4 prefixes x the 4 distinct sampling configurations of the protocol.
+    assert checks["oracle"]["checked"] == 16
+    assert checks["oracle"]["max_abs_diff"] <= checks["oracle"]["tolerance"]
+    trace = checks["trace_async"]
+    if not trace["applicable"]:  # until the engine exports traces
+        assert "trace" in trace["why"] and trace["checked"] == 0
+
+
+def test_two_runs_give_identical_bytes(small_run):
+    path, raw = small_run
+    assert _collect(path) == raw
+
+
+def test_teacher_forcing_mismatch_falls_back_to_the_serial_replay(tmp_path, small_run):
+    """A wrong sequence_laws (q as p): the check records mismatches and every row comes
+    from the incremental replay, so tokens.csv equals the correct run's."""
+    _, raw = small_run
+    data = json.loads(json.dumps(SMALL))
+    data["engine"]["adapter"] = "tests.toolkit.test_sequence_run:wrong_teacher_factory"
+    got = _collect(_write(tmp_path, data))
+    assert got[TOKENS] == raw[TOKENS]
+    tf = json.loads(got[CHECKS])["tf"]
+    assert tf["applicable"] and tf["mismatches"] > 0 and tf["examples"]
+
+
+def wrong_teacher_factory(spec, *, mutant=None, log=print):
+    from specconform.adapters.bundled import BundledEngine
+
+    engine = BundledEngine(spec, mutant=None, log=log)
+    right = engine.sequence_laws
+
+    def swapped(request, tokens, depth):
+        p, q = right(request, tokens, depth if depth is not None else 1)
+        return q, q if depth is not None else None
+
+    engine.sequence_laws = swapped  # type: ignore[method-assign]
+    return engine
+
+
+# --- synthetic traces -----------------------------------------------------------------
+
+V = 64
+
+
+def _law(prefix, scale=3.0) -> np.ndarray:
+    rng = np.random.default_rng(abs(hash(tuple(prefix))) % 2**32)
+    x = rng.standard_normal(V) * scale
+    e = np.exp(x - x.max())
+    return (e / e.sum()).astype(np.float32)
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """Round float32 to bfloat16 (nearest even), back in float32."""
+    bits = x.astype(np.float32).view(np.uint32)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return rounded.astype(np.uint32).view(np.float32)
+
+
+def _traced(q_transform=lambda q: q):
+    req = RequestSpec((5, 6), 1, 1.0, 0, 1.0, 8)
+    tokens = (1, 2, 3, 4, 5, 6)
+    traces = []
+    # Round 0 after t1 drafts (9, 2, 7): 2 rejected -> correction 2; round 1 drafts
+    # (3, 4, 5), all accepted.
+    for r, (plen, drafts) in enumerate([(1, (9, 2, 7)), (2, (3, 4, 5))]):
+        base = list(req.prompt) + list(tokens[:plen])
+        p = np.stack([_law(base + list(drafts[:j])) for j in range(4)])
+        q = np.stack([q_transform(_law(base + list(drafts[:j]), 1.0)) for j in range(3)])
+        traces.append(RoundTrace(r, plen, drafts, p, q))
+    rec = SequenceRecord(tokens, "length", None, None, tuple(traces))
+    tally = sc.CheckTally("trace", 1e-5)
+    return sc.trace_check(
+        tally,
+        [req],
+        [rec],
+        [{"group": "g", "request": 0}],
+        2,
+        lambda prefix, r: _law(prefix),
+        lambda prefix, r, d: _law(prefix, 1.0),
+    )
+
+
+def test_trace_check_passes_exact_laws():
+    tally = _traced()
+    assert tally.checked == 2 * (4 + 3) and tally.mismatches == 0 and tally.max_abs_diff == 0
+
+
+def test_trace_check_fails_bf16_q():
+    tally = _traced(_bf16)
+    rec = tally.record()
+    # bf16 keeps 8 mantissa bits: |Δq| up to ~2**-9 of q, far above 1e-5 on these laws.
+    assert rec["mismatches"] == 6 and rec["max_abs_diff"] > 1e-4
+    assert {e["law"] for e in rec["examples"]} == {"q"}
+
+
+def test_isolation_and_greedy_comparisons():
+    tally = sc.CheckTally("isolation", None)
+    sc.add_token_comparison(tally, (1, 2, 3), (1, 2, 3), {"request": 0})
+    sc.add_token_comparison(tally, (1, 2, 3), (1, 5, 3), {"request": 1})
+    sc.add_token_comparison(tally, (1, 2), (1, 2, 3), {"request": 2})
+    rec = tally.record()
+    assert (rec["checked"], rec["mismatches"]) == (3, 2)
+    assert [e["first_divergent_step"] for e in rec["examples"]] == [1, 2]
+    greedy = RequestSpec((1,), None, 0.0, 0, 1.0, 8)
+    rand = RequestSpec((1,), 3, 1.0, 0, 1.0, 8)
+    other = RequestSpec((2,), None, 0.0, 0, 1.0, 8)
+    assert sc.greedy_pairs([greedy, rand, greedy], [greedy, greedy]) == [(0, 0), (2, 1)]
+    assert sc.greedy_pairs([other], [greedy]) == [(0, None)]
+
+
+def test_unpaired_greedy_request_is_refused_before_running(tmp_path):
+    data = json.loads(json.dumps(SMALL))
+    data["groups"][2]["max_tokens"] = [13]  # no nospec request of 13 tokens
+    loaded = load_protocol(_write(tmp_path, data))
+    specs = {
+        g.name: runner.build_requests(loaded.model, g, [(1, 2), (3, 4)])
+        for g in loaded.model.groups
+    }
+    with pytest.raises(UsageError, match="no greedy request with the same prompt"):
+        runner.greedy_plan(loaded.model, specs)
+
+
+def test_sample_is_pre_registered():
+    class T:
+        name, type, sample = "oracle", "oracle", 5
+
+    a = sc.sample_of(T, 100, 7)
+    assert a == sc.sample_of(T, 100, 7) and len(set(a)) == 5 and a != sc.sample_of(T, 100, 8)
+    assert sc.spread(10, 3) == [0, 4, 9] or sc.spread(10, 3) == [0, 5, 9]
+
+
+# --- protocols and bad input ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["ci_sequence.yaml", "sequence.yaml"])
+def test_shipped_protocols_validate(name):
+    loaded = load_protocol(ROOT / "protocols" / name)
+    assert loaded.kind == "sequence"
+    specs = {
+        g.name: runner.build_requests(loaded.model, g, [(1, 2)] * len(loaded.model.prompts))
+        for g in loaded.model.groups
+    }
+    runner.greedy_plan(loaded.model, specs)  # every greedy request has its partner
+
+
+def no_sequence_factory(spec, *, mutant=None, log=print):
+    class Plain:
+        prompt = [1, 2]
+        vocab_size = 16
+
+        def describe(self):
+            return {"name": "plain", "version": "1"}
+
+        def run_group(self, group, seeds, progress=None):
+            return []
+
+        def target_law(self, prefix):
+            return np.full(16, 1 / 16)
+
+    return Plain()
+
+
+@pytest.mark.parametrize(
+    ("adapter", "mutant", "message"),
+    [
+        ("tests.toolkit.test_sequence_run:no_sequence_factory", None, "has no run_requests()"),
+        ("tests.toolkit.test_sequence_run:no_sequence_factory", "bf16_q", "planted bugs belong"),
+        ("bundled", "no_such_bug", "unknown mutant"),
+    ],
+)
+def test_bad_input_exits_2_in_one_line(tmp_path, adapter, mutant, message):
+    data = json.loads(json.dumps(SMALL))
+    data["engine"]["adapter"] = adapter
+    args = ["run", _write(tmp_path, data), "--out", tmp_path / "out", "--no-sign"]
+    done = run_cli(*args, *(["--mutant", mutant] if mutant else []), timeout=120)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], done.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
