@@ -197,26 +197,22 @@ def add_token_comparison(tally: CheckTally, a: Sequence[int], b: Sequence[int], 
 def greedy_pairs(
     tested: Sequence[RequestSpec], against: Sequence[RequestSpec]
 ) -> list[tuple[int, int | None]]:
-    """(i, j) for each greedy request i of the tested group: j is the request of the
-    `against` group with the same prompt, max_tokens, stop tokens and EOS rule (the
-    first unused one, so repeated prompts pair in order); None when there is none."""
-    used: set[int] = set()
+    """(i, j) for each greedy request i of the tested group: j is the first greedy
+    request of the `against` group with the same prompt, max_tokens, stop tokens and
+    EOS rule (a greedy generation is a function of those alone, so one partner may
+    serve several requests); None when there is none."""
     pairs: list[tuple[int, int | None]] = []
     for i, r in enumerate(tested):
         if not r.greedy:
             continue
+        key = (r.prompt, r.max_tokens, r.stop_token_ids, r.ignore_eos)
         match = next(
             (
                 j
                 for j, s in enumerate(against)
-                if j not in used
-                and s.greedy
-                and (s.prompt, s.max_tokens, s.stop_token_ids, s.ignore_eos)
-                == (r.prompt, r.max_tokens, r.stop_token_ids, r.ignore_eos)
+                if s.greedy and (s.prompt, s.max_tokens, s.stop_token_ids, s.ignore_eos) == key
             ),
             None,
         )
-        if match is not None:
-            used.add(match)
         pairs.append((i, match))
     return pairs

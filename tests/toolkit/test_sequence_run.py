@@ -169,12 +169,16 @@ def test_two_runs_give_identical_bytes(small_run):
 
 def test_teacher_forcing_mismatch_falls_back_to_the_serial_replay(tmp_path, small_run):
     """A wrong sequence_laws (q as p): the check records mismatches and every row comes
-    from the incremental replay, so tokens.csv equals the correct run's."""
+    from the incremental replay, so tokens.csv equals the correct run's up to float32
+    rounding (the teacher-forced and incremental forwards differ by a few ulps; the
+    wrong laws would differ by ~0.1)."""
     _, raw = small_run
     data = json.loads(json.dumps(SMALL))
     data["engine"]["adapter"] = "tests.toolkit.test_sequence_run:wrong_teacher_factory"
     got = _collect(_write(tmp_path, data))
-    assert got[TOKENS] == raw[TOKENS]
+    a = pd.read_csv(io.BytesIO(got[TOKENS]))
+    b = pd.read_csv(io.BytesIO(raw[TOKENS]))
+    pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=0, atol=1e-5)
     tf = json.loads(got[CHECKS])["tf"]
     assert tf["applicable"] and tf["mismatches"] > 0 and tf["examples"]
 
@@ -260,7 +264,7 @@ def test_isolation_and_greedy_comparisons():
     greedy = RequestSpec((1,), None, 0.0, 0, 1.0, 8)
     rand = RequestSpec((1,), 3, 1.0, 0, 1.0, 8)
     other = RequestSpec((2,), None, 0.0, 0, 1.0, 8)
-    assert sc.greedy_pairs([greedy, rand, greedy], [greedy, greedy]) == [(0, 0), (2, 1)]
+    assert sc.greedy_pairs([greedy, rand, greedy], [greedy, greedy]) == [(0, 0), (2, 0)]
     assert sc.greedy_pairs([other], [greedy]) == [(0, None)]
 
 
@@ -293,7 +297,9 @@ def test_shipped_protocols_validate(name):
     loaded = load_protocol(ROOT / "protocols" / name)
     assert loaded.kind == "sequence"
     specs = {
-        g.name: runner.build_requests(loaded.model, g, [(1, 2)] * len(loaded.model.prompts))
+        g.name: runner.build_requests(
+            loaded.model, g, [(i,) for i in range(len(loaded.model.prompts))]
+        )
         for g in loaded.model.groups
     }
     runner.greedy_plan(loaded.model, specs)  # every greedy request has its partner
@@ -333,3 +339,68 @@ def test_bad_input_exits_2_in_one_line(tmp_path, adapter, mutant, message):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+# --- the bundled adapter's trace plumbing, against the engine's trace API -------------
+
+
+def _simulated_trace(llm, out, q_transform):
+    """Per-round traces in the shape of engine_under_test.runners.outputs.RoundTrace
+    (round, prefix_len, drafts, p [L+1, V], q [L, V]), built from the serial laws: what
+    a correct engine reports. Drafts: the round's accepted tokens, then the committed
+    correction in place of the rejected draft (any token would do: the check replays
+    the laws at whatever drafts the trace names)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    params = out._params
+    toks, prompt, traces, plen = list(out.token_ids), list(out.prompt_token_ids), [], 1
+    for r, stat in enumerate(out.rounds):
+        drafts = (toks[plen : plen + stat.drafted] + [1] * stat.drafted)[: stat.drafted]
+        base = prompt + toks[:plen]
+        p = torch.stack(
+            [llm.target_probabilities(base + drafts[:j], params) for j in range(len(drafts) + 1)]
+        )
+        q = [llm.draft_probabilities(base + drafts[:j], params, 2) for j in range(len(drafts))]
+        q = torch.stack(q) if q else torch.zeros((0, p.shape[1]))
+        traces.append(
+            SimpleNamespace(
+                round=r,
+                prefix_len=plen,
+                drafts=drafts,
+                p=p.numpy(),
+                q=q_transform(q.numpy()),
+            )
+        )
+        plen += stat.accepted + 1
+    return traces
+
+
+@pytest.mark.parametrize(("q_transform", "fails"), [(lambda q: q, False), (_bf16, True)])
+def test_bundled_trace_plumbing(tmp_path, monkeypatch, q_transform, fails):
+    import engine_under_test as eut
+
+    plain = eut.LLM.generate
+
+    def generate(self, prompts, params=None, progress=None, trace=False):
+        outs = plain(self, prompts, params, progress)
+        if trace:
+            for out, prm in zip(outs, params, strict=True):
+                out._params = prm
+                out.trace = _simulated_trace(self, out, q_transform)
+        return outs
+
+    monkeypatch.setattr(eut.LLM, "generate", generate)
+    data = json.loads(json.dumps(SMALL))
+    data["groups"] = [dict(data["groups"][0], requests=2, max_tokens=[8])]
+    data["tests"] = [
+        {"name": "pit", "type": "pit_uniformity", "role": "primary"},
+        {"name": "trace_async", "type": "trace", "role": "conformance", "sample": 1},
+    ]
+    trace = json.loads(_collect(_write(tmp_path, data))[CHECKS])["trace_async"]
+    assert trace["applicable"] and trace["checked"] > 0
+    if fails:  # bf16 q: far past the 1e-5 tolerance on q rows
+        assert trace["mismatches"] > 0 and trace["max_abs_diff"] > 1e-4
+    else:  # the same serial laws: exactly equal
+        assert trace["mismatches"] == 0 and trace["max_abs_diff"] == 0
