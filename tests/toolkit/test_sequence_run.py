@@ -404,3 +404,26 @@ def test_bundled_trace_plumbing(tmp_path, monkeypatch, q_transform, fails):
         assert trace["mismatches"] > 0 and trace["max_abs_diff"] > 1e-4
     else:  # the same serial laws: exactly equal
         assert trace["mismatches"] == 0 and trace["max_abs_diff"] == 0
+
+
+def test_isolation_fails_shared_rng():
+    """Negative control on the real engine: with the planted shared_rng (every row of a
+    round draws the same uniforms) a request's tokens depend on its batch, and its solo
+    rerun diverges."""
+    import tempfile
+
+    data = json.loads(json.dumps(SMALL))
+    # 6 requests through 3 slots: the solo reruns of requests 0 and 5.
+    data["groups"] = [dict(data["groups"][0], requests=6, max_num_seqs=3)]
+    data["tests"] = [
+        {"name": "pit", "type": "pit_uniformity", "role": "primary"},
+        {"name": "iso", "type": "isolation", "role": "conformance", "sample": 2},
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        loaded = load_protocol(_write(Path(tmp), data))
+        raw = runner.collect(
+            loaded, mutant="shared_rng", progress=silent, log=lambda line: None, context={}
+        )
+    iso = json.loads(raw[CHECKS])["iso"]
+    assert iso["checked"] == 2 and iso["mismatches"] >= 1
+    assert iso["examples"][0]["first_divergent_step"] is not None
