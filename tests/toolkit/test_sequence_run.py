@@ -27,6 +27,7 @@ from specconform.progress import silent
 from specconform.protocol.load import load_protocol
 from specconform.runner import sequence as runner
 from specconform.runner import sequence_checks as sc
+from specconform.runner import sequence_requests as requests_plan
 from tests.toolkit.cli_helpers import ROOT, run_cli
 
 SMALL = {
@@ -273,11 +274,11 @@ def test_unpaired_greedy_request_is_refused_before_running(tmp_path):
     data["groups"][2]["max_tokens"] = [13]  # no nospec request of 13 tokens
     loaded = load_protocol(_write(tmp_path, data))
     specs = {
-        g.name: runner.build_requests(loaded.model, g, [(1, 2), (3, 4)])
+        g.name: requests_plan.build_requests(loaded.model, g, [(1, 2), (3, 4)])
         for g in loaded.model.groups
     }
     with pytest.raises(UsageError, match="no greedy request with the same prompt"):
-        runner.greedy_plan(loaded.model, specs)
+        requests_plan.greedy_plan(loaded.model, specs)
 
 
 def test_sample_is_pre_registered():
@@ -297,12 +298,12 @@ def test_shipped_protocols_validate(name):
     loaded = load_protocol(ROOT / "protocols" / name)
     assert loaded.kind == "sequence"
     specs = {
-        g.name: runner.build_requests(
+        g.name: requests_plan.build_requests(
             loaded.model, g, [(i,) for i in range(len(loaded.model.prompts))]
         )
         for g in loaded.model.groups
     }
-    runner.greedy_plan(loaded.model, specs)  # every greedy request has its partner
+    requests_plan.greedy_plan(loaded.model, specs)  # every greedy request has its partner
 
 
 def no_sequence_factory(spec, *, mutant=None, log=print):
