@@ -4,6 +4,12 @@ White-box in the sense that matters for distribution protocols: it gives q at ev
 draft depth, per-round telemetry and per-token events (derived from the rounds: prefill
 commits t1 as a target sample; each round commits its accepted drafts, then a correction
 when a draft was rejected or a bonus when all were accepted).
+
+For sequence protocols (specconform.adapters.sequence) it also runs requests with their
+own parameters under continuous batching (`run_requests`, with the engine's per-round
+laws when its ``generate`` takes ``trace=``), gives the teacher-forced laws of every
+prefix of a generation (`sequence_laws`), the serial laws of one prefix under one
+request's parameters and the raw logits the independent oracle reads.
 """
 
 from __future__ import annotations
