@@ -38,9 +38,9 @@ from specconform.runner.sequence_laws import (
 )
 from specconform.runner.sequence_requests import (
     build_requests,
+    covered_groups,
     greedy_plan,
     resolve_prompts,
-    covered_groups,
 )
 
 # --- generation -----------------------------------------------------------------------
