@@ -329,11 +329,14 @@ def no_sequence_factory(spec, *, mutant=None, log=print):
         ("tests.toolkit.test_sequence_run:no_sequence_factory", None, "has no run_requests()"),
         ("tests.toolkit.test_sequence_run:no_sequence_factory", "bf16_q", "planted bugs belong"),
         ("bundled", "no_such_bug", "unknown mutant"),
+        ("bundled", None, "prompts[1]: token 600 outside the engine's vocabulary [0, 512)"),
     ],
 )
 def test_bad_input_exits_2_in_one_line(tmp_path, adapter, mutant, message):
     data = json.loads(json.dumps(SMALL))
     data["engine"]["adapter"] = adapter
+    if adapter == "bundled" and mutant is None:
+        data["prompts"][1] = [7, 600]
     args = ["run", _write(tmp_path, data), "--out", tmp_path / "out", "--no-sign"]
     done = run_cli(*args, *(["--mutant", mutant] if mutant else []), timeout=120)
     assert done.returncode == 2, done.stderr
