@@ -258,3 +258,32 @@ class LLM:
         if not 1 <= draft_loops <= self.model.num_loops:
             raise ValueError(f"draft_loops must be in [1, {self.model.num_loops}]")
         return Sampler.probabilities(self._serial_logits(prefix, draft_loops), params)
+
+    @torch.no_grad()
+    def teacher_forced_probabilities(
+        self,
+        prompt: Sequence[int],
+        tokens: Sequence[int],
+        params: SamplingParams,
+        loops: int | None = None,
+    ) -> torch.Tensor:
+        """The laws of every prefix of one generation from ONE serial forward.
+
+        Row t is the law of the token after prompt + tokens[:t] (t = 0..T-1): the model's
+        reference forward of prompt + tokens[:-1] has logits at every position, causally
+        masked, so row len(prompt) - 1 + t sees exactly that prefix; then
+        Sampler.probabilities row by row (the serial reference, not the batched path).
+        ``loops``: exit depth (full depth when None, the draft law q at d < R).
+        Returns [T, V] float32 (T = len(tokens)); tests/engine/test_teacher_forcing.py
+        compares it with ``target_probabilities`` prefix by prefix."""
+        if len(prompt) == 0:
+            raise ValueError("prompt must hold at least one token")
+        depth = self.model.num_loops if loops is None else loops
+        if not 1 <= depth <= self.model.num_loops:
+            raise ValueError(f"loops must be in [1, {self.model.num_loops}]")
+        T = len(tokens)
+        if T == 0:
+            return torch.empty((0, self.model_config.vocab_size), dtype=torch.float32)
+        seq = [int(t) for t in prompt] + [int(t) for t in tokens[:-1]]
+        logits = self.model.reference_logits(seq, loops=depth)  # [len(seq), V] float32
+        return Sampler.probabilities(logits[len(prompt) - 1 :], params)

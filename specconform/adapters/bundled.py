@@ -4,16 +4,24 @@ White-box in the sense that matters for distribution protocols: it gives q at ev
 draft depth, per-round telemetry and per-token events (derived from the rounds: prefill
 commits t1 as a target sample; each round commits its accepted drafts, then a correction
 when a draft was rejected or a bonus when all were accepted).
+
+For sequence protocols (specconform.adapters.sequence) it also runs requests with their
+own parameters under continuous batching (`run_requests`, with the engine's per-round
+laws when its ``generate`` takes ``trace=``), gives the teacher-forced laws of every
+prefix of a generation (`sequence_laws`), the serial laws of one prefix under one
+request's parameters and the raw logits the independent oracle reads.
 """
 
 from __future__ import annotations
 
 import gc
+import inspect
 import time
 
 import numpy as np
 
 from specconform.adapters.engine import SeedRecord, TokenEvent, _timing
+from specconform.adapters.sequence import RequestSpec, RoundTrace, SequenceRecord
 from specconform.errors import UsageError
 
 
@@ -28,6 +36,13 @@ def factory(spec, *, mutant: str | None = None, log=print) -> BundledEngine:
             "engine.preset: the bundled engine needs a preset, a packaged model or a checkpoint"
         )
     return BundledEngine(spec, mutant=mutant, log=log)
+
+
+def _engine_traces(llm_class) -> bool:
+    """Whether this engine_under_test's ``LLM.generate`` takes ``trace=`` (the per-round
+    laws the engine used); an older engine has no traces: the trace check is then not
+    applicable."""
+    return "trace" in inspect.signature(llm_class.generate).parameters
 
 
 def token_events(mode: str, n_tokens: int, rounds) -> tuple[TokenEvent, ...]:
@@ -112,7 +127,7 @@ class BundledEngine:
         self._model = llm.model
         return llm
 
-    def _engine(self, mode: str, draft_loops: int | None):
+    def _engine(self, mode: str, draft_loops: int | None, max_num_seqs: int | None = None):
         """The generation engine of one group configuration.
 
         Only one is alive at a time: at batch_size concurrent requests each engine's
@@ -121,12 +136,13 @@ class BundledEngine:
         GPU. Switching configuration frees the previous one (weights are shared and
         kept); the distribution runner works through one group at a time, so each
         engine is built once per group."""
-        key = (mode, draft_loops)
+        slots = self.spec.batch_size if max_num_seqs is None else max_num_seqs
+        key = (mode, draft_loops, slots)
         if key not in self._engines:
             self._free_engines()
             t0 = time.perf_counter()
             self._engines[key] = self._new_llm(
-                mode, draft_loops, mutant=self.mutant, max_num_seqs=self.spec.batch_size
+                mode, draft_loops, mutant=self.mutant, max_num_seqs=slots
             )
             _timing(f"engine {mode} d={draft_loops} built in {time.perf_counter() - t0:.1f}s")
         return self._engines[key]
@@ -179,6 +195,10 @@ class BundledEngine:
                 "token_events": True,
                 "black_box": False,
                 "batched_target_laws": False,
+                "sequence": True,
+                "sequence_laws": True,
+                "trace": _engine_traces(self._eut.LLM),
+                "logits": True,
             },
         }
 
@@ -226,3 +246,94 @@ class BundledEngine:
     def draft_law(self, prefix: list[int], draft_loops: int) -> np.ndarray:
         q = self._reference_llm().draft_probabilities(list(prefix), self.params(None), draft_loops)
         return q.detach().float().cpu().numpy()
+
+    # -- sequence protocols (specconform.adapters.sequence) ------------------------------
+    def request_params(self, request: RequestSpec):
+        """The engine's SamplingParams of one sequence request."""
+        return self._eut.SamplingParams(
+            temperature=request.temperature,
+            top_k=request.top_k,
+            top_p=request.top_p,
+            seed=request.seed,
+            max_tokens=request.max_tokens,
+            stop_token_ids=tuple(request.stop_token_ids),
+            ignore_eos=request.ignore_eos,
+        )
+
+    def run_requests(
+        self, group, requests, max_num_seqs, trace: bool = False, progress=None
+    ) -> list[SequenceRecord]:
+        """One ``LLM.generate`` call over every request, at most ``max_num_seqs`` running
+        at once (continuous batching: later requests are admitted as earlier ones finish)."""
+        slots = len(requests) if max_num_seqs is None else int(max_num_seqs)
+        llm = self._engine(group.mode, group.draft_loops, max_num_seqs=slots)
+        params = [self.request_params(r) for r in requests]
+        kwargs = {"progress": progress}
+        traced = trace and _engine_traces(self._eut.LLM)
+        if traced:
+            kwargs["trace"] = True
+        t0 = time.perf_counter()
+        outs = llm.generate([list(r.prompt) for r in requests], params, **kwargs)
+        _timing(
+            f"group {group.name}: {len(requests)} requests ({slots} slots"
+            f"{', traced' if traced else ''}) in {time.perf_counter() - t0:.1f}s"
+        )
+        records = []
+        for out in outs:
+            rounds = tuple((int(r.drafted), int(r.accepted)) for r in out.rounds)
+            tokens = tuple(int(t) for t in out.token_ids)
+            raw = getattr(out, "trace", None) if traced else None
+            traces = None
+            if raw is not None:
+                traces = tuple(
+                    RoundTrace(
+                        int(t.round),
+                        int(t.prefix_len),
+                        tuple(int(x) for x in t.drafts),
+                        np.asarray(t.p, dtype=np.float32),
+                        np.asarray(t.q, dtype=np.float32),
+                    )
+                    for t in raw
+                )
+            records.append(
+                SequenceRecord(
+                    tokens,
+                    str(out.finish_reason),
+                    token_events(group.mode, len(tokens), rounds) if tokens else (),
+                    rounds,
+                    traces,
+                )
+            )
+        return records
+
+    def sequence_laws(self, request: RequestSpec, tokens, draft_depth: int | None):
+        """Teacher forcing (`LLM.teacher_forced_probabilities`): one serial forward of
+        prompt + tokens[:-1] gives p_t for every prefix prompt + tokens[:t], and one at
+        the draft depth q_t; tests/engine/test_teacher_forcing.py proves them equal to
+        the incremental replay (same support; max |dp| in docs/sequence-runner.md)."""
+        llm = self._reference_llm()
+        params = self.request_params(request)
+        p = llm.teacher_forced_probabilities(request.prompt, list(tokens), params)
+        q = None
+        if draft_depth is not None:
+            q = llm.teacher_forced_probabilities(request.prompt, list(tokens), params, draft_depth)
+            q = q.float().cpu().numpy()
+        return p.float().cpu().numpy(), q
+
+    def target_law_for(self, prefix, request: RequestSpec) -> np.ndarray:
+        p = self._reference_llm().target_probabilities(list(prefix), self.request_params(request))
+        return p.detach().float().cpu().numpy()
+
+    def draft_law_for(self, prefix, request: RequestSpec, draft_depth: int) -> np.ndarray:
+        q = self._reference_llm().draft_probabilities(
+            list(prefix), self.request_params(request), draft_depth
+        )
+        return q.detach().float().cpu().numpy()
+
+    def target_logits(self, prefix) -> np.ndarray:
+        """Raw full-depth logits [V] float32 at the last position of prefix (the logits
+        `target_law_for` applies the sampling semantics to)."""
+        model = self._reference_llm().model
+        with self._torch.no_grad():
+            logits = model.reference_logits(list(prefix), loops=model.num_loops)
+        return logits[-1].float().cpu().numpy()

@@ -24,6 +24,7 @@ from specconform.adapters.engine import (
     one_line,
     source_digest,
 )
+from specconform.adapters.sequence_checks import SEQUENCE_METHODS, SequenceChecks
 from specconform.errors import UsageError
 
 # A law's total mass may differ from 1 by float32 rounding over a large vocabulary.
@@ -37,7 +38,7 @@ def _is_int(x) -> bool:
     return isinstance(x, Integral) and not isinstance(x, bool)
 
 
-class CheckedEngine:
+class CheckedEngine(SequenceChecks):
     """Wraps an adapter; the runner talks only to this. Attributes: info (`AdapterInfo`),
     prompt (list[int]), vocab_size (int)."""
 
@@ -89,10 +90,23 @@ class CheckedEngine:
         caps = dict(caps)
         caps.setdefault("draft_law", callable(getattr(self._a, "draft_law", None)))
         caps.setdefault("batched_target_laws", callable(getattr(self._a, "target_laws", None)))
-        for method in ("draft_law", "target_laws"):
-            key = "draft_law" if method == "draft_law" else "batched_target_laws"
-            if caps[key] and not callable(getattr(self._a, method, None)):
-                raise self._fail(f"capabilities say {key} but there is no {method}() method")
+        has = {m: callable(getattr(self._a, m, None)) for m in SEQUENCE_METHODS}
+        caps.setdefault("sequence", has["run_requests"] and has["target_law_for"])
+        caps.setdefault("sequence_laws", has["sequence_laws"])
+        caps.setdefault("logits", has["target_logits"])
+        caps.setdefault("trace", False)  # only the adapter knows whether it traces
+        needs = {
+            "draft_law": ("draft_law",),
+            "batched_target_laws": ("target_laws",),
+            "sequence": ("run_requests", "target_law_for"),
+            "sequence_laws": ("sequence_laws",),
+            "logits": ("target_logits",),
+            "trace": ("run_requests",),
+        }
+        for key, methods in needs.items():
+            for method in methods:
+                if caps[key] and not callable(getattr(self._a, method, None)):
+                    raise self._fail(f"capabilities say {key} but there is no {method}() method")
         source, digest = source_digest(self._a)
         return AdapterInfo(
             d["name"],

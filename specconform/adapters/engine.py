@@ -97,6 +97,13 @@ class Capabilities:
     token_events: bool = False  # fills SeedRecord.events
     black_box: bool = True  # draws its own randomness (seeded per request)
     batched_target_laws: bool = False
+    # Sequence protocols (specconform.adapters.sequence): run_requests and
+    # target_law_for; sequence_laws (teacher forcing); trace (run_requests(trace=True)
+    # fills the per-round laws); logits (target_logits, for the oracle check).
+    sequence: bool = False
+    sequence_laws: bool = False
+    trace: bool = False
+    logits: bool = False
 
     def to_json(self) -> dict:
         return dict(self.__dict__)

@@ -136,6 +136,12 @@ def collect_raw(
         from specconform.runner import equality as runner
 
         return runner.collect(loaded, progress=progress, log=log, context=run_context)
+    if kind == "sequence":
+        from specconform.runner import sequence as runner
+
+        return runner.collect(
+            loaded, mutant=mutant, progress=progress, log=log, context=run_context
+        )
     raise UsageError(f"{loaded.path}: protocol kind {kind!r} has no runner")
 
 

@@ -1,0 +1,315 @@
+"""Sequence runner: long generations of many requests, every committed token reduced
+to its PIT columns against the serial reference law, and the deterministic checks.
+
+Per group (one engine configuration), in protocol order: every request in one
+`run_requests` call with at most ``max_num_seqs`` running (continuous batching), then
+the group's ``trace`` checks (a traced rerun of a sample of its requests) and
+``isolation`` checks (each sampled request rerun alone). Then, one request at a time,
+the reference laws of every prefix (`runner.sequence_laws`), the ``teacher_forcing``
+comparisons, the ``oracle`` check and ``greedy_equality``. The raw files follow
+`specconform.kinds.sequence.raw` exactly; two runs with the same inputs write the same
+bytes (the engine is seeded per request and every sample is pre-registered).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import pandas as pd
+
+from specconform.adapters.sequence import SequenceRecord
+from specconform.errors import UsageError
+from specconform.kinds.sequence.raw import (
+    CHECKS,
+    REQUEST_COLUMNS,
+    REQUESTS,
+    TOKEN_COLUMNS,
+    TOKENS,
+)
+from specconform.progress import timing
+from specconform.runner import sequence_checks as sc
+from specconform.runner.sequence_laws import (
+    drafted_steps,
+    incremental_laws,
+    teacher_forced_laws,
+    token_rows,
+)
+from specconform.runner.sequence_requests import (
+    build_requests,
+    covered_groups,
+    greedy_plan,
+    resolve_prompts,
+)
+
+# --- generation -----------------------------------------------------------------------
+
+
+class _Advance:
+    """The engine's progress(done, total) as increments of one progress bar."""
+
+    def __init__(self, bar):
+        self.bar, self.done = bar, 0
+
+    def __call__(self, done: int, total: int) -> None:
+        self.bar.advance(done - self.done)
+        self.done = done
+
+
+def _generate(engine, group, specs, slots, bar, *, trace=False) -> list[SequenceRecord]:
+    return engine.run_requests(group, specs, slots, trace, _Advance(bar) if bar else None)
+
+
+def group_checks(engine, protocol, group, specs, records, tallies, progress) -> None:
+    """The trace and isolation checks of the tests that cover `group`."""
+    caps = engine.info.capabilities
+    for test in protocol.tests:
+        if group.name not in {g.name for g in covered_groups(protocol, test)}:
+            continue
+        if test.type == "trace" and caps.trace and tallies[test.name] is not None:
+            picked = sc.spread(len(specs), test.sample or sc.DEFAULT_SAMPLE["trace"])
+            sub = [specs[i] for i in picked]
+            with progress(f"trace {group.name}", len(sub)) as bar:
+                traced = _generate(engine, group, sub, group.max_num_seqs, bar, trace=True)
+            if any(r.traces is None for r in traced):
+                tallies[test.name] = None  # the engine gave no traces: not applicable
+                continue
+            sc.trace_check(
+                tallies[test.name],
+                sub,
+                traced,
+                [{"group": group.name, "request": i} for i in picked],
+                group.draft_loops,
+                engine.target_law_for,
+                engine.draft_law_for,
+            )
+        elif test.type == "isolation":
+            picked = sc.spread(len(specs), test.sample or sc.DEFAULT_SAMPLE["isolation"])
+            with progress(f"isolation {group.name}", len(picked)) as bar:
+                for i in picked:
+                    solo = _generate(engine, group, [specs[i]], 1, None)[0]
+                    sc.add_token_comparison(
+                        tallies[test.name],
+                        records[i].tokens,
+                        solo.tokens,
+                        {"group": group.name, "request": i},
+                    )
+                    bar.advance(1)
+
+
+# --- laws and rows --------------------------------------------------------------------
+
+
+def _flat_rows(protocol, groups, records) -> list[tuple[str, int, int]]:
+    names = {g.name for g in groups}
+    return [
+        (g.name, i, t)
+        for g in protocol.groups
+        if g.name in names
+        for i, rec in enumerate(records[g.name])
+        for t in range(len(rec.tokens))
+    ]
+
+
+def law_pass(engine, protocol, specs, records, tf_tests, tallies, *, teacher, progress):
+    """tokens.csv rows of every request; teacher-forced laws when `teacher`, with the
+    teacher_forcing comparisons at their sampled steps (into `tallies`)."""
+    wanted: dict[tuple[str, int], list[tuple[str, int]]] = {}  # (group, request) -> tests
+    for test in tf_tests:
+        flat = _flat_rows(protocol, covered_groups(protocol, test), records)
+        for k in sc.sample_of(test, len(flat), protocol.pit_seed):
+            g, i, t = flat[k]
+            wanted.setdefault((g, i), []).append((test.name, t))
+    has_q = engine.info.capabilities.draft_law
+    rows: list[tuple] = []
+    total = sum(len(r) for r in records.values())
+    with progress("reference" if not teacher else "reference (teacher forced)", total) as bar:
+        for group in protocol.groups:
+            depth = group.draft_loops
+            for i, (req, rec) in enumerate(
+                zip(specs[group.name], records[group.name], strict=True)
+            ):
+                laws = teacher_forced_laws(engine, req, rec.tokens, depth) if teacher else None
+                if laws is None:
+                    laws = incremental_laws(engine, req, rec.tokens, depth, drafted_steps(rec))
+                for name, t in wanted.get((group.name, i), []) if teacher else []:
+                    prefix = list(req.prompt) + list(rec.tokens[:t])
+                    at = {"group": group.name, "request": i, "step": t}
+                    tallies[name].add_laws(
+                        engine.target_law_for(prefix, req), laws.p[t], {**at, "law": "p"}
+                    )
+                    if depth is not None and has_q and laws.q_at(t) is not None:
+                        q = engine.draft_law_for(prefix, req, depth)
+                        tallies[name].add_laws(q, laws.q_at(t), {**at, "law": "q"})
+                rows += token_rows(group.name, i, rec, laws)
+                bar.advance(1)
+    return rows
+
+
+# --- the run --------------------------------------------------------------------------
+
+
+def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
+    from specconform.adapters.engine import load_engine
+
+    protocol = loaded.model
+    engine = load_engine(protocol.engine, mutant=mutant, log=log)
+    try:
+        return _collect(protocol, engine, progress=progress, log=log, context=context)
+    finally:
+        engine.close()
+
+
+def _collect(protocol, engine, *, progress, log, context) -> dict[str, bytes]:
+    caps = engine.info.capabilities
+    if not caps.sequence:
+        raise UsageError(
+            f"engine adapter {engine.name}: has no run_requests()/target_law_for(); "
+            "sequence protocols need them (docs/adapters.md)"
+        )
+    engine.check_groups(protocol.groups)
+    log(f"engine adapter: {engine.name} ({engine.info.name} {engine.info.version})")
+    prompts = resolve_prompts(protocol, engine)
+    specs = {g.name: build_requests(protocol, g, prompts) for g in protocol.groups}
+    pairs = greedy_plan(protocol, specs)
+    tallies: dict[str, sc.CheckTally | None] = {}
+    for test in protocol.tests:
+        if test.type in sc.DEFAULT_SAMPLE or test.type == "greedy_equality":
+            tallies[test.name] = sc.CheckTally(test.type, sc.tolerance_of(test))
+
+    records: dict[str, list[SequenceRecord]] = {}
+    for group in protocol.groups:
+        t0 = time.perf_counter()
+        with progress(f"generate {group.name}", len(specs[group.name])) as bar:
+            records[group.name] = _generate(
+                engine, group, specs[group.name], group.max_num_seqs, bar
+            )
+        n_tok = sum(len(r.tokens) for r in records[group.name])
+        reasons = pd.Series([r.finish_reason for r in records[group.name]]).value_counts()
+        log(
+            f"group {group.name}: {len(specs[group.name])} requests, {n_tok} tokens "
+            f"({', '.join(f'{k} {v}' for k, v in sorted(reasons.items()))})"
+        )
+        timing(f"generate {group.name}: {n_tok} tokens in {time.perf_counter() - t0:.1f}s")
+        t0 = time.perf_counter()
+        group_checks(
+            engine, protocol, group, specs[group.name], records[group.name], tallies, progress
+        )
+        timing(f"trace/isolation checks {group.name} in {time.perf_counter() - t0:.1f}s")
+
+    tf_tests = [t for t in protocol.tests if t.type == "teacher_forcing"]
+    teacher = bool(tf_tests) and caps.sequence_laws
+    t0 = time.perf_counter()
+    rows = law_pass(
+        engine, protocol, specs, records, tf_tests, tallies, teacher=teacher, progress=progress
+    )
+    if teacher and any(tallies[t.name].mismatches for t in tf_tests):  # type: ignore[union-attr]
+        # The sample found teacher forcing unequal to the serial replay: no law of it is
+        # trusted; every row comes from the incremental path (the check records FAIL).
+        log("teacher forcing differs from the serial replay: laws recomputed serially")
+        rows = law_pass(
+            engine, protocol, specs, records, [], tallies, teacher=False, progress=progress
+        )
+    timing(f"reference laws of {len(rows)} tokens in {time.perf_counter() - t0:.1f}s")
+
+    t0 = time.perf_counter()
+    _oracle_and_greedy(engine, protocol, specs, records, pairs, tallies)
+    timing(f"oracle and greedy checks in {time.perf_counter() - t0:.1f}s")
+    checks = _check_records(protocol, caps, tallies)
+    context["extra_run_fields"] = {
+        "engine_adapter": engine.info.to_json(),
+        "seed_ranges": {
+            g.name: [
+                protocol.seeds.offset + g.seed_offset,
+                protocol.seeds.offset + g.seed_offset + protocol.group_requests(g),
+            ]
+            for g in protocol.groups
+        },
+    }
+    return {
+        REQUESTS: _requests_csv(protocol, specs, records),
+        TOKENS: _tokens_csv(rows),
+        CHECKS: json.dumps(checks, sort_keys=True, separators=(",", ":")).encode(),
+    }
+
+
+def _oracle_and_greedy(engine, protocol, specs, records, pairs, tallies) -> None:
+    configs = sorted({(r.temperature, r.top_k, r.top_p) for group in specs.values() for r in group})
+    for test in protocol.tests:
+        tally = tallies.get(test.name)
+        if test.type == "oracle" and engine.info.capabilities.logits and tally is not None:
+            flat = _flat_rows(protocol, covered_groups(protocol, test), records)
+            prefixes = []
+            for k in sc.sample_of(test, len(flat), protocol.pit_seed):
+                g, i, t = flat[k]
+                req = specs[g][i]
+                prefix = list(req.prompt) + list(records[g][i].tokens[:t])
+                prefixes.append(({"group": g, "request": i, "step": t}, prefix, req))
+            sc.oracle_check(tally, prefixes, configs, engine.target_law_for, engine.target_logits)
+        elif test.type == "greedy_equality" and tally is not None:
+            for group, plan in pairs[test.name].items():
+                for i, j in plan:
+                    sc.add_token_comparison(
+                        tally,
+                        records[group][i].tokens,
+                        records[test.against][j].tokens,
+                        {"group": group, "request": i, "against_request": j},
+                    )
+
+
+def _check_records(protocol, caps, tallies) -> dict[str, dict]:
+    """checks.json: one record per deterministic test; "not applicable" says why."""
+    why = {
+        "oracle": None if caps.logits else "the adapter has no target_logits()",
+        "teacher_forcing": None if caps.sequence_laws else "the adapter has no sequence_laws()",
+        "trace": None if caps.trace else "the engine gives no per-round laws (trace)",
+    }
+    out = {}
+    for test in protocol.tests:
+        if test.name not in tallies:
+            continue
+        tally = tallies[test.name]
+        reason = why.get(test.type)
+        if reason is None and tally is None:
+            reason = "the engine returned no traces for run_requests(trace=True)"
+        if reason is not None:
+            out[test.name] = sc.not_applicable(test.type, reason, sc.tolerance_of(test))
+        else:
+            assert tally is not None
+            out[test.name] = tally.record()
+    return out
+
+
+def _requests_csv(protocol, specs, records) -> bytes:
+    rows = []
+    for group in sorted(protocol.groups, key=lambda g: g.name):
+        for i, (req, rec) in enumerate(zip(specs[group.name], records[group.name], strict=True)):
+            rows.append(
+                (
+                    group.name,
+                    i,
+                    group.prompts[i % len(group.prompts)],
+                    -1 if req.seed is None else req.seed,
+                    req.temperature,
+                    req.top_k,
+                    req.top_p,
+                    req.max_tokens,
+                    " ".join(str(t) for t in req.stop_token_ids),
+                    len(rec.tokens),
+                    rec.finish_reason,
+                )
+            )
+    return _csv(pd.DataFrame(rows, columns=list(REQUEST_COLUMNS)))
+
+
+def _tokens_csv(rows: list[tuple]) -> bytes:
+    frame = pd.DataFrame(rows, columns=list(TOKEN_COLUMNS))
+    frame = frame.sort_values(["group", "request", "step"], kind="stable")
+    return _csv(frame)
+
+
+def _csv(frame: pd.DataFrame) -> bytes:
+    buf = io.StringIO()
+    frame.to_csv(buf, index=False, lineterminator="\n")
+    return buf.getvalue().encode()

@@ -1,0 +1,218 @@
+"""The deterministic checks of a sequence run (raw/sequence/checks.json).
+
+Each check compares two things that a correct engine makes equal, so it has no sample
+size and no p-value: a mismatch is a failure. Records follow
+`specconform.kinds.sequence.raw` (type, applicable, why, checked, mismatches,
+max_abs_diff, tolerance, examples). The comparison logic here takes laws through plain
+callables, so tests drive it with synthetic traces and references.
+
+A law comparison (oracle, teacher_forcing, trace) is a mismatch when the two laws'
+supports differ (a token of positive mass in one and zero in the other) or when
+max |Δp| exceeds the test's tolerance.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from specconform.adapters.sequence import RequestSpec, SequenceRecord
+from specconform.oracle import SamplingSemantics, compare_laws, oracle_law
+
+MAX_EXAMPLES = 5
+# Default sizes when a test gives no `sample` (prefixes for oracle/teacher_forcing,
+# requests for trace/isolation); docs/sequence-runner.md.
+DEFAULT_SAMPLE = {"oracle": 64, "teacher_forcing": 64, "trace": 4, "isolation": 4}
+# Default max |Δp| when a test gives no tolerance: float32 reductions in another order
+# differ by a few ulps of the largest probability; docs/sequence-runner.md has the
+# measured differences.
+DEFAULT_TOLERANCE = {"oracle": 1e-6, "teacher_forcing": 1e-5, "trace": 1e-5}
+
+LawFn = Callable[[Sequence[int], RequestSpec], np.ndarray]
+DraftLawFn = Callable[[Sequence[int], RequestSpec, int], np.ndarray | None]
+
+
+@dataclass
+class CheckTally:
+    """Counts of one check as it runs; `record()` is its checks.json entry."""
+
+    type: str
+    tolerance: float | None
+    checked: int = 0
+    mismatches: int = 0
+    max_abs_diff: float | None = None
+    examples: list[dict] = field(default_factory=list)
+
+    def add(self, ok: bool, example: dict, diff: float | None = None) -> None:
+        self.checked += 1
+        if diff is not None:
+            self.max_abs_diff = diff if self.max_abs_diff is None else max(self.max_abs_diff, diff)
+        if not ok:
+            self.mismatches += 1
+            if len(self.examples) < MAX_EXAMPLES:
+                self.examples.append(example)
+
+    def add_laws(self, a: np.ndarray, b: np.ndarray, example: dict) -> bool:
+        """Compare two [V] laws; returns whether they agree."""
+        c = compare_laws(a, b)
+        tol = self.tolerance if self.tolerance is not None else 0.0
+        ok = c.same_support and c.max_abs_diff <= tol
+        detail = {
+            **example,
+            "same_support": c.same_support,
+            "max_abs_diff": c.max_abs_diff,
+            "support": [c.support_reference, c.support_oracle],
+        }
+        self.add(ok, detail, c.max_abs_diff)
+        return ok
+
+    def record(self) -> dict:
+        return {
+            "type": self.type,
+            "applicable": True,
+            "why": "",
+            "checked": self.checked,
+            "mismatches": self.mismatches,
+            "max_abs_diff": self.max_abs_diff,
+            "tolerance": self.tolerance,
+            "examples": self.examples,
+        }
+
+
+def not_applicable(type_: str, why: str, tolerance: float | None = None) -> dict:
+    return {
+        "type": type_,
+        "applicable": False,
+        "why": why,
+        "checked": 0,
+        "mismatches": 0,
+        "max_abs_diff": None,
+        "tolerance": tolerance,
+        "examples": [],
+    }
+
+
+def sample_of(test, n: int, pit_seed: int) -> list[int]:
+    """A pre-registered deterministic sample of `test.sample` (or the type's default)
+    indices out of range(n), sorted: drawn without replacement from a generator keyed
+    by the protocol's pit_seed and the test's name (both in the protocol's hash)."""
+    size = min(n, test.sample or DEFAULT_SAMPLE.get(test.type, 1))
+    rng = np.random.default_rng([int(pit_seed), zlib.crc32(test.name.encode())])
+    return sorted(int(i) for i in rng.choice(n, size=size, replace=False)) if size else []
+
+
+def spread(n: int, k: int) -> list[int]:
+    """k request indices spread evenly over range(n) (first and last included)."""
+    k = min(n, k)
+    return sorted({int(round(x)) for x in np.linspace(0, n - 1, k)}) if k else []
+
+
+def tolerance_of(test) -> float | None:
+    return test.tolerance if test.tolerance is not None else DEFAULT_TOLERANCE.get(test.type)
+
+
+# --- oracle ---------------------------------------------------------------------------
+
+
+def semantics(req: RequestSpec) -> SamplingSemantics:
+    return SamplingSemantics(req.temperature, req.top_k, req.top_p)
+
+
+def oracle_check(
+    tally: CheckTally,
+    prefixes: Sequence[tuple[dict, Sequence[int], RequestSpec]],
+    configs: Sequence[tuple[float, int, float]],
+    target_law_for: LawFn,
+    target_logits: Callable[[Sequence[int]], np.ndarray],
+) -> CheckTally:
+    """Each sampled prefix under every distinct (temperature, top_k, top_p) of the
+    protocol: the reference law against the oracle applied to the same logits."""
+    for where, prefix, req in prefixes:
+        logits = target_logits(prefix)
+        for t, k, p in configs:
+            r = replace(req, temperature=t, top_k=k, top_p=p)
+            tally.add_laws(
+                target_law_for(prefix, r),
+                oracle_law(logits, semantics(r)),
+                {**where, "temperature": t, "top_k": k, "top_p": p},
+            )
+    return tally
+
+
+# --- trace ----------------------------------------------------------------------------
+
+
+def trace_check(
+    tally: CheckTally,
+    requests: Sequence[RequestSpec],
+    records: Sequence[SequenceRecord],
+    where: Sequence[dict],
+    draft_depth: int,
+    target_law_for: LawFn,
+    draft_law_for: DraftLawFn,
+) -> CheckTally:
+    """Every round of every traced request: p at positions 0..L and q at 0..L-1 that
+    the engine used, against the serial replay at prompt + tokens[:prefix_len] +
+    drafts[:j]."""
+    for req, rec, w in zip(requests, records, where, strict=True):
+        for tr in rec.traces or ():
+            base = list(req.prompt) + list(rec.tokens[: tr.prefix_len])
+            for j in range(len(tr.drafts) + 1):
+                prefix = base + list(tr.drafts[:j])
+                at = {**w, "round": tr.round, "position": j}
+                tally.add_laws(target_law_for(prefix, req), tr.p[j], {**at, "law": "p"})
+                if j < len(tr.drafts):
+                    q = draft_law_for(prefix, req, draft_depth)
+                    if q is not None:
+                        tally.add_laws(q, tr.q[j], {**at, "law": "q"})
+    return tally
+
+
+# --- token equality (isolation, greedy_equality) --------------------------------------
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """The first step where two token lists differ (a length difference counts at the
+    shorter one's end), None when they are equal."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def add_token_comparison(tally: CheckTally, a: Sequence[int], b: Sequence[int], where: dict):
+    d = first_divergence(a, b)
+    example = {**where, "first_divergent_step": d}
+    if d is not None:
+        example["tokens"] = [
+            int(a[d]) if d < len(a) else None,
+            int(b[d]) if d < len(b) else None,
+        ]
+    tally.add(d is None, example)
+
+
+def greedy_pairs(
+    tested: Sequence[RequestSpec], against: Sequence[RequestSpec]
+) -> list[tuple[int, int | None]]:
+    """(i, j) for each greedy request i of the tested group: j is the first greedy
+    request of the `against` group with the same prompt, max_tokens, stop tokens and
+    EOS rule (a greedy generation is a function of those alone, so one partner may
+    serve several requests); None when there is none."""
+    pairs: list[tuple[int, int | None]] = []
+    for i, r in enumerate(tested):
+        if not r.greedy:
+            continue
+        key = (r.prompt, r.max_tokens, r.stop_token_ids, r.ignore_eos)
+        match = next(
+            (
+                j
+                for j, s in enumerate(against)
+                if s.greedy and (s.prompt, s.max_tokens, s.stop_token_ids, s.ignore_eos) == key
+            ),
+            None,
+        )
+        pairs.append((i, match))
+    return pairs

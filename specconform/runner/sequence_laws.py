@@ -1,0 +1,108 @@
+"""Per-request reduction of a sequence run: the serial reference law of every prefix,
+reduced at once to the PIT columns of raw/sequence/tokens.csv.
+
+One request at a time (the laws of one request are [T, V]; V is 49,152 on the GPU
+preset, so all requests' laws at once would not fit): for token x_t at prefix
+prompt + tokens[:t], ``cdf_below`` = sum of p_t(v) over v < x_t and ``p_token`` =
+p_t(x_t), both in float64, and ``tv`` = TV(p_t, q_t) at drafted positions (events
+accepted or correction), q at the group's draft depth.
+
+Laws come from teacher forcing (`sequence_laws`: one forward for every prefix) when the
+run trusts it -- its ``teacher_forcing`` test compared a pre-registered sample of
+prefixes with the incremental replay and found them equal -- and from the incremental
+serial replay (`target_law_for` / `draft_law_for`, one forward per prefix) otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specconform.adapters.sequence import RequestSpec, SequenceRecord
+from specconform.kinds.sequence.raw import NO_EVENTS
+
+DRAFTED_KINDS = ("accepted", "correction")  # tokens that sat at a drafted position
+
+
+@dataclass(frozen=True)
+class TokenSlot:
+    """How one committed token came about (the tokens.csv columns round..drafted)."""
+
+    round: int
+    position: int
+    kind: str
+    drafted: int
+
+
+def token_slots(record: SequenceRecord) -> list[TokenSlot]:
+    if record.events is None:
+        return [TokenSlot(NO_EVENTS, NO_EVENTS, "unknown", -1) for _ in record.tokens]
+    rounds = record.rounds or ()
+    return [
+        TokenSlot(e.round, e.position, e.kind, rounds[e.round][0] if e.round >= 0 else -1)
+        for e in record.events
+    ]
+
+
+@dataclass
+class RequestLaws:
+    """p_t for every step ([T, V]) and q_t where the request needs it (None: no q)."""
+
+    p: np.ndarray  # [T, V] float32/float64
+    q: np.ndarray | dict[int, np.ndarray] | None  # [T, V], or {step: [V]}
+
+    def q_at(self, t: int) -> np.ndarray | None:
+        if self.q is None:
+            return None
+        if isinstance(self.q, dict):
+            return self.q.get(t)
+        return self.q[t]
+
+
+def incremental_laws(
+    engine, req: RequestSpec, tokens: Sequence[int], depth: int | None, q_steps: Sequence[int]
+) -> RequestLaws:
+    """One serial forward per prefix (the reference path itself)."""
+    prompt = list(req.prompt)
+    rows = [engine.target_law_for(prompt + list(tokens[:t]), req) for t in range(len(tokens))]
+    p = np.stack(rows) if rows else np.zeros((0, engine.vocab_size), dtype=np.float32)
+    q = None
+    if depth is not None and engine.info.capabilities.draft_law:
+        q = {}
+        for t in q_steps:
+            law = engine.draft_law_for(prompt + list(tokens[:t]), req, depth)
+            if law is not None:
+                q[t] = law
+    return RequestLaws(p, q)
+
+
+def teacher_forced_laws(
+    engine, req: RequestSpec, tokens: Sequence[int], depth: int | None
+) -> RequestLaws | None:
+    got = engine.sequence_laws(req, list(tokens), depth)
+    return None if got is None else RequestLaws(got[0], got[1])
+
+
+def token_rows(group: str, request: int, record: SequenceRecord, laws: RequestLaws) -> list[tuple]:
+    """The tokens.csv rows of one request (columns of raw.TOKEN_COLUMNS)."""
+    rows = []
+    for t, (x, slot) in enumerate(zip(record.tokens, token_slots(record), strict=True)):
+        p = laws.p[t]
+        cdf_below = float(np.sum(p[:x], dtype=np.float64))
+        p_token = float(p[x])
+        tv = float("nan")
+        if slot.kind in DRAFTED_KINDS:
+            q = laws.q_at(t)
+            if q is not None:
+                tv = 0.5 * float(np.abs(p.astype(np.float64) - q.astype(np.float64)).sum())
+        rows.append(
+            (group, request, t, int(x), slot.round, slot.position, slot.kind, slot.drafted)
+            + (cdf_below, p_token, tv)
+        )
+    return rows
+
+
+def drafted_steps(record: SequenceRecord) -> list[int]:
+    return [t for t, s in enumerate(token_slots(record)) if s.kind in DRAFTED_KINDS]
