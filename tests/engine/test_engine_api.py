@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -167,8 +169,21 @@ def test_each_engine_mutant_changes_the_run(model, name):
         for s in range(120)
     ]
     asynchronous = name == "async_stale_input"
-    clean = LLM(model=model, speculative_config=SPEC, async_scheduling=asynchronous)
-    bugged = LLM(model=model, speculative_config=SPEC, async_scheduling=asynchronous, mutant=name)
+    spec, extra = SPEC, {}
+    if name == "slot_stale_params":  # acts only in reused slots, with per-request params
+        params = [
+            dataclasses.replace(p, temperature=0.3 + 0.2 * (s % 6)) for s, p in enumerate(params)
+        ]
+        extra = dict(max_num_seqs=8)
+    if name == "greedy_row_sampled":  # acts only on the greedy rows of a mixed batch
+        params = [
+            dataclasses.replace(p, temperature=0.0) if s % 2 else p for s, p in enumerate(params)
+        ]
+        spec = SpeculativeConfig(3, "block", 1)  # a shallower draft the argmax disagrees with
+    clean = LLM(model=model, speculative_config=spec, async_scheduling=asynchronous, **extra)
+    bugged = LLM(
+        model=model, speculative_config=spec, async_scheduling=asynchronous, mutant=name, **extra
+    )
     a = clean.generate([PROMPT] * 120, params)
     b = bugged.generate([PROMPT] * 120, params)
     changed = sum(x.token_ids != y.token_ids for x, y in zip(a, b, strict=True))
