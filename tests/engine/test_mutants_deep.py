@@ -350,3 +350,36 @@ def test_deep_mutants_are_registered_and_submit_without_host_reads(model, monkey
         for s in range(3):
             llm.abort_request(s)
         llm.step()
+
+
+@pytest.mark.gpu
+def test_deep_mutants_under_cuda_graphs():
+    """On CUDA (async, graphs on, traced): every deep mutant captures and replays, runs
+    every request to max_tokens, and leaves t1, t2 and the first round's position-0 law
+    as the clean engine's (same seeds; fresh slots, random rows only)."""
+    import torch
+
+    from engine_under_test import ModelConfig
+    from engine_under_test.model import build_model
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    gpu_model = build_model(ModelConfig.preset("tiny", seed=0), device="cuda")
+    params = [rand(s, max_tokens=16) for s in range(8)]
+
+    def run(mutant):
+        llm = LLM(
+            model=gpu_model,
+            speculative_config=SPEC,
+            async_scheduling=True,
+            device="cuda",
+            mutant=mutant,
+        )
+        outs = llm.generate([PROMPT] * len(params), params, trace=True)
+        assert llm.runner.graphs.replays > 0, mutant
+        assert [len(o.token_ids) for o in outs] == [16] * len(params), mutant
+        return outs
+
+    clean = run(None)
+    for name in DEEP:
+        assert_t1_t2_and_first_position_law_untouched(clean, run(name))
