@@ -18,6 +18,10 @@ what was invalid, so an engine error is never only a finish reason in a long lis
 ``add_request`` / ``abort_request`` / ``step`` expose the same engine loop, with request
 ids reusable once a request has finished or been aborted.
 
+``generate(..., trace=True)`` also returns, per decode round of each request, the drafts
+and the p and q the accept kernel received (``RequestOutput.trace``, a list of
+``RoundTrace``): white-box evidence to replay against the serial references below.
+
 ``target_probabilities`` and ``draft_probabilities`` are the serial references: one
 fresh full forward of one prefix (no batch, no shared cache), then
 ``Sampler.probabilities`` -- never the batched path the engine decodes with.

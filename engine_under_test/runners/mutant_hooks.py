@@ -4,12 +4,15 @@ Every mutant is off unless ``LLM(..., mutant=name)`` names it (names and bug cla
 live in ``engine_under_test.mutants``). Kernel mutants are not implemented here: their
 name is passed to ``speculative_accept(..., mutant=name)``. Engine mutants act on the
 random rows of a round only, so greedy rows keep greedy acceptance even when mutated
-(the bugs concern random sampling).
+(the bugs concern random sampling) -- except ``greedy_row_sampled``, whose bug is the
+greedy rows of a mixed batch.
 
 Every hook wraps a call site of the clean code: it receives what the clean code made
 (a draft token, q, p, the target logits, the uniforms, the next input) and returns it,
 changed only for its own mutant. With ``mutant=None`` every hook is the identity and
-costs nothing.
+costs nothing. Two host hooks (``host_inputs``, ``after_prefill`` /
+``after_round_submitted``) write device state the way the runner's own uploads do
+(stream-ordered copies, no reads), for the mutants whose bug lives in scheduling.
 
 ``nan_target_once`` is a fault, not a bias: it keeps one device flag (``fired``, part of
 the state a CUDA Graph capture restores) so that it fires in the engine's first decode
