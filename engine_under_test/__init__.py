@@ -16,6 +16,7 @@ from .runners.outputs import (
     RequestError,
     RequestOutput,
     RoundStat,
+    RoundTrace,
 )
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "ModelConfig",
     "RequestOutput",
     "RoundStat",
+    "RoundTrace",
     "SamplingParams",
     "SpeculativeConfig",
 ]

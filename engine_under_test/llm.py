@@ -18,6 +18,10 @@ what was invalid, so an engine error is never only a finish reason in a long lis
 ``add_request`` / ``abort_request`` / ``step`` expose the same engine loop, with request
 ids reusable once a request has finished or been aborted.
 
+``generate(..., trace=True)`` also returns, per decode round of each request, the drafts
+and the p and q the accept kernel received (``RequestOutput.trace``, a list of
+``RoundTrace``): white-box evidence to replay against the serial references below.
+
 ``target_probabilities`` and ``draft_probabilities`` are the serial references: one
 fresh full forward of one prefix (no batch, no shared cache), then
 ``Sampler.probabilities`` -- never the batched path the engine decodes with.
@@ -193,13 +197,19 @@ class LLM:
         prompts: Sequence[Sequence[int]],
         params: SamplingParams | Sequence[SamplingParams] | None = None,
         progress: Callable[[int, int], None] | None = None,
+        trace: bool = False,
     ) -> GenerateOutputs:
         """Run every prompt to completion (continuous batching); outputs in input order.
 
         The result is a list of RequestOutput with ``.report``, a GenerateReport of this
         call: ``report.failed`` lists each failed prefill batch or decode round (which
         requests, their round, what was invalid); ``report.num_failed_rounds`` counts
-        them. The engine keeps serving after a failed round."""
+        them. The engine keeps serving after a failed round.
+
+        trace=True: each output also has ``.trace``, one ``RoundTrace`` per decode round
+        (the drafts and the p and q the accept kernel received; [] under nospec). It
+        changes no token and no draw; it costs a device copy of the traced laws per round
+        and their transfer at collection. Off (the default), nothing is copied."""
         if params is None:
             params = SamplingParams()
         if isinstance(params, SamplingParams):
@@ -209,16 +219,23 @@ class LLM:
         for p in params:
             self._check_supported(p)
         ids = [self.add_request(None, list(pr), p) for pr, p in zip(prompts, params, strict=True)]
+        if trace:  # before any round runs: add_request only queues
+            for rid in ids:
+                self._requests[rid].output.trace = []
         rounds0, failed0 = self.runner.rounds_run, len(self.runner.failures)
         wanted = set(ids)
         results: dict[object, RequestOutput] = {}
         total = len(ids)
-        while len(results) < total:
-            for out in self.step():
-                if out.request_id in wanted:
-                    results[out.request_id] = out
-            if progress is not None:
-                progress(len(results), total)
+        self.runner.law_trace = trace
+        try:
+            while len(results) < total:
+                for out in self.step():
+                    if out.request_id in wanted:
+                        results[out.request_id] = out
+                if progress is not None:
+                    progress(len(results), total)
+        finally:
+            self.runner.law_trace = False
         report = GenerateReport(
             self.runner.rounds_run - rounds0, tuple(self.runner.failures[failed0:])
         )

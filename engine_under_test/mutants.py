@@ -10,7 +10,9 @@ layer "kernel": a bug inside the accept kernel, killable by the kernel protocols
 (quadrature, montecarlo) with p, q and the uniforms given.
 layer "engine": a bug in how the engine builds p, q, drafts, uniforms or inputs around
 a correct kernel, killable only end to end (distribution, acceptance, equality). One
-engine mutant is a fault rather than a bias: `nan_target_once` makes one round fail
+group of engine mutants acts only past the first draft position (deep positions,
+later rounds, reused slots, mixed batches): tests of t1 and t2 alone cannot kill them.
+One engine mutant is a fault rather than a bias: `nan_target_once` makes one round fail
 (contract 3), so a run under it must report engine errors instead of a smaller sample.
 """
 
@@ -113,6 +115,79 @@ _ALL = (
         "engine",
         "the next round's device input is the last draft, not the last committed token",
         "async scheduling feeds a stale token to the next round",
+    ),
+    # --- engine, past the first draft position (runners/deep_mutants.py): t1 and the
+    # first draft position of the first decode round stay exact, so a t1/t2 test alone
+    # cannot see these ---------------------------------------------------------------
+    Mutant(
+        "deep_position_temp",
+        "engine",
+        "the target law at draft positions j >= 1 is built at temperature 1 "
+        "(top-k/top-p kept) instead of the request's temperature",
+        "per-position sampling parameters lost past the first verified position",
+    ),
+    Mutant(
+        "late_round_residual",
+        "engine",
+        "from a request's third decode round on, the correction is drawn from p "
+        "instead of max(p - q, 0)",
+        "rejection resampling from the target p once a round-dependent fast path kicks in",
+    ),
+    Mutant(
+        "bonus_after_accepts",
+        "engine",
+        "when all L >= 2 drafts are accepted, the bonus is drawn from p at position L - 1 "
+        "instead of L",
+        "bonus token read from the last verified draft position after multi-token accepts",
+    ),
+    Mutant(
+        "next_input_partial",
+        "engine",
+        "after a partial accept (0 < s < L) the next round's device input is the last "
+        "accepted draft instead of the correction (host output stays right)",
+        "committed sequence and next device input diverge after a partial accept",
+    ),
+    Mutant(
+        "rng_reused_rounds",
+        "engine",
+        "uniforms keyed by the seed only: every decode round of a request reuses the "
+        "first decode round's block",
+        "RNG stream not advanced per round (randomness repeats across rounds)",
+    ),
+    Mutant(
+        "rng_shared_requests",
+        "engine",
+        "from a request's second decode round on, uniforms are keyed by the round only: "
+        "requests at the same round share one block",
+        "per-request seed dropped after the first round (batch rows share randomness)",
+    ),
+    Mutant(
+        "filter_order_temp",
+        "engine",
+        "the target law at draft positions j >= 1 chooses its top-k/top-p support "
+        "before dividing by the temperature",
+        "top-k/top-p applied before temperature scaling",
+    ),
+    Mutant(
+        "top_p_drop_crossing",
+        "engine",
+        "the target law at draft positions j >= 1 drops the top-p crossing token (the "
+        "one whose cumulative mass first reaches top_p) when more than one token survives",
+        "top-p off by one: the token that crosses the threshold is excluded",
+    ),
+    Mutant(
+        "slot_stale_params",
+        "engine",
+        "a random request admitted into a slot that held another request decodes its "
+        "first round with that occupant's temperature/top-k/top-p",
+        "continuous batching reuses a slot without resetting its sampling parameters",
+    ),
+    Mutant(
+        "greedy_row_sampled",
+        "engine",
+        "in a batch with random rows, greedy rows at draft positions j >= 1 are scored "
+        "with their softmax law and zero coins, so drafts there are accepted unchecked",
+        "greedy rows of a mixed batch verified by the random rule instead of argmax",
     ),
     Mutant(
         "nan_target_once",

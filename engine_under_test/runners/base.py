@@ -27,10 +27,10 @@ import torch
 from ..model import KVCache, LoopedLM
 from ..sampling import INVALID_NAMES, RngRegistry
 from .cuda_graphs import GraphedRound
+from .law_trace import RoundTraces
 from .mutant_hooks import MutantHooks
 from .outputs import FailedRound, RequestError, RoundStat
 from .prefill import PrefillOutputs, prefill
-from .spec_round import RoundOutputs, speculative_round
 from .state import HostTransfer, Request, SlotState, bucket_size
 
 LEN_ALIGN = 64  # KV positions are allocated in multiples of this
@@ -65,6 +65,7 @@ class RunnerBase:
         self.transfer = HostTransfer(self.device)
         self.fault = None  # tests: fault(kind, logits) -> logits
         self.trace: list | None = None  # tests: collected rounds when a list
+        self.law_trace = False  # generate(trace=True): rounds return their p and q
         self.failures: list[FailedRound] = []  # every failed prefill batch or round
         self.rounds_run = 0  # decode rounds collected
         self.prefills_run = 0  # prefill batches collected
@@ -111,16 +112,20 @@ class RunnerBase:
         reads its sampling hints from ``self.round_hints`` (set here; {} on CUDA, so
         captured graphs never depend on them). Returns private copies of the graph's
         static outputs, ordered on the compute stream, so the next replay may overwrite
-        them while a side-stream transfer still reads these."""
+        them while a side-stream transfer still reads these (outputs that are None,
+        e.g. the laws of an untraced round, stay None)."""
         self.round_hints = self.sampling_hints(self.slots[:B])
         key = (B, *key)
         if self.graphs is None or self.fault is not None:
-            return round_fn(*key)
-        version = (self.cache_version, self.state.version)
-        if version != self._graph_key:  # a reallocated tensor: captured graphs are stale
-            self.graphs.invalidate()
-            self._graph_key = version
-        return tuple(t.clone() for t in self.graphs(*key))
+            out = round_fn(*key)
+        else:
+            version = (self.cache_version, self.state.version)
+            if version != self._graph_key:  # a reallocated tensor: captured graphs are stale
+                self.graphs.invalidate()
+                self._graph_key = version
+            out = tuple(None if t is None else t.clone() for t in self.graphs(*key))
+        self.hooks.after_round_submitted(self.state)
+        return out
 
     # ------------------------------------------------------------------ capacity
     def max_len_needed(self, req: Request) -> int:
@@ -189,7 +194,7 @@ class RunnerBase:
         return len(self.failures)
 
     def run_prefill(self, admitted: list[Request]) -> PrefillOutputs:
-        return prefill(
+        out = prefill(
             self.model,
             self.cache,
             self.state,
@@ -199,6 +204,8 @@ class RunnerBase:
             self.sampling_hints(admitted),
             self.fault,
         )
+        self.hooks.after_prefill(self.state, admitted)
+        return out
 
     def finish(self, req: Request, reason: str, *, defer: bool = False) -> None:
         """Finish a request and free its slot (device state cleared, generator released).
@@ -253,7 +260,7 @@ class RunnerBase:
         "every non-greedy row has 0 < top_k <= max_top_k" and "no top_p < 1" can be
         read off the host records. CUDA ignores hints (the fused kernel needs none), so
         none are given there and captured graphs do not depend on them."""
-        if self.device.type == "cuda":
+        if self.device.type == "cuda" or not self.hooks.allows_sampling_hints:
             return {}
         V = self.model.cfg.vocab_size
         ps = [r.params for r in requests if r is not None and not r.finished and r.seed is not None]
@@ -336,11 +343,14 @@ class RunnerBase:
             return
         tokens, n_commit = host["tokens"], host["num_committed"]
         drafted, accepted = host["draft_lens"], host["num_accepted"]
+        traces = RoundTraces.from_host(host)  # None unless the round was traced
         for b, req in enumerate(rows):
             if req is None or req.finished or not live[b]:
                 continue  # stale row: whatever it holds is ignored
             n = int(n_commit[b])
             stat = RoundStat(int(drafted[b]), int(accepted[b]))
+            if traces is not None:
+                traces.record(b, req)
             if req.commit(tokens[b, :n].tolist(), stat):
                 self.finish(req, req.output.finish_reason, defer=True)
         self.flush_finished()
@@ -358,6 +368,7 @@ class RunnerBase:
             return 0, []
         rows = self.snapshot(B)
         self.state.host_sync_rows(B, rows)
+        self.hooks.host_inputs(self.state, B, rows)
         return B, rows
 
     def step(self) -> None:  # pragma: no cover - abstract
@@ -365,53 +376,3 @@ class RunnerBase:
 
     def drain(self) -> None:
         """Collect whatever is still in flight (async runners override)."""
-
-
-class BlockSpeculationRunner(RunnerBase):
-    """What the sync and async block-speculation runners share: K drafts at depth d per
-    round, 2K+1 request-owned uniforms per round, K+1 KV positions of lookahead, and
-    the round itself (``speculative_round``), graph-captured per (B, W) on CUDA."""
-
-    def __init__(
-        self,
-        model,
-        *,
-        device,
-        max_num_seqs,
-        max_model_len,
-        hooks,
-        num_speculative_tokens: int,
-        draft_loops: int,
-        use_cuda_graphs: bool = True,
-    ):
-        K = num_speculative_tokens
-        super().__init__(
-            model,
-            device=device,
-            max_num_seqs=max_num_seqs,
-            max_model_len=max_model_len,
-            num_draws=2 * K + 1,
-            hooks=hooks,
-        )
-        self.K, self.d = K, draft_loops
-        self.lookahead = K + 1
-        if use_cuda_graphs:
-            self.enable_cuda_graphs(self._round)
-
-    def _speculative_round(self, B: int, W: int) -> RoundOutputs:
-        return speculative_round(
-            self.model,
-            self.cache,
-            self.state,
-            self.rng,
-            B,
-            self.K,
-            self.d,
-            self.hooks,
-            self.fault,
-            width=W,
-            hints=self.round_hints,
-        )
-
-    def _round(self, B: int, W: int) -> tuple:
-        return tuple(self._speculative_round(B, W))

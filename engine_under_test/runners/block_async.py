@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from ..sampling import RngRegistry
-from .base import BlockSpeculationRunner
+from .block_runner import BlockSpeculationRunner
 from .mutant_hooks import MutantHooks
 from .spec_round import RoundOutputs
 from .state import Request, SlotState, Ticket
@@ -46,7 +46,9 @@ def advance_slots(
     advance = live & ~failed
     n = out.num_committed
     last = out.tokens.gather(1, (n - 1).clamp_min(0)[:, None]).squeeze(1)
-    last = hooks.next_input(last, out.drafts, out.draft_lens, state.random[:B] & live)
+    last = hooks.next_input(
+        last, out.drafts, out.draft_lens, out.num_accepted, state.random[:B] & live
+    )
     committed = torch.arange(K1, device=n.device)[None, :] < n[:, None]
     stop_hit = ((out.tokens[:, :, None] == state.stop_ids[:B, None, :]).any(-1) & committed).any(-1)
     budget = torch.where(advance, state.budget[:B] - n, state.budget[:B])
@@ -73,16 +75,15 @@ class AsyncBlockRunner(BlockSpeculationRunner):
         self.inflight: deque[InFlight] = deque()
 
     # ------------------------------------------------------------------ the round
-    def _round(self, B: int, W: int) -> tuple:
-        out = self._speculative_round(B, W)
+    def _round(self, B: int, W: int, trace: bool = False) -> tuple:
+        out = self._speculative_round(B, W, trace)
         advance_slots(self.state, self.rng, out, self.hooks)
         return tuple(out)
 
     def submit_round(self, B: int, W: int | None = None) -> RoundOutputs:
         """Enqueue one round for slots 0..B-1 drafting at most W (default K) tokens per
         row; no host reads (graph replay on CUDA)."""
-        W = self.K if W is None else W
-        return RoundOutputs(*self.run_round(self._round, B, W))
+        return self.run_spec_round(B, self.K if W is None else W)
 
     # ------------------------------------------------------------------ scheduling
     def step(self) -> None:
@@ -97,7 +98,7 @@ class AsyncBlockRunner(BlockSpeculationRunner):
             for r in rows:
                 if r is not None:
                     r.inflight += 1
-            view = out.host_view()
+            view = self.host_view(out, rows)
             if pre is not None:
                 view.update(pre.host_view())
             self.inflight.append(InFlight(self.transfer.submit(view), rows, admitted))

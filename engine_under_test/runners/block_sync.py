@@ -10,8 +10,7 @@ async runner; eager elsewhere. ``mode="pipeline"`` runs here too, greedy request
 
 from __future__ import annotations
 
-from .base import BlockSpeculationRunner
-from .spec_round import RoundOutputs
+from .block_runner import BlockSpeculationRunner
 
 
 class SyncBlockRunner(BlockSpeculationRunner):
@@ -21,5 +20,5 @@ class SyncBlockRunner(BlockSpeculationRunner):
         B, rows = self.begin_blocking_step()
         if B == 0:
             return
-        out = RoundOutputs(*self.run_round(self._round, B, self.draft_width(rows, self.K)))
-        self.apply_round(rows, self.transfer.wait(self.transfer.submit(out.host_view())))
+        out = self.run_spec_round(B, self.draft_width(rows, self.K))
+        self.apply_round(rows, self.transfer.wait(self.transfer.submit(self.host_view(out, rows))))

@@ -4,12 +4,15 @@ Every mutant is off unless ``LLM(..., mutant=name)`` names it (names and bug cla
 live in ``engine_under_test.mutants``). Kernel mutants are not implemented here: their
 name is passed to ``speculative_accept(..., mutant=name)``. Engine mutants act on the
 random rows of a round only, so greedy rows keep greedy acceptance even when mutated
-(the bugs concern random sampling).
+(the bugs concern random sampling) -- except ``greedy_row_sampled``, whose bug is the
+greedy rows of a mixed batch.
 
 Every hook wraps a call site of the clean code: it receives what the clean code made
 (a draft token, q, p, the target logits, the uniforms, the next input) and returns it,
 changed only for its own mutant. With ``mutant=None`` every hook is the identity and
-costs nothing.
+costs nothing. Two host hooks (``host_inputs``, ``after_prefill`` /
+``after_round_submitted``) write device state the way the runner's own uploads do
+(stream-ordered copies, no reads), for the mutants whose bug lives in scheduling.
 
 ``nan_target_once`` is a fault, not a bias: it keeps one device flag (``fired``, part of
 the state a CUDA Graph capture restores) so that it fires in the engine's first decode
@@ -21,7 +24,18 @@ from __future__ import annotations
 import torch
 
 from ..mutants import MUTANTS
-from ..sampling import KERNEL_MUTANTS, batched_probabilities
+from ..sampling import KERNEL_MUTANTS, AcceptResult, batched_probabilities, speculative_accept
+from . import deep_mutants as deep
+from .deep_mutants import RowParams, StaleParams
+
+# p_for_accept mutants that rebuild p from the target logits.
+_FROM_TARGET_LOGITS = (
+    "target_default_params",
+    "bonus_params",
+    "deep_position_temp",
+    "filter_order_temp",
+    "greedy_row_sampled",
+)
 
 
 def default_law(logits: torch.Tensor) -> torch.Tensor:
@@ -43,6 +57,7 @@ class MutantHooks:
         self.kernel = name if name in KERNEL_MUTANTS else None
         # nan_target_once: has the fault fired? [1] bool on the engine's device.
         self.fired = torch.zeros(1, dtype=torch.bool, device=device)
+        self.stale = StaleParams() if name == "slot_stale_params" else None
 
     def device_state(self) -> list[torch.Tensor]:
         """Device tensors the hooks mutate (a graph capture's warm-up restores them)."""
@@ -54,7 +69,13 @@ class MutantHooks:
 
     @property
     def needs_target_logits(self) -> bool:
-        return self.name in ("target_default_params", "bonus_params")
+        return self.name in _FROM_TARGET_LOGITS
+
+    @property
+    def allows_sampling_hints(self) -> bool:
+        """False where the device parameters are not the host's (stale slot params), so
+        host promises about them (``RunnerBase.sampling_hints``) would not hold."""
+        return self.stale is None
 
     # ---------------------------------------------------------------- uniforms
     def share(
@@ -68,6 +89,24 @@ class MutantHooks:
         first = torch.argmax(random.to(torch.int64))  # device index, no host read
         shared = u.index_select(0, first.view(1)).expand_as(u)
         return torch.where(random[:, None], shared, u)
+
+    def rng_key(
+        self,
+        rng_round: torch.Tensor,  # [B] int64 the rows' RNG counters after this round's draw
+        seed: torch.Tensor,  # [B] int64 the rows' seeds
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(seeds, rounds) [B] that the round's uniforms are keyed by instead of the
+        request's (seed, round); None (the default): the request's own key.
+
+        rng_reused_rounds: every decode round gets the first decode round's block (RNG
+        round 1). rng_shared_requests: from the second decode round on, keyed by the
+        round alone (seed 0), so requests at the same round share their block."""
+        if self.name == "rng_reused_rounds":
+            return seed, torch.ones_like(rng_round)
+        if self.name == "rng_shared_requests":
+            shared = deep.decode_round(rng_round) >= 1
+            return torch.where(shared, 0, seed), rng_round - 1
+        return None
 
     # ---------------------------------------------------------------- drafts
     def draft(
@@ -135,9 +174,20 @@ class MutantHooks:
         p: torch.Tensor,  # [B, K+1, V] float32
         target_logits: torch.Tensor | None,  # [B, K+1, V] or None
         draft_lens: torch.Tensor,  # [B] int64
-        random: torch.Tensor,
+        random: torch.Tensor,  # [B] bool
+        params: RowParams,
     ) -> torch.Tensor:
         name = self.name
+        if name == "deep_position_temp":
+            return deep.deep_position_temp(p, target_logits, params, random)
+        if name == "filter_order_temp":
+            return deep.filter_order_temp(p, target_logits, params, random)
+        if name == "top_p_drop_crossing":
+            return deep.top_p_drop_crossing(p, params, random)
+        if name == "bonus_after_accepts":
+            return deep.bonus_after_accepts(p, draft_lens, random)
+        if name == "greedy_row_sampled":
+            return deep.greedy_row_sampled(p, target_logits, draft_lens, params, random)
         if name not in ("target_default_params", "bonus_params"):
             return p
         B, K1, V = target_logits.shape
@@ -149,16 +199,67 @@ class MutantHooks:
         at_bonus = torch.arange(K1, device=p.device)[None, :] == draft_lens[:, None]
         return torch.where(r & at_bonus[..., None], plain, p)
 
+    def after_accept(
+        self,
+        res: AcceptResult,  # the kernel's result for the round
+        accept_args: tuple,  # (p, q, drafts, draft_lens, uniforms) it was called with
+        rng_round: torch.Tensor,  # [B] int64 RNG counters after this round's draw
+        random: torch.Tensor,  # [B] bool
+    ) -> AcceptResult:
+        """late_round_residual: from the third decode round on, a random row's result is
+        the one whose correction comes from p instead of max(p - q, 0) (the same
+        uniforms, so accept decisions and bonuses are the clean ones)."""
+        if self.name != "late_round_residual":
+            return res
+        late = random & (deep.decode_round(rng_round) >= 2)
+        bad = speculative_accept(*accept_args, mutant="residual_from_p")
+        pick = lambda a, b: torch.where(late.view(-1, *[1] * (a.dim() - 1)), b, a)  # noqa: E731
+        return AcceptResult(*(pick(a, b) for a, b in zip(res, bad, strict=True)))
+
     # ---------------------------------------------------------------- inputs
     def next_input(
         self,
         committed_last: torch.Tensor,  # [B] int64
         drafts: torch.Tensor,  # [B, K] int64
         draft_lens: torch.Tensor,  # [B] int64
+        num_accepted: torch.Tensor,  # [B] int64
         random: torch.Tensor,
     ) -> torch.Tensor:  # [B] bool -> [B] int64
-        """async_stale_input: feed the last draft instead of the last committed token."""
+        """async_stale_input: feed the last draft instead of the last committed token.
+        next_input_partial: after a partial accept, the last accepted draft."""
+        if self.name == "next_input_partial":
+            return deep.next_input_partial(committed_last, drafts, draft_lens, num_accepted, random)
         if self.name != "async_stale_input":
             return committed_last
         last_draft = drafts.gather(1, (draft_lens - 1).clamp_min(0)[:, None]).squeeze(1)
         return torch.where(random & (draft_lens > 0), last_draft, committed_last)
+
+    def host_inputs(self, state, B: int, rows: list) -> None:
+        """Sync runners, after the host uploaded rows 0..B-1's inputs: next_input_partial
+        re-uploads the last accepted draft as the input of random rows whose last round
+        was a partial accept (the host records keep the right tokens)."""
+        if self.name != "next_input_partial":
+            return
+        fix = [
+            (b, r.output.token_ids[-2])
+            for b, r in enumerate(rows[:B])
+            if r is not None
+            and not r.finished
+            and r.seed is not None
+            and r.output.rounds
+            and 0 < r.output.rounds[-1].accepted < r.output.rounds[-1].drafted
+        ]
+        if fix:
+            idx = state.upload([b for b, _ in fix], torch.int64)
+            state.next_token.index_copy_(0, idx, state.upload([t for _, t in fix], torch.int64))
+
+    # ---------------------------------------------------------------- slot parameters
+    def after_prefill(self, state, admitted: list) -> None:
+        """slot_stale_params: reused slots get their previous occupant's parameters."""
+        if self.stale is not None:
+            self.stale.after_prefill(state, admitted)
+
+    def after_round_submitted(self, state) -> None:
+        """slot_stale_params: the right parameters come back after one decode round."""
+        if self.stale is not None:
+            self.stale.restore(state)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class RoundStat:
@@ -18,6 +20,28 @@ class RoundStat:
     accepted: int
 
 
+@dataclass(frozen=True, eq=False)
+class RoundTrace:
+    """The laws one decode round of one request handed to the accept kernel
+    (``LLM.generate(..., trace=True)``; runners/law_trace.py says how they are taken).
+
+    round: the request's own decode-round index, 0-based, as in ``RequestOutput.rounds``.
+    prefix_len: committed tokens of the request after the prompt before this round (t1
+        included), so the round's input prefix is prompt + token_ids[:prefix_len].
+    drafts: the L draft tokens the round proposed (L = rounds[round].drafted).
+    p: [L+1, V] float32 the target law at positions 0..L, after the request's
+        temperature/top-k/top-p: exactly what the kernel received (position j is the law
+        given prefix + drafts[:j]).
+    q: [L, V] float32 the draft law the kernel received at positions 0..L-1.
+    """
+
+    round: int
+    prefix_len: int
+    drafts: list[int]
+    p: np.ndarray  # [L+1, V] float32
+    q: np.ndarray  # [L, V] float32
+
+
 @dataclass
 class RequestOutput:
     """The result of one request (vLLM-like).
@@ -27,6 +51,9 @@ class RequestOutput:
     rounds: one RoundStat per decode round after t1 that the request took part in.
     finish_reason: "length" | "stop" | "error" | "abort" (None while running).
     seed: the seed of the request's generator (None for greedy requests).
+    trace: None unless ``generate(..., trace=True)``: then one RoundTrace per decode
+        round of a block-speculation mode ([] under nospec, whose steps have no drafts;
+        t1 has no entry: its law is the serial p at the prompt).
     """
 
     request_id: object
@@ -35,6 +62,7 @@ class RequestOutput:
     rounds: list[RoundStat] = field(default_factory=list)
     finish_reason: str | None = None
     seed: int | None = None
+    trace: list[RoundTrace] | None = field(default=None, compare=False, repr=False)
 
     @property
     def finished(self) -> bool:

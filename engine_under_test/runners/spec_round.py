@@ -30,6 +30,9 @@ Randomness (contract 2). A random request owns a Philox stream keyed by its seed
   on the device just before the draw (the offset sets the counter's high word, so the
   two blocks never overlap and are independent).
 
+Mutant hooks (``MutantHooks``) may rekey the blocks (``rng_key``); by default they are
+the request's own.
+
 Greedy rows (and dead rows) draw nothing: their uniforms are zeros and their one-hot
 p and q reduce the rule to greedy acceptance. No host reads anywhere in this module.
 """
@@ -49,6 +52,7 @@ from ..sampling import (
     philox_uniforms,
     speculative_accept,
 )
+from .deep_mutants import RowParams
 from .mutant_hooks import MutantHooks
 from .state import SlotState
 
@@ -70,6 +74,9 @@ class RoundOutputs(NamedTuple):
     failed: torch.Tensor  # [1] bool: an error on a live row fails the round
     pos: torch.Tensor  # [B] int64 position of each row's input token
     input_token: torch.Tensor  # [B] int64 the round's input (last committed token)
+    # generate(trace=True) only (runners/law_trace.py), None otherwise:
+    trace_p: torch.Tensor | None = None  # [B, W+1, V] float32 the p the kernel received
+    trace_q: torch.Tensor | None = None  # [B, W, V] float32 the q the kernel received
 
     def host_view(self) -> dict[str, torch.Tensor]:
         """What the host needs to collect (drafts stay on the device)."""
@@ -95,6 +102,23 @@ def draft_uniforms(
     return torch.where(random[:, None], u, 0.0)
 
 
+def round_uniforms(
+    rng: RngRegistry, B: int, K: int, random: torch.Tensor, hooks: MutantHooks
+) -> tuple[torch.Tensor, torch.Tensor]:  # [B] bool -> [B, K], [B, 2K+1] float64
+    """The round's draft uniforms and accept block; advances the random rows' counters."""
+    rows = torch.arange(B, device=random.device)
+    # Draft-domain uniforms first: they read the round counter that draw() advances.
+    u_draft = hooks.share(draft_uniforms(rng, B, K, random), random)
+    u_block = hooks.share(rng.draw(rows, random), random)  # [B, 2K+1]
+    key = hooks.rng_key(rng.round[:B], rng.seed[:B])  # None: the request's own key
+    if key is not None:  # an RNG-keying mutant
+        seeds, rounds = key
+        u_draft = philox_uniforms(seeds, rounds + DRAFT_ROUND_OFFSET, K)
+        u_block = philox_uniforms(seeds, rounds, u_block.shape[1])
+        u_draft, u_block = (torch.where(random[:, None], u, 0.0) for u in (u_draft, u_block))
+    return u_draft, u_block
+
+
 @torch.no_grad()
 def speculative_round(
     model: LoopedLM,
@@ -108,6 +132,7 @@ def speculative_round(
     fault=None,
     width: int | None = None,
     hints: dict | None = None,
+    trace: bool = False,
 ) -> RoundOutputs:
     """Run one round for slots 0..B-1, reading inputs from ``state`` (no host reads).
 
@@ -119,6 +144,7 @@ def speculative_round(
     fault: test hook ``fault(kind, logits) -> logits``; kind is ("q", j) with [B, V]
         draft logits of step j, or ("p", None) with [B, W+1, V]; None in production.
     hints: host promises for ``batched_probabilities`` (``RunnerBase.sampling_hints``).
+    trace: also return the p and q the accept kernel received (``trace_p``/``trace_q``).
     """
     hints = hints or {}
     R = model.num_loops
@@ -131,9 +157,7 @@ def speculative_round(
     random = state.random[:B] & live
     draft_lens = (state.budget[:B] - 1).clamp(0, W)
 
-    # Draft-domain uniforms first: they read the round counter that draw() advances.
-    u_draft = hooks.share(draft_uniforms(rng, B, K, random), random)
-    u_block = hooks.share(rng.draw(rows, random), random)  # [B, 2K+1]
+    u_draft, u_block = round_uniforms(rng, B, K, random, hooks)
     u_accept = torch.cat([u_block[:, :W], u_block[:, K : K + W], u_block[:, 2 * K :]], dim=1)
 
     # ---- draft: W steps at depth d ------------------------------------------------
@@ -178,8 +202,15 @@ def speculative_round(
     q = hooks.q_for_accept(
         q, drafts_t, torch.stack(draft_logits, 1) if draft_logits else None, random
     )
-    p = hooks.p_for_accept(p, logits_p if hooks.needs_target_logits else None, draft_lens, random)
+    p = hooks.p_for_accept(
+        p,
+        logits_p if hooks.needs_target_logits else None,
+        draft_lens,
+        random,
+        RowParams(temp, top_k, top_p, live),
+    )
     res = speculative_accept(p, q, drafts_t, draft_lens, u_accept, mutant=hooks.kernel)
+    res = hooks.after_accept(res, (p, q, drafts_t, draft_lens, u_accept), rng.round[:B], random)
     failed = (res.error & live).any().view(1)
     # Host format is static: [B, K+1] tokens and [B, K] drafts, -1 padded past W.
     tokens = torch.nn.functional.pad(res.tokens, (0, K - W), value=-1)
@@ -199,4 +230,6 @@ def speculative_round(
         failed,
         pos.clone(),
         tok.clone(),
+        p if trace else None,
+        q if trace else None,
     )

@@ -43,3 +43,20 @@ def small_tie_case(g: torch.Generator, B: int = 160, V: int = 24):
     k = torch.randint(-2, V + 3, (B,), generator=g)
     p = torch.rand(B, generator=g).where(torch.rand(B, generator=g) > 0.2, 1.0).clamp_min(0.01)
     return logits, t, k, p
+
+
+def deep_mutant_names() -> list[str]:
+    """The engine mutants that act only past the first draft position (their registry
+    block in engine_under_test.mutants, implemented in runners/deep_mutants.py)."""
+    return [
+        "deep_position_temp",
+        "late_round_residual",
+        "bonus_after_accepts",
+        "next_input_partial",
+        "rng_reused_rounds",
+        "rng_shared_requests",
+        "filter_order_temp",
+        "top_p_drop_crossing",
+        "slot_stale_params",
+        "greedy_row_sampled",
+    ]
