@@ -136,6 +136,12 @@ def collect_raw(
         from specconform.runner import equality as runner
 
         return runner.collect(loaded, progress=progress, log=log, context=run_context)
+    if kind == "performance":
+        if mutant is not None:
+            raise UsageError(f"--mutant {mutant}: a performance protocol plants no bug")
+        from specconform.runner import performance as runner
+
+        return runner.collect(loaded, progress=progress, log=log, context=run_context)
     raise UsageError(f"{loaded.path}: protocol kind {kind!r} has no runner")
 
 
