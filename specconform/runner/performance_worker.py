@@ -200,9 +200,7 @@ def _records(events, device: str) -> tuple[list[dict], list[dict]]:
         if not device.startswith("cuda"):
             copies = int(evt.name == "aten::copy_")
         entry["copies"] += copies
-        entry["self_device_us"] += float(
-            getattr(evt, "self_device_time_total", getattr(evt, "self_cuda_time_total", 0.0))
-        )
+        entry["self_device_us"] += float(getattr(evt, "self_device_time_total", 0.0))
     records = [{"phase": k[0], "name": k[1], "location": k[2], **v} for k, v in sorted(ops.items())]
     steps = [s for s in spans if s["phase"] == STEP_RANGE]
     t0 = min((s["start_us"] for s in steps), default=0.0)

@@ -104,8 +104,8 @@ def _per_process(raw: dict, side: str, concurrency: int, sampling: str) -> dict[
 
 def _welch(a: list[float], b: list[float]) -> float | None:
     """Two-sided Welch t-test p-value (reported only; never decides)."""
-    if len(a) < 2 or len(b) < 2:
-        return None
+    if len(a) < 2 or len(b) < 2 or (len(set(a)) == 1 and len(set(b)) == 1):
+        return None  # no spread: the t statistic is undefined
     from scipy import stats
 
     p = float(stats.ttest_ind(b, a, equal_var=False).pvalue)
