@@ -77,6 +77,17 @@ def _int_option(name: str, help_text: str):
     return click.option(name, type=str, default=None, callback=parse, help=help_text)
 
 
+def _size_option(ctx, param, value):
+    if value is None:
+        return None
+    from specconform.evidence.external import parse_size
+
+    try:
+        return parse_size(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc).split(": ", 1)[-1]) from None
+
+
 def run_options(f):
     options = [
         click.argument("protocol", type=click.Path(dir_okay=False, path_type=Path)),
@@ -143,6 +154,14 @@ def run_options(f):
             "of git commit REF (e.g. HEAD~1, main).",
         ),
         click.option(
+            "--max-archive-size",
+            default=None,
+            callback=_size_option,
+            help="Largest archive to write, e.g. 25MB or 500KiB: raw/ and plots/ files "
+            "that would exceed it are hashed, listed in external/MANIFEST.json (signed) "
+            "and kept beside the archive in OUT/<run-id>.external/.",
+        ),
+        click.option(
             "--verbose",
             "-v",
             is_flag=True,
@@ -195,6 +214,7 @@ def _execute(
     resume,
     verbose,
     base_ref=None,
+    max_archive_size=None,
 ):
     from specconform.progress import progress, set_verbose
     from specconform.protocol.load import apply_overrides, load_protocol
@@ -217,7 +237,12 @@ def _execute(
             f"{protocol}: --ledger and --resume apply to distribution protocols, not {loaded.kind}"
         )
     signing_key = _signing_key(key, no_sign)
-    context = {"ledger": ledger, "resume": resume, "out_dir": out_dir}
+    context = {
+        "ledger": ledger,
+        "resume": resume,
+        "out_dir": out_dir,
+        "max_archive_size": max_archive_size,
+    }
     if resume is not None:
         from specconform.runner.distribution import read_checkpoint
 

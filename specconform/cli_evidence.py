@@ -37,6 +37,13 @@ more than 48 MiB inflated are refused (exit 3) before they cost memory, so readi
 any archive stays under 512 MiB.
 
 \b
+Files kept beside the archive (--max-archive-size): external/MANIFEST.json lists them
+with their sizes and sha256 (the signature covers it); those found in
+<archive>.external/ must match (else exit 3); raw files absent there leave the tests
+unrecomputable: exit 3 naming them, or with --skip-external exit 0 saying
+"recomputed: NOT DONE" and which files.
+
+\b
 Exit codes: 0 valid; 2 usage (missing archive or key file, no --pubkey nor
 --skip-signature); 3 invalid (the message names the first failing file or field).
 """
@@ -62,7 +69,15 @@ def _fail(error: SpecconformError) -> None:
     is_flag=True,
     help="Do not check who signed: digests and recomputation only.",
 )
-def verify_command(archive: Path, pubkey: Path | None, skip_signature: bool) -> None:
+@click.option(
+    "--skip-external",
+    is_flag=True,
+    help="An archive written with --max-archive-size whose external raw files are not "
+    "beside it: check everything else and say which tests were not recomputed.",
+)
+def verify_command(
+    archive: Path, pubkey: Path | None, skip_signature: bool, skip_external: bool
+) -> None:
     from specconform.evidence.verify import verify_archive
 
     try:
@@ -73,7 +88,7 @@ def verify_command(archive: Path, pubkey: Path | None, skip_signature: bool) -> 
                 "pass --pubkey FILE to check the signature, or --skip-signature "
                 "to check digests and recomputation only"
             )
-        report = verify_archive(archive, pubkey)
+        report = verify_archive(archive, pubkey, skip_external=skip_external)
     except SpecconformError as error:
         _fail(error)
     click.echo("\n".join(report.lines()))

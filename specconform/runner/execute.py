@@ -20,6 +20,7 @@ from pathlib import Path
 
 from specconform import __version__
 from specconform.errors import UsageError
+from specconform.evidence.external import external_dir_for
 from specconform.evidence.jsonio import canonical_json_bytes
 from specconform.evidence.results_io import tests_csv_bytes
 from specconform.kinds import reevaluate
@@ -78,7 +79,9 @@ def free_destination(out_dir: Path, run_id: str) -> Path:
     """OUT/<run-id>, or OUT/<run-id>-2, -3 ... when an earlier run of the same inputs is
     there: evidence is never overwritten; only the outer name differs."""
     candidate, n = out_dir / run_id, 1
-    while candidate.exists() or zip_beside(candidate).exists():
+    while (
+        candidate.exists() or zip_beside(candidate).exists() or external_dir_for(candidate).exists()
+    ):
         n += 1
         candidate = out_dir / f"{run_id}-{n}"
     return candidate
@@ -323,10 +326,15 @@ def _execute_locked(
             path = staging / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        archive = evidence.seal(staging, key=key, sign=sign)
+        archive = evidence.seal(
+            staging, key=key, sign=sign, max_size=run_context.get("max_archive_size")
+        )
         staging.rename(final)
         archive_final = zip_beside(final)
         archive.rename(archive_final)
+        moved_out = external_dir_for(staging)
+        if moved_out.exists():  # --max-archive-size: the files kept beside the archive
+            moved_out.rename(external_dir_for(final))
         for callback in run_context.get("on_success", []):
             callback()
     except BaseException:
@@ -334,6 +342,7 @@ def _execute_locked(
         staged_zip = zip_beside(staging)
         if staged_zip.exists():
             staged_zip.unlink()
+        shutil.rmtree(external_dir_for(staging), ignore_errors=True)
         raise
     return RunOutcome(run_id, final, archive_final, evaluation)
 
