@@ -21,6 +21,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from specconform.errors import EvidenceError, UsageError
 from specconform.evidence.jsonio import canonical_json_bytes
@@ -137,7 +138,7 @@ def check_external(zip_path: Path, top: str, manifest: bytes) -> ExternalCheck:
     return ExternalCheck(directory, present, tuple(absent))
 
 
-def _entries(manifest: bytes) -> list[dict]:
+def _entries(manifest: bytes) -> list[dict[str, Any]]:
     import json
 
     try:
@@ -149,7 +150,7 @@ def _entries(manifest: bytes) -> list[dict]:
     except (ValueError, KeyError, TypeError):
         raise EvidenceError(f"{MANIFEST_NAME}: malformed") from None
     for entry in entries:
-        check_member_name(entry["path"])
-        if not re.fullmatch(r"[0-9a-f]{64}", entry["sha256"]):
+        check_member_name(str(entry["path"]))
+        if not re.fullmatch(r"[0-9a-f]{64}", str(entry["sha256"])):
             raise EvidenceError(f"{MANIFEST_NAME}: {entry['path']}: sha256 is not 64 hex digits")
     return entries
