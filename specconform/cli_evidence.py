@@ -119,8 +119,21 @@ def verify_command(
     default=None,
     help="Verify every archive against this Ed25519 public key first.",
 )
+@click.option(
+    "--pr",
+    "pr_page",
+    is_flag=True,
+    help="One page for a pull request (the default when the archives are of more than one "
+    "kind): functional checks, distribution (primary and replication side by side), "
+    "quality, performance and the evidence table.",
+)
 def report_command(
-    archives: tuple[Path, ...], fmt: str, out: Path | None, details: bool, pubkey: Path | None
+    archives: tuple[Path, ...],
+    fmt: str,
+    out: Path | None,
+    details: bool,
+    pubkey: Path | None,
+    pr_page: bool,
 ) -> None:
     """Turn one or more archives (primary run first, then replications) into a report.
 
@@ -132,8 +145,15 @@ def report_command(
     from specconform.report import html_report, markdown_report
 
     try:
-        render = html_report if fmt == "html" else markdown_report
-        text = render(list(archives), details=details, pubkey=pubkey)
+        if pr_page or (fmt == "md" and len(_kinds(archives)) > 1):
+            if fmt != "md":
+                raise UsageError("--pr writes Markdown: drop --format html")
+            from specconform.report.pr import pr_markdown
+
+            text = pr_markdown(list(archives), pubkey=pubkey)
+        else:
+            render = html_report if fmt == "html" else markdown_report
+            text = render(list(archives), details=details, pubkey=pubkey)
         if out is not None:
             try:
                 write_bytes_atomic(out, text.encode())
@@ -145,6 +165,13 @@ def report_command(
         click.echo(text, nl=False)
     else:
         click.echo(f"report: {out}")
+
+
+def _kinds(archives) -> set[str]:
+    """The protocol kinds of the archives (run.json `kind`), read without verifying."""
+    from specconform.evidence.reader import read_archive
+
+    return {str(read_archive(Path(a)).json_object("run.json").get("kind")) for a in archives}
 
 
 @click.command("keygen")

@@ -33,6 +33,13 @@ def _worker():
     return Path(__file__).with_name(WORKER_NAME)
 
 
+def _describe(config: dict, tree) -> str:
+    """'async d=2 @ 1a2b3c4d5e6f' (the tree's commit, '+dirty' when it had changes)."""
+    mode = config["mode"] + (f" d={config['draft_loops']}" if config.get("draft_loops") else "")
+    commit = (tree.commit or "no commit")[:12] + ("+dirty" if tree.dirty else "")
+    return f"{mode} @ {commit}"
+
+
 def make_prompts(protocol) -> list[list[int]]:
     """max(concurrency) prompts of `prompt_length` ids from PCG64(prompt_seed), the same
     on both sides."""
@@ -57,6 +64,9 @@ def collect(loaded, *, progress, log, context) -> dict[str, bytes]:
         "base": (protocol.candidate if protocol.base_ref else protocol.base).model_dump(
             mode="json"
         ),
+    }
+    context.setdefault("extra_run_fields", {})["performance_sides"] = {
+        side: _describe(configs[side], trees[side]) for side in SIDES
     }
     engine = protocol.engine.model_dump(mode="json")
     prompts = make_prompts(protocol)
