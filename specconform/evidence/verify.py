@@ -13,7 +13,10 @@ Checks, in order (each failure raises EvidenceError naming the file or field):
    but the attestation with matching digests, its predicate names this run (run_id,
    protocol_hash) and verdict; with a public key, a signature by that key is valid;
 5. the top folder is the run id of `run.json`;
-6. every test and the verdict, recomputed from protocol.json and raw/, equal what
+6. with external/MANIFEST.json (``--max-archive-size``), every listed file found in
+   ``<archive>.external/`` matches its size and sha256 (see `external`); raw files
+   absent there are named, and without them nothing is recomputed;
+7. every test and the verdict, recomputed from protocol.json and raw/, equal what
    results/ and verdict.json state (see `recompute`).
 
 Signature policy (library): `pubkey=None` checks everything except the signature itself
