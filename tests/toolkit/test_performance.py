@@ -257,3 +257,42 @@ def test_run_writes_abba_processes_and_verify_recomputes(small_run, tmp_path):
     tampered = seal(run_dir, key=None, sign=False)
     with pytest.raises(EvidenceError, match="results/tests.json: test tokens_per_s_c1_greedy"):
         verify_archive(tampered)
+
+
+def test_base_ref_runs_the_candidate_configuration_in_the_base_tree(monkeypatch):
+    """With --base-ref the code differs, not the configuration: both sides get the
+    candidate's configuration, the base side in the base tree (workers faked: this
+    checks the runner's requests and order, not the engine)."""
+    from specconform.progress import silent
+    from specconform.protocol.load import load_protocol
+    from specconform.runner import performance as runner
+    from specconform.runner.equality import SourceTree
+
+    base = SourceTree("base", ROOT, "HEAD~1", "b" * 40, False)
+    monkeypatch.setattr(runner, "base_tree", lambda ref: base)
+    calls = []
+
+    def fake(tree, request, worker_path):
+        calls.append((tree.side, request["config"], bool(request.get("profile"))))
+        if request.get("profile"):
+            return {"profile": {"device": "cpu", "steps": 1, "ops": [], "spans": []}}
+        cells = [
+            {**c, "peak_memory_bytes": 1, "runs": [{"seconds": 1.0, "tokens": 8, "requests": 1, "rounds": 2}]}
+            for c in request["cells"]
+        ]  # fmt: skip
+        return {"device": "cpu", "cells": cells}
+
+    monkeypatch.setattr(runner, "run_worker", fake)
+    loaded = load_protocol(PROTOCOL)
+    data = loaded.model.model_dump(mode="json")
+    data["base_ref"] = "HEAD~1"
+    loaded = type(loaded)(loaded.path, loaded.source, validate(data, "t"), loaded.hash)
+    context: dict = {}
+    files = runner.collect(loaded, progress=silent, log=lambda line: None, context=context)
+    timed = [(side, config) for side, config, profiled in calls if not profiled]
+    assert [side for side, _ in timed] == abba_order(2)
+    assert all(config == {"mode": "async", "draft_loops": 2} for _, config in timed)
+    raw = json.loads(files[RAW_FILE])
+    assert raw["sides"]["base"]["commit"] == "b" * 40 and raw["sides"]["base"]["ref"] == "HEAD~1"
+    assert context["extra_run_fields"]["performance_sides"]["base"].startswith("async d=2 @ bbbb")
+    assert "plots/timeline-greedy-c1.svg" in files
