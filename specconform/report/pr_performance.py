@@ -23,6 +23,13 @@ def _summary(s: dict | None, scale: float = 1.0, digits: int = 4) -> str:
     )
 
 
+def _peak(s: dict | None) -> str:
+    """GiB; a peak equal in every process (CPU RSS often is) reads as one number."""
+    if s and s.get("mean") is not None and s.get("min") == s.get("max"):
+        return f"{s['mean'] / 2**30:.3g} (all {s['n']})"
+    return _summary(s, 2**30, 3)
+
+
 def _sides(item) -> str:
     sides = item.view.run.get("performance_sides") or {}
     if sides:
@@ -59,10 +66,7 @@ def performance_section(items: Sequence, table: Callable) -> list[str]:
                     "—" if row.statistic is None else f"{row.statistic:.3f}",
                     _summary(s.get("base", {}).get("tpot_ms"), digits=3),
                     _summary(s.get("candidate", {}).get("tpot_ms"), digits=3),
-                    " / ".join(
-                        _summary(s.get(side, {}).get("peak_memory_bytes"), 2**30, 3)
-                        for side in SIDES
-                    ),
+                    " / ".join(_peak(s.get(side, {}).get("peak_memory_bytes")) for side in SIDES),
                     outcome(row) + ("" if row.deciding else " (not deciding)"),
                 ]
             )

@@ -160,14 +160,22 @@ ENGINE_DIR = "engine_under_test/"
 
 
 def _location(evt) -> str:
-    """The innermost engine source line of an event: its own name for a Python function
-    event (``with_stack`` records them, named ``file.py(line): function``), else the
-    first engine frame of its stack."""
-    frames = ([evt.name] if ".py(" in evt.name else []) + list(getattr(evt, "stack", None) or [])
-    for frame in frames:
+    """The innermost engine source line an event ran under: the event itself or the
+    nearest enclosing Python function event (``with_stack`` records them, named
+    ``file.py(line): function``) inside the engine, else an engine frame of its stack;
+    failing both, the innermost Python function (torch's own code, say)."""
+    outside = None
+    node = evt
+    while node is not None:
+        if ".py(" in node.name:
+            if ENGINE_DIR in node.name:
+                return ENGINE_DIR + node.name.split(ENGINE_DIR, 1)[1]
+            outside = outside or node.name
+        node = node.cpu_parent
+    for frame in getattr(evt, "stack", None) or []:
         if ENGINE_DIR in frame:
             return ENGINE_DIR + frame.split(ENGINE_DIR, 1)[1]
-    return "(outside engine_under_test)"
+    return outside or "(outside engine_under_test)"
 
 
 def _is_device(evt) -> bool:

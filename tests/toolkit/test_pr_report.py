@@ -22,26 +22,34 @@ from tests.toolkit.fixtures import evidence_toy as toy
 
 EXAMPLE = ROOT / "docs" / "pr-report-example.md"
 EVIDENCE = ROOT / "docs" / "evidence" / "pr-example"
-# The order the example was generated in (docs/pr-report-example.md says how).
-ORDER = ("quadrature", "ci_gate", "ci_gate", "equality", "ci_performance")
+# The archives in the order the example was generated from (its header says how): the
+# ci_gate primary (offset 0) before its replication (--offset 3000000).
+ORDER = (
+    "quadrature-30dde5fd-0f25bc1e.zip",
+    "ci_gate-eba63360-463275bc.zip",
+    "ci_gate-eba63360-29cc5a7d.zip",
+    "equality-3b0fbc18-b4384ff0.zip",
+    "ci_performance-517db5c1-3106cb95.zip",
+)
+PUBKEY = EVIDENCE / "pr.pub"
 
 
 def example_archives() -> list[Path]:
-    found = sorted(EVIDENCE.glob("*.zip"))
-    by_protocol = {}
-    for path in found:
-        by_protocol.setdefault(path.name.rsplit("-", 2)[0], []).append(path)
-    out = []
-    for name in dict.fromkeys(ORDER):
-        out += sorted(by_protocol.get(name, []))
-    return out
+    return [EVIDENCE / name for name in ORDER]
+
+
+def example_page(text: str) -> str:
+    """The generated page: the example file less its leading HTML comment."""
+    head, sep, page = text.partition("-->\n\n")
+    assert head.startswith("<!--") and sep, "docs/pr-report-example.md lost its header"
+    return page
 
 
 def test_committed_example_is_what_the_command_writes():
     archives = example_archives()
-    assert len(archives) == len(ORDER), archives
-    page = pr_markdown(archives)
-    assert page == EXAMPLE.read_text(), "regenerate docs/pr-report-example.md (see its header)"
+    # With the key: every archive verified in full (digests, signature, recomputation).
+    page = pr_markdown(archives, pubkey=PUBKEY)
+    assert page == example_page(EXAMPLE.read_text()), "regenerate it (see its header)"
     for section in (
         "## Test Result",
         "### Functional checks",
