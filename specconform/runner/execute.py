@@ -79,9 +79,7 @@ def free_destination(out_dir: Path, run_id: str) -> Path:
     """OUT/<run-id>, or OUT/<run-id>-2, -3 ... when an earlier run of the same inputs is
     there: evidence is never overwritten; only the outer name differs."""
     candidate, n = out_dir / run_id, 1
-    while (
-        candidate.exists() or zip_beside(candidate).exists() or external_dir_for(candidate).exists()
-    ):
+    while any(p.exists() for p in (candidate, zip_beside(candidate), external_dir_for(candidate))):
         n += 1
         candidate = out_dir / f"{run_id}-{n}"
     return candidate
@@ -130,20 +128,15 @@ def collect_raw(
         return runner.collect(
             loaded, mutant=mutant, progress=progress, log=log, context=run_context
         )
-    if kind == "equality":
+    if kind in ("equality", "performance"):
         if mutant is not None:
             raise UsageError(
-                f"--mutant {mutant}: an equality protocol compares source trees "
+                f"--mutant {mutant}: {'an' if kind == 'equality' else 'a'} {kind} protocol compares source trees "
                 "(--base-ref) or configurations; it plants no bug"
             )
-        from specconform.runner import equality as runner
+        from specconform.runner import equality, performance
 
-        return runner.collect(loaded, progress=progress, log=log, context=run_context)
-    if kind == "performance":
-        if mutant is not None:
-            raise UsageError(f"--mutant {mutant}: a performance protocol plants no bug")
-        from specconform.runner import performance as runner
-
+        runner = equality if kind == "equality" else performance
         return runner.collect(loaded, progress=progress, log=log, context=run_context)
     raise UsageError(f"{loaded.path}: protocol kind {kind!r} has no runner")
 
