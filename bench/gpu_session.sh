@@ -5,6 +5,7 @@
 #
 # Usage: bash bench/gpu_session.sh [part...]
 #   parts: env tests bench sweep fp32 shard kill kill2 bonus killci engine engine_small engine_ouro
+#          perf (the performance kind's A/B: protocols/performance.yaml, ~9 min)
 #          (sweep: launch configurations of the probabilities kernel, SWEEP_CONFIGS)
 #          (kill2: the kill matrix in 2 processes; bonus: extra kill rows, BONUS_MUTANTS)
 #          tests+kill   GPU tests and the fp32_t2 kill matrix side by side (neither is
@@ -112,6 +113,21 @@ part_shard() {
   echo "shard invariance: $same"
   rm -rf "$OUT/shard1" "$OUT/shard2" "$OUT"/shard*.jsonl
 }
+part_perf() {
+  # The performance kind's A/B on CUDA (protocols/performance.yaml: nospec base vs async
+  # candidate, preset small, 6 processes per side in ABBA order, profiler attribution),
+  # then its PR page section and verify's recomputation from the raw measurements.
+  # PERF_ARGS adds options, e.g. PERF_ARGS="--base-ref main" on a checkout with history.
+  LIMIT_perf=${LIMIT_perf:-570}
+  # shellcheck disable=SC2086
+  lim python3 -m specconform run protocols/performance.yaml --no-sign --out "$OUT/perf" \
+    ${PERF_ARGS:-} 2>&1 | grep -vE "^processes: "
+  local zip; zip=$(ls "$OUT"/perf/performance-*.zip 2>/dev/null | head -1)
+  [ -n "$zip" ] || { echo "no performance archive"; return; }
+  python3 -m specconform verify "$zip" --skip-signature
+  python3 -m specconform report --pr "$zip" --out "$OUT/perf-report.md"
+  cp "${zip%.zip}"/plots/*.svg "$OUT/" 2>/dev/null
+}
 part_engine_small() { engine_preset small; }
 # ouro-1.4b at 1,024 requests: 48 GiB of per-depth KV per mode, so one mode at a time.
 part_engine_ouro() { engine_preset ouro-1.4b --one-engine-from 1024; }
@@ -126,7 +142,7 @@ for part in ${*:-env tests bench fp32 kill}; do
       tests_pid=$!
       part_kill
       wait $tests_pid; cat "$OUT/.tests.log"; rm -f "$OUT/.tests.log" ;;
-    env|tests|bench|sweep|fp32|shard|kill|kill2|bonus|killci|engine|engine_small|engine_ouro) "part_$part" ;;
+    env|tests|bench|sweep|fp32|shard|kill|kill2|bonus|killci|engine|engine_small|engine_ouro|perf) "part_$part" ;;
     *) echo "unknown part: $part"; exit 2 ;;
   esac
 done

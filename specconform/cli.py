@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from specconform import __version__
+from specconform.cli_options import DEFAULT_OUT, run_options  # noqa: F401 (re-exported)
 from specconform.errors import (
     EXIT_FAIL,
     EXIT_INTERRUPTED,
@@ -22,8 +23,6 @@ from specconform.errors import (
     SpecconformError,
     UsageError,
 )
-
-DEFAULT_OUT = Path("reports")
 
 
 def _fail(exc: SpecconformError) -> None:
@@ -61,98 +60,6 @@ def cli():
       130  interrupted (Ctrl-C); a distribution run keeps OUT/<run-id>.inprogress
            for --resume
     """
-
-
-def _int_option(name: str, help_text: str):
-    def parse(ctx, param, value):
-        if value is None:
-            return None
-        from specconform.protocol.load import exact_int
-
-        try:
-            return exact_int(value, name)
-        except UsageError as exc:
-            raise click.BadParameter(str(exc).split(": ", 1)[-1]) from None
-
-    return click.option(name, type=str, default=None, callback=parse, help=help_text)
-
-
-def run_options(f):
-    options = [
-        click.argument("protocol", type=click.Path(dir_okay=False, path_type=Path)),
-        _int_option(
-            "--seeds",
-            "Seeds per group (exact integer, '5e3' accepted); only where "
-            "the protocol marks it overridable.",
-        ),
-        _int_option("--offset", "First seed (exact integer, '2e6' accepted)."),
-        _int_option("--batch-size", "Concurrent requests per engine batch."),
-        click.option(
-            "--mutant",
-            default=None,
-            help="Plant a bug (see `specconform mutants`): kernel mutants on kernel "
-            "and distribution protocols, engine mutants on distribution "
-            "protocols.",
-        ),
-        click.option(
-            "--device",
-            type=click.Choice(["cpu", "cuda"]),
-            default=None,
-            help="Override the protocol's device.",
-        ),
-        click.option(
-            "--out",
-            "out_dir",
-            type=click.Path(file_okay=False, path_type=Path),
-            default=DEFAULT_OUT,
-            show_default=True,
-            help="Output folder.",
-        ),
-        click.option(
-            "--key",
-            type=click.Path(dir_okay=False, path_type=Path),
-            default=None,
-            help="Ed25519 signing key (PEM); default $SPECCONFORM_SIGNING_KEY, "
-            "else the user key in ~/.config/specconform (created on first use).",
-        ),
-        click.option("--no-sign", is_flag=True, help="Write an archive marked unsigned."),
-        click.option(
-            "--ledger",
-            type=click.Path(dir_okay=False, path_type=Path),
-            default=None,
-            help="Seed ledger (distribution protocols); default OUT/seed-ledger.jsonl.",
-        ),
-        click.option(
-            "--resume",
-            type=click.Path(file_okay=False, path_type=Path),
-            default=None,
-            help="Continue an interrupted distribution run from its checkpoint folder.",
-        ),
-        click.option(
-            "--nproc",
-            type=click.IntRange(min=1),
-            default=None,
-            help="Shard a distribution run's seed batches over N processes on this "
-            "host (launches torchrun; see docs/scaling.md). Exit 4: a process "
-            "died, continue with --resume.",
-        ),
-        click.option(
-            "--base-ref",
-            default=None,
-            help="Equality protocols: compare this tree's greedy outputs with those "
-            "of git commit REF (e.g. HEAD~1, main).",
-        ),
-        click.option(
-            "--verbose",
-            "-v",
-            is_flag=True,
-            help="Also print `timing:` lines (wall times of engine builds, groups "
-            "and the reference replay) on stderr.",
-        ),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
 
 
 def _signing_key(key: Path | None, no_sign: bool) -> Path | None:
@@ -195,6 +102,7 @@ def _execute(
     resume,
     verbose,
     base_ref=None,
+    max_archive_size=None,
 ):
     from specconform.progress import progress, set_verbose
     from specconform.protocol.load import apply_overrides, load_protocol
@@ -217,7 +125,12 @@ def _execute(
             f"{protocol}: --ledger and --resume apply to distribution protocols, not {loaded.kind}"
         )
     signing_key = _signing_key(key, no_sign)
-    context = {"ledger": ledger, "resume": resume, "out_dir": out_dir}
+    context = {
+        "ledger": ledger,
+        "resume": resume,
+        "out_dir": out_dir,
+        "max_archive_size": max_archive_size,
+    }
     if resume is not None:
         from specconform.runner.distribution import read_checkpoint
 

@@ -37,6 +37,13 @@ more than 48 MiB inflated are refused (exit 3) before they cost memory, so readi
 any archive stays under 512 MiB.
 
 \b
+Files kept beside the archive (--max-archive-size): external/MANIFEST.json lists them
+with their sizes and sha256 (the signature covers it); those found in
+<archive>.external/ must match (else exit 3); raw files absent there leave the tests
+unrecomputable: exit 3 naming them, or with --skip-external exit 0 saying
+"recomputed: NOT DONE" and which files.
+
+\b
 Exit codes: 0 valid; 2 usage (missing archive or key file, no --pubkey nor
 --skip-signature); 3 invalid (the message names the first failing file or field).
 """
@@ -62,7 +69,15 @@ def _fail(error: SpecconformError) -> None:
     is_flag=True,
     help="Do not check who signed: digests and recomputation only.",
 )
-def verify_command(archive: Path, pubkey: Path | None, skip_signature: bool) -> None:
+@click.option(
+    "--skip-external",
+    is_flag=True,
+    help="An archive written with --max-archive-size whose external raw files are not "
+    "beside it: check everything else and say which tests were not recomputed.",
+)
+def verify_command(
+    archive: Path, pubkey: Path | None, skip_signature: bool, skip_external: bool
+) -> None:
     from specconform.evidence.verify import verify_archive
 
     try:
@@ -73,7 +88,7 @@ def verify_command(archive: Path, pubkey: Path | None, skip_signature: bool) -> 
                 "pass --pubkey FILE to check the signature, or --skip-signature "
                 "to check digests and recomputation only"
             )
-        report = verify_archive(archive, pubkey)
+        report = verify_archive(archive, pubkey, skip_external=skip_external)
     except SpecconformError as error:
         _fail(error)
     click.echo("\n".join(report.lines()))
@@ -104,8 +119,21 @@ def verify_command(archive: Path, pubkey: Path | None, skip_signature: bool) -> 
     default=None,
     help="Verify every archive against this Ed25519 public key first.",
 )
+@click.option(
+    "--pr",
+    "pr_page",
+    is_flag=True,
+    help="One page for a pull request (the default when the archives are of more than one "
+    "kind): functional checks, distribution (primary and replication side by side), "
+    "quality, performance and the evidence table.",
+)
 def report_command(
-    archives: tuple[Path, ...], fmt: str, out: Path | None, details: bool, pubkey: Path | None
+    archives: tuple[Path, ...],
+    fmt: str,
+    out: Path | None,
+    details: bool,
+    pubkey: Path | None,
+    pr_page: bool,
 ) -> None:
     """Turn one or more archives (primary run first, then replications) into a report.
 
@@ -117,8 +145,15 @@ def report_command(
     from specconform.report import html_report, markdown_report
 
     try:
-        render = html_report if fmt == "html" else markdown_report
-        text = render(list(archives), details=details, pubkey=pubkey)
+        if pr_page or (fmt == "md" and len(_kinds(archives)) > 1):
+            if fmt != "md":
+                raise UsageError("--pr writes Markdown: drop --format html")
+            from specconform.report.pr import pr_markdown
+
+            text = pr_markdown(list(archives), pubkey=pubkey)
+        else:
+            render = html_report if fmt == "html" else markdown_report
+            text = render(list(archives), details=details, pubkey=pubkey)
         if out is not None:
             try:
                 write_bytes_atomic(out, text.encode())
@@ -130,6 +165,13 @@ def report_command(
         click.echo(text, nl=False)
     else:
         click.echo(f"report: {out}")
+
+
+def _kinds(archives) -> set[str]:
+    """The protocol kinds of the archives (run.json `kind`), read without verifying."""
+    from specconform.evidence.reader import read_archive
+
+    return {str(read_archive(Path(a)).json_object("run.json").get("kind")) for a in archives}
 
 
 @click.command("keygen")

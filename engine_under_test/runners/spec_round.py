@@ -44,6 +44,7 @@ from typing import NamedTuple
 import torch
 
 from ..model import KVCache, LoopedLM
+from ..profiling import phase_begin, phase_end
 from ..sampling import (
     UNCLASSIFIED,
     RngRegistry,
@@ -161,6 +162,7 @@ def speculative_round(
     u_accept = torch.cat([u_block[:, :W], u_block[:, K : K + W], u_block[:, 2 * K :]], dim=1)
 
     # ---- draft: W steps at depth d ------------------------------------------------
+    phase = phase_begin("draft")
     x = tok
     shallow, qs, draft_logits, drafts = [], [], [], []
     for j in range(W):
@@ -181,6 +183,8 @@ def speculative_round(
     q = torch.stack(qs, dim=1) if qs else torch.zeros(B, 0, V, device=dev)  # [B, W, V]
 
     # ---- verify: shallow state of x_W, then loops d..R-1 over W+1 positions -------
+    phase_end(phase)
+    phase = phase_begin("verify")
     ctx = model.context((pos + W)[:, None], rows, cache.max_len, prefix=True)
     shallow.append(model.run_loops(model.embed(x[:, None]), 0, d, cache, ctx))
     h = torch.cat(shallow, dim=1)  # [B, W+1, D]
@@ -199,6 +203,8 @@ def speculative_round(
         **hints,
     ).view(B, W + 1, V)
 
+    phase_end(phase)
+    phase = phase_begin("accept")
     q = hooks.q_for_accept(
         q, drafts_t, torch.stack(draft_logits, 1) if draft_logits else None, random
     )
@@ -215,6 +221,7 @@ def speculative_round(
     # Host format is static: [B, K+1] tokens and [B, K] drafts, -1 padded past W.
     tokens = torch.nn.functional.pad(res.tokens, (0, K - W), value=-1)
     drafts_t = torch.nn.functional.pad(drafts_t, (0, K - W), value=-1)
+    phase_end(phase)
     invalid = res.invalid
     if invalid is None:  # an accept implementation that does not classify its errors
         invalid = torch.where(res.error, UNCLASSIFIED, 0).to(torch.int8)

@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import zipfile
 from pathlib import Path
 
-from specconform.errors import EvidenceError
+from specconform.errors import EvidenceError, UsageError
+from specconform.evidence import external
 from specconform.evidence.jsonio import write_bytes_atomic
 from specconform.evidence.sha256sums import (
     ATTESTATION_NAME,
@@ -60,13 +62,18 @@ UNSIGNED_TEXT = (
 )
 
 
-def seal(run_dir: Path, *, key: Path | None, sign: bool) -> Path:
+def seal(run_dir: Path, *, key: Path | None, sign: bool, max_size: int | None = None) -> Path:
     """Seal `run_dir` and zip it to `<run_dir>.zip`; return the zip's path.
 
     With `sign`, the key is `key`, else $SPECCONFORM_SIGNING_KEY (UsageError if neither);
     the key is loaded before anything is written. Re-sealing a directory replaces the
     previous seal files. Raises EvidenceError if the run directory lacks `run.json`
     (with `run_id` and `protocol_hash`) or `verdict.json`.
+
+    `max_size` (bytes, ``--max-archive-size``): raw/ and plots/ files are moved beside
+    the archive, largest first, until the zip fits, and listed with their digests in
+    external/MANIFEST.json (see `external`); UsageError, with every file put back and
+    no zip left, if the zip cannot fit even without them.
     """
     run_dir = Path(run_dir)
     private_key = load_private_key(resolve_signing_key(key, sign=True)) if sign else None
@@ -77,10 +84,40 @@ def seal(run_dir: Path, *, key: Path | None, sign: bool) -> Path:
         "protocol_hash": _field(run, "protocol_hash", "run.json"),
         "verdict": _field(verdict, "verdict", "verdict.json"),
     }
+    zip_path = run_dir.with_name(run_dir.name + ".zip")
+    moved: list[dict] = []
+    try:
+        while True:
+            _write_seal_files(run_dir, private_key, predicate, moved, max_size)
+            write_reproducible_zip(run_dir, zip_path, top=predicate["run_id"])
+            size = zip_path.stat().st_size
+            if max_size is None or size <= max_size:
+                return zip_path
+            movable = external.movable_files(run_dir, run_dir_files(run_dir))
+            if not movable:
+                raise UsageError(
+                    f"--max-archive-size {max_size}: the archive takes {size} bytes with "
+                    "every raw/ and plots/ file moved out; give a larger size"
+                )
+            moved.append(external.move_out(run_dir, movable[0]))
+    except BaseException:
+        zip_path.unlink(missing_ok=True)
+        _put_back(run_dir, moved)
+        raise
 
+
+def _write_seal_files(run_dir, private_key, predicate, moved, max_size) -> None:
+    """The manifest of moved files (if any), UNSIGNED or nothing, SHA256SUMS, then the
+    attestation over all of them."""
     # Remove a previous seal so the new one covers exactly the run's files.
     for stale in (ATTESTATION_NAME, UNSIGNED_NAME, SUMS_NAME):
         (run_dir / stale).unlink(missing_ok=True)
+    if moved:
+        manifest = run_dir / external.MANIFEST_NAME
+        manifest.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(
+            manifest, external.manifest_bytes(predicate["run_id"], int(max_size), moved)
+        )
     if private_key is None:
         write_bytes_atomic(run_dir / UNSIGNED_NAME, UNSIGNED_TEXT)
     write_sha256sums(run_dir)
@@ -89,9 +126,17 @@ def seal(run_dir: Path, *, key: Path | None, sign: bool) -> Path:
         envelope = sign_statement(build_statement(subjects, predicate), private_key)
         write_bytes_atomic(run_dir / ATTESTATION_NAME, envelope)
 
-    zip_path = run_dir.with_name(run_dir.name + ".zip")
-    write_reproducible_zip(run_dir, zip_path, top=predicate["run_id"])
-    return zip_path
+
+def _put_back(run_dir: Path, moved: list[dict]) -> None:
+    """Undo `move_out` after a failed seal: the run directory is as it was given."""
+    outside = external.external_dir_for(run_dir)
+    for entry in moved:
+        target = run_dir / entry["path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(outside / entry["path"], target)
+    if moved:
+        (run_dir / external.MANIFEST_NAME).unlink(missing_ok=True)
+        shutil.rmtree(outside, ignore_errors=True)
 
 
 def write_reproducible_zip(src_dir: Path, zip_path: Path, *, top: str) -> None:

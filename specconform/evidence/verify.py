@@ -13,7 +13,10 @@ Checks, in order (each failure raises EvidenceError naming the file or field):
    but the attestation with matching digests, its predicate names this run (run_id,
    protocol_hash) and verdict; with a public key, a signature by that key is valid;
 5. the top folder is the run id of `run.json`;
-6. every test and the verdict, recomputed from protocol.json and raw/, equal what
+6. with external/MANIFEST.json (``--max-archive-size``), every listed file found in
+   ``<archive>.external/`` matches its size and sha256 (see `external`); raw files
+   absent there are named, and without them nothing is recomputed;
+7. every test and the verdict, recomputed from protocol.json and raw/, equal what
    results/ and verdict.json state (see `recompute`).
 
 Signature policy (library): `pubkey=None` checks everything except the signature itself
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specconform.errors import EvidenceError
+from specconform.evidence.external import MANIFEST_NAME, check_external
 from specconform.evidence.reader import ArchiveContents, read_archive
 from specconform.evidence.recompute import check_recomputation, reevaluate_archive
 from specconform.evidence.sha256sums import (
@@ -54,6 +58,10 @@ class VerifyReport:
     tests_recomputed: int
     verdict: str
     warnings: tuple[str, ...] = field(default=())
+    # --max-archive-size archives: what was found beside the archive, and the raw files
+    # whose absence left the tests unrecomputed (then tests_recomputed is 0).
+    external: tuple[str, ...] = field(default=())
+    not_recomputed: tuple[str, ...] = field(default=())
 
     @property
     def trusted(self) -> bool:
@@ -72,15 +80,28 @@ class VerifyReport:
             f"  run: {self.run_id}",
             f"  files: {self.files_checked} digests match SHA256SUMS, none missing or added",
             f"  signature: {signature}",
-            f"  recomputed: {self.tests_recomputed} tests and the verdict "
-            f"({self.verdict}) match the archive",
+            *self.external,
+            (
+                f"  recomputed: NOT DONE: the tests and the verdict ({self.verdict}) need "
+                f"{', '.join(self.not_recomputed)}, absent beside the archive"
+                if self.not_recomputed
+                else f"  recomputed: {self.tests_recomputed} tests and the verdict "
+                f"({self.verdict}) match the archive"
+            ),
             *(f"  warning: {w}" for w in self.warnings),
         ]
 
 
-def verify_archive(zip_path: Path, pubkey: Path | None = None) -> VerifyReport:
+def verify_archive(
+    zip_path: Path, pubkey: Path | None = None, *, skip_external: bool = False
+) -> VerifyReport:
     """Verify `zip_path`; return what was established, or raise EvidenceError (or
-    UsageError for a missing archive or unreadable key file)."""
+    UsageError for a missing archive or unreadable key file).
+
+    An archive with external/MANIFEST.json (``--max-archive-size``): every listed file
+    found beside it must match its size and sha256; raw files absent there make the
+    recomputation impossible, which raises EvidenceError naming them unless
+    `skip_external` (then the report says "recomputed: NOT DONE" and which files)."""
     public = load_public_key(pubkey) if pubkey is not None else None
     contents = read_archive(zip_path)
     signed = _check_seal_files(contents)
@@ -99,8 +120,24 @@ def verify_archive(zip_path: Path, pubkey: Path | None = None) -> VerifyReport:
             f"run.json: run_id {run.get('run_id')!r} differs from the "
             f"archive's top folder {contents.top!r}"
         )
-    recomputed = reevaluate_archive(contents)
-    check_recomputation(contents, recomputed)
+    found = None
+    if MANIFEST_NAME in contents.files:
+        found = check_external(Path(zip_path), contents.top, contents.files[MANIFEST_NAME])
+        contents = ArchiveContents(
+            contents.path, contents.top, {**contents.files, **found.present}, contents.digests
+        )
+    needed = tuple(n for n in (found.absent if found else ()) if n.startswith("raw/"))
+    if needed and not skip_external:
+        raise EvidenceError(
+            f"{MANIFEST_NAME}: {', '.join(needed)} not found in {found.directory if found else ''}; "
+            "every test is recomputed from raw/: put the external files beside the archive, "
+            "or pass --skip-external to check everything else"
+        )
+    tests_recomputed, verdict = 0, contents.json_object("verdict.json").get("verdict")
+    if not needed:
+        recomputed = reevaluate_archive(contents)
+        check_recomputation(contents, recomputed)
+        tests_recomputed, verdict = len(recomputed.tests), recomputed.verdict.verdict
 
     signature = "valid" if keyid else ("not checked" if signed else "unsigned")
     warnings = []
@@ -113,9 +150,11 @@ def verify_archive(zip_path: Path, pubkey: Path | None = None) -> VerifyReport:
         signed=signed,
         signature=signature,
         keyid=keyid,
-        tests_recomputed=len(recomputed.tests),
-        verdict=recomputed.verdict.verdict,
+        tests_recomputed=tests_recomputed,
+        verdict=str(verdict),
         warnings=tuple(warnings),
+        external=tuple(found.lines()) if found else (),
+        not_recomputed=needed,
     )
 
 

@@ -16,6 +16,7 @@ from specconform.protocol.schema import (
     MonteCarloProtocol,
     QuadratureProtocol,
 )
+from specconform.protocol.schema_performance import PerformanceProtocol
 from specconform.protocol.schema_sequence import SequenceProtocol
 
 Protocol = Annotated[
@@ -23,8 +24,16 @@ Protocol = Annotated[
     | MonteCarloProtocol
     | DistributionProtocol
     | EqualityProtocol
-    | SequenceProtocol,
+    | SequenceProtocol
+    | PerformanceProtocol,
     Field(discriminator="kind"),
 ]
 
-KIND_NAMES: tuple[str, ...] = ("quadrature", "montecarlo", "distribution", "equality", "sequence")
+KIND_NAMES: tuple[str, ...] = (
+    "quadrature",
+    "montecarlo",
+    "distribution",
+    "equality",
+    "sequence",
+    "performance",
+)

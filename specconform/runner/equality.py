@@ -146,13 +146,14 @@ def _vocab_size(engine) -> int:
     return ModelConfig.preset(engine.preset, seed=engine.model_seed).vocab_size
 
 
-def run_worker(tree: SourceTree, request: dict) -> dict:
+def run_worker(tree: SourceTree, request: dict, worker: Path = WORKER) -> dict:
+    """Run `worker` (a script importing only the engine) on `tree`, `request` on stdin."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(tree.root)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
     )
     done = subprocess.run(
-        [sys.executable, str(WORKER)],
+        [sys.executable, str(worker)],
         input=json.dumps(request),
         capture_output=True,
         text=True,

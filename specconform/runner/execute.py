@@ -20,6 +20,7 @@ from pathlib import Path
 
 from specconform import __version__
 from specconform.errors import UsageError
+from specconform.evidence.external import external_dir_for
 from specconform.evidence.jsonio import canonical_json_bytes
 from specconform.evidence.results_io import tests_csv_bytes
 from specconform.kinds import reevaluate
@@ -78,7 +79,7 @@ def free_destination(out_dir: Path, run_id: str) -> Path:
     """OUT/<run-id>, or OUT/<run-id>-2, -3 ... when an earlier run of the same inputs is
     there: evidence is never overwritten; only the outer name differs."""
     candidate, n = out_dir / run_id, 1
-    while candidate.exists() or zip_beside(candidate).exists():
+    while any(p.exists() for p in (candidate, zip_beside(candidate), external_dir_for(candidate))):
         n += 1
         candidate = out_dir / f"{run_id}-{n}"
     return candidate
@@ -127,14 +128,15 @@ def collect_raw(
         return runner.collect(
             loaded, mutant=mutant, progress=progress, log=log, context=run_context
         )
-    if kind == "equality":
+    if kind in ("equality", "performance"):
         if mutant is not None:
             raise UsageError(
-                f"--mutant {mutant}: an equality protocol compares source trees "
+                f"--mutant {mutant}: {'an' if kind == 'equality' else 'a'} {kind} protocol compares source trees "
                 "(--base-ref) or configurations; it plants no bug"
             )
-        from specconform.runner import equality as runner
+        from specconform.runner import equality, performance
 
+        runner = equality if kind == "equality" else performance
         return runner.collect(loaded, progress=progress, log=log, context=run_context)
     if kind == "sequence":
         from specconform.runner import sequence as runner
@@ -323,10 +325,15 @@ def _execute_locked(
             path = staging / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        archive = evidence.seal(staging, key=key, sign=sign)
+        archive = evidence.seal(
+            staging, key=key, sign=sign, max_size=run_context.get("max_archive_size")
+        )
         staging.rename(final)
         archive_final = zip_beside(final)
         archive.rename(archive_final)
+        moved_out = external_dir_for(staging)
+        if moved_out.exists():  # --max-archive-size: the files kept beside the archive
+            moved_out.rename(external_dir_for(final))
         for callback in run_context.get("on_success", []):
             callback()
     except BaseException:
@@ -334,6 +341,7 @@ def _execute_locked(
         staged_zip = zip_beside(staging)
         if staged_zip.exists():
             staged_zip.unlink()
+        shutil.rmtree(external_dir_for(staging), ignore_errors=True)
         raise
     return RunOutcome(run_id, final, archive_final, evaluation)
 

@@ -89,6 +89,17 @@ raw = {{"grid": 4, "first_counts": {{"0": {{"0": 16}}, "1": {{"1": 16}}}},
 ev = reevaluate({{"kind": "quadrature", "name": "q", "cases": [qcase]}},
                 RawData({{"raw/quadrature/q.json": json.dumps(raw).encode()}}))
 out["quadrature_exact"] = ev.verdict.verdict
+# performance: two processes per side in ABBA order with equal planted tokens/s
+cell = {{"concurrency": 1, "sampling": "greedy", "peak_memory_bytes": 1,
+         "runs": [{{"seconds": 1.0, "tokens": 10, "requests": 1, "rounds": 5}}]}}
+order = ["base", "candidate", "candidate", "base"]
+procs = [{{"side": s, "process": i // 2, "device": "cpu", "cells": [cell]}}
+         for i, s in enumerate(order)]
+perf = {{"kind": "performance", "processes": 2, "concurrency": [1], "sampling": ["greedy"],
+         "criterion": {{"rule": "mean_within", "max_slowdown": 0.05}}}}
+raw = {{"order": [{{"side": s}} for s in order], "processes": procs, "sides": {{}}}}
+ev = reevaluate(perf, RawData({{"raw/performance.json": json.dumps(raw).encode()}}))
+out["performance"] = ev.verdict.verdict
 out["kinds"] = sorted(KINDS)
 out["loaded"] = sorted(m for m in sys.modules if m.split(".")[0] in FORBIDDEN)
 print(json.dumps(out))
@@ -104,7 +115,8 @@ def test_packages_import_and_evaluate_with_torch_and_engine_blocked():
     import json
 
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out["kinds"] == ["distribution", "equality", "montecarlo", "quadrature"]
+    assert out["kinds"] == ["distribution", "equality", "montecarlo", "performance", "quadrature"]
+    assert out["performance"] == "PASS"  # equal planted sides, evaluated torch-free
     # Exact-law samples pass (Holm at 0.01 over 2 tests: false fail <= 1%, this seed
     # passes); counts equal to their expectation pass; a kernel that always commits
     # token 0 against a uniform p is 0.5 away from the law, far beyond 1.5/4.

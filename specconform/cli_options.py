@@ -1,0 +1,126 @@
+"""The options `run` and `gate` share (specconform.cli applies them with `run_options`).
+
+Numbers and sizes are parsed here, so a bad value is one line and exit 2 before any work:
+`--seeds 5e3` must be an exact integer, `--max-archive-size 25MB` a size.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from specconform.errors import UsageError
+
+DEFAULT_OUT = Path("reports")
+
+
+def _int_option(name: str, help_text: str):
+    def parse(ctx, param, value):
+        if value is None:
+            return None
+        from specconform.protocol.load import exact_int
+
+        try:
+            return exact_int(value, name)
+        except UsageError as exc:
+            raise click.BadParameter(str(exc).split(": ", 1)[-1]) from None
+
+    return click.option(name, type=str, default=None, callback=parse, help=help_text)
+
+
+def _size_option(ctx, param, value):
+    if value is None:
+        return None
+    from specconform.evidence.external import parse_size
+
+    try:
+        return parse_size(value)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc).split(": ", 1)[-1]) from None
+
+
+def run_options(f):
+    options = [
+        click.argument("protocol", type=click.Path(dir_okay=False, path_type=Path)),
+        _int_option(
+            "--seeds",
+            "Seeds per group (exact integer, '5e3' accepted); only where "
+            "the protocol marks it overridable.",
+        ),
+        _int_option("--offset", "First seed (exact integer, '2e6' accepted)."),
+        _int_option("--batch-size", "Concurrent requests per engine batch."),
+        click.option(
+            "--mutant",
+            default=None,
+            help="Plant a bug (see `specconform mutants`): kernel mutants on kernel "
+            "and distribution protocols, engine mutants on distribution "
+            "protocols.",
+        ),
+        click.option(
+            "--device",
+            type=click.Choice(["cpu", "cuda"]),
+            default=None,
+            help="Override the protocol's device.",
+        ),
+        click.option(
+            "--out",
+            "out_dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=DEFAULT_OUT,
+            show_default=True,
+            help="Output folder.",
+        ),
+        click.option(
+            "--key",
+            type=click.Path(dir_okay=False, path_type=Path),
+            default=None,
+            help="Ed25519 signing key (PEM); default $SPECCONFORM_SIGNING_KEY, "
+            "else the user key in ~/.config/specconform (created on first use).",
+        ),
+        click.option("--no-sign", is_flag=True, help="Write an archive marked unsigned."),
+        click.option(
+            "--ledger",
+            type=click.Path(dir_okay=False, path_type=Path),
+            default=None,
+            help="Seed ledger (distribution protocols); default OUT/seed-ledger.jsonl.",
+        ),
+        click.option(
+            "--resume",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=None,
+            help="Continue an interrupted distribution run from its checkpoint folder.",
+        ),
+        click.option(
+            "--nproc",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Shard a distribution run's seed batches over N processes on this "
+            "host (launches torchrun; see docs/scaling.md). Exit 4: a process "
+            "died, continue with --resume.",
+        ),
+        click.option(
+            "--base-ref",
+            default=None,
+            help="Equality protocols: compare this tree's greedy outputs with those "
+            "of git commit REF (e.g. HEAD~1, main).",
+        ),
+        click.option(
+            "--max-archive-size",
+            default=None,
+            callback=_size_option,
+            help="Largest archive to write, e.g. 25MB or 500KiB: raw/ and plots/ files "
+            "that would exceed it are hashed, listed in external/MANIFEST.json (signed) "
+            "and kept beside the archive in OUT/<run-id>.external/.",
+        ),
+        click.option(
+            "--verbose",
+            "-v",
+            is_flag=True,
+            help="Also print `timing:` lines (wall times of engine builds, groups "
+            "and the reference replay) on stderr.",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
