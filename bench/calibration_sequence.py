@@ -143,9 +143,7 @@ def null_table(runs: pd.DataFrame, alpha: float, family_alpha: float) -> str:
         )
     v = runs.drop_duplicates("replication")
     k = int((v["verdict"] == "FAIL").sum())
-    lines.append(
-        f"| **verdict** | family α = {family_alpha:g} | {_ci(k, len(v))} | | | |"
-    )
+    lines.append(f"| **verdict** | family α = {family_alpha:g} | {_ci(k, len(v))} | | | |")
     return "\n".join(lines)
 
 
@@ -201,8 +199,10 @@ def main(argv=None) -> int:
             results[mutant] = replicate(
                 protocol, None, args.power_replications, args.seed + 1 + i, args.workers, mutant
             )
-        print(f"\n## Planted bugs: {args.power_replications} replications each "
-              f"({time.perf_counter() - t0 - t_null:.0f} s)\n")
+        print(
+            f"\n## Planted bugs: {args.power_replications} replications each "
+            f"({time.perf_counter() - t0 - t_null:.0f} s)\n"
+        )
         print(power_table(results, targets_of(protocol)))
     return 0
 

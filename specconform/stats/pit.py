@@ -176,7 +176,9 @@ class AcceptanceCell:
 
     @property
     def z(self) -> float:
-        return (self.rejected - self.expected) / np.sqrt(self.variance) if self.variance > 0 else 0.0
+        return (
+            (self.rejected - self.expected) / np.sqrt(self.variance) if self.variance > 0 else 0.0
+        )
 
 
 @dataclass(frozen=True)
@@ -202,9 +204,7 @@ class AcceptanceResult:
     cells: tuple[AcceptanceCell, ...]
 
 
-def acceptance_counts(
-    position, rejected, tv, *, min_expected: float = 5.0
-) -> AcceptanceResult:
+def acceptance_counts(position, rejected, tv, *, min_expected: float = 5.0) -> AcceptanceResult:
     """Rejections at drafted positions against Σ TV, per position and in total.
 
     position,  # [N] int64, the draft position j of each drafted token

@@ -138,7 +138,9 @@ def simulate_group(
     n = group.get("requests") or protocol["seeds"]["count"]
     configs = [
         (
-            float(engine.get("temperature", 1.0) if s.get("temperature") is None else s["temperature"]),
+            float(
+                engine.get("temperature", 1.0) if s.get("temperature") is None else s["temperature"]
+            ),
             int(engine.get("top_k", 0) if s.get("top_k") is None else s["top_k"]),
             float(engine.get("top_p", 1.0) if s.get("top_p") is None else s["top_p"]),
         )
@@ -158,7 +160,17 @@ def simulate_group(
     # Prefill: the first token is a plain target sample.
     x = _inverse_cdf(p_tab[cfg, state], rng.random(n))
     minus = np.full(n, -1, dtype=np.int64)
-    rec.add(i, np.zeros(n, np.int64), x, minus, minus, "target", minus, p_tab[cfg, state], np.full(n, np.nan))
+    rec.add(
+        i,
+        np.zeros(n, np.int64),
+        x,
+        minus,
+        minus,
+        "target",
+        minus,
+        p_tab[cfg, state],
+        np.full(n, np.nan),
+    )
     state, steps, rounds = x, np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     k = int(engine.get("num_speculative_tokens", 3))
     fixed = rng.random((n, 2 * k + 2)) if mutant == "rounds_reuse" else None
@@ -169,8 +181,17 @@ def simulate_group(
         c, s = cfg[live], state[live]
         if q_tab is None:  # nospec: one target sample per step
             x = _inverse_cdf(p_tab[c, s], rng.random(live.size))
-            rec.add(live, steps[live], x, minus[live], minus[live], "target", minus[live],
-                    p_tab[c, s], np.full(live.size, np.nan))
+            rec.add(
+                live,
+                steps[live],
+                x,
+                minus[live],
+                minus[live],
+                "target",
+                minus[live],
+                p_tab[c, s],
+                np.full(live.size, np.nan),
+            )
             state[live], steps[live] = x, steps[live] + 1
             continue
         u = fixed[live] if fixed is not None else rng.random((live.size, 2 * k + 2))
@@ -200,8 +221,17 @@ def simulate_group(
             who = live[at]
             for flag, kind in ((accept, "accepted"), (~accept, "correction")):
                 sel = np.flatnonzero(flag)
-                rec.add(who[sel], steps[who[sel]], token[sel], rounds[who[sel]],
-                        np.full(sel.size, j, np.int64), kind, budget[at][sel], p[sel], tv[sel])
+                rec.add(
+                    who[sel],
+                    steps[who[sel]],
+                    token[sel],
+                    rounds[who[sel]],
+                    np.full(sel.size, j, np.int64),
+                    kind,
+                    budget[at][sel],
+                    p[sel],
+                    tv[sel],
+                )
             steps[who] += 1
             s[at] = token
             going[at[~accept]] = False
@@ -210,8 +240,17 @@ def simulate_group(
             who = live[bonus]
             p = p_tab[c[bonus], s[bonus]]
             xb = _inverse_cdf(p, u[bonus, 2 * k])
-            rec.add(who, steps[who], xb, rounds[who], budget[bonus], "bonus", budget[bonus], p,
-                    np.full(bonus.size, np.nan))
+            rec.add(
+                who,
+                steps[who],
+                xb,
+                rounds[who],
+                budget[bonus],
+                "bonus",
+                budget[bonus],
+                p,
+                np.full(bonus.size, np.nan),
+            )
             steps[who] += 1
             s[bonus] = xb
         state[live] = s
@@ -256,10 +295,16 @@ def simulate(
     rng = np.random.default_rng(seed)
     reqs, toks = [], []
     for group in protocol["groups"]:
-        r, t = simulate_group(world, protocol, group, rng, mutant if group["mode"] != "nospec" else None)
+        r, t = simulate_group(
+            world, protocol, group, rng, mutant if group["mode"] != "nospec" else None
+        )
         reqs.append(r)
         toks.append(t)
-    return pd.concat(reqs, ignore_index=True), pd.concat(toks, ignore_index=True), clean_checks(protocol)
+    return (
+        pd.concat(reqs, ignore_index=True),
+        pd.concat(toks, ignore_index=True),
+        clean_checks(protocol),
+    )
 
 
 def clean_checks(protocol: dict) -> dict:

@@ -89,6 +89,12 @@ raw = {{"grid": 4, "first_counts": {{"0": {{"0": 16}}, "1": {{"1": 16}}}},
 ev = reevaluate({{"kind": "quadrature", "name": "q", "cases": [qcase]}},
                 RawData({{"raw/quadrature/q.json": json.dumps(raw).encode()}}))
 out["quadrature_exact"] = ev.verdict.verdict
+# sequence: ci_sequence on the numpy speculative sampler's exact laws
+from specconform.kinds.sequence import evaluate_frames
+from specconform.protocol.load import load_protocol
+from tests.toolkit.sequence_synthetic import simulate
+sp = load_protocol("protocols/ci_sequence.yaml").data
+out["sequence"] = evaluate_frames(sp, *simulate(sp, 1)).verdict.verdict
 out["kinds"] = sorted(KINDS)
 out["loaded"] = sorted(m for m in sys.modules if m.split(".")[0] in FORBIDDEN)
 print(json.dumps(out))
@@ -104,7 +110,9 @@ def test_packages_import_and_evaluate_with_torch_and_engine_blocked():
     import json
 
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out["kinds"] == ["distribution", "equality", "montecarlo", "quadrature"]
+    assert out["kinds"] == ["distribution", "equality", "montecarlo", "quadrature", "sequence"]
+    # ci_sequence on exact laws: Holm at 0.01 over 7 tests, this seed passes.
+    assert out["sequence"] == "PASS"
     # Exact-law samples pass (Holm at 0.01 over 2 tests: false fail <= 1%, this seed
     # passes); counts equal to their expectation pass; a kernel that always commits
     # token 0 against a uniform p is 0.5 away from the law, far beyond 1.5/4.

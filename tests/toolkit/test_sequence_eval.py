@@ -66,7 +66,12 @@ def test_greedy_requests_stay_out_of_the_u_statistics(protocol, clean):
     random = int((~np.array(is_greedy)).sum())
     assert rows["pit_async"].n == random < len(mixed)
     # The greedy groups hold no random token: a uniformity test on them is no evidence.
-    spec = {"name": "pit_greedy", "type": "pit_uniformity", "role": "primary", "groups": ["async_greedy"]}
+    spec = {
+        "name": "pit_greedy",
+        "type": "pit_uniformity",
+        "role": "primary",
+        "groups": ["async_greedy"],
+    }
     proto = {**protocol, "tests": [*protocol["tests"], spec]}
     row = _rows(evaluate_frames(proto, *clean))["pit_greedy"]
     assert row.status == NO_EVIDENCE and row.reason == "no evidence"
@@ -133,14 +138,19 @@ def test_an_out_of_support_token_fails_the_verdict(protocol, clean):
     ev = evaluate_frames(protocol, requests, tokens, checks)
     row = _rows(ev)["out_of_support"]
     assert row.status == FAIL and row.reason == "out of support" and row.statistic == 1.0
-    assert row.detail["first"]["async_mixed"] == {"request": int(tokens.loc[at, "request"]), "step": 7}
+    assert row.detail["first"]["async_mixed"] == {
+        "request": int(tokens.loc[at, "request"]),
+        "step": 7,
+    }
     assert ev.verdict.verdict == "FAIL" and "out_of_support" in ev.verdict.failed
 
 
 def test_a_not_applicable_check_is_no_evidence_and_fails_the_verdict(protocol, clean):
     requests, tokens, checks = clean
     checks = copy.deepcopy(checks)
-    checks["trace_async"].update(applicable=False, why="the adapter exposes no round laws", checked=0)
+    checks["trace_async"].update(
+        applicable=False, why="the adapter exposes no round laws", checked=0
+    )
     ev = evaluate_frames(protocol, requests, tokens, checks)
     row = _rows(ev)["trace_async"]
     assert row.status == NO_EVIDENCE and row.passed is False

@@ -59,7 +59,8 @@ def test_markdown_and_html_render_every_sequence_row(archives):
     tests = read_archive(archives["bug"]).evaluation().tests
     for row in tests:
         assert row.test in markdown
-    assert "no evidence" in markdown
+    assert "no evidence (not applicable: no solo replay)" in markdown
+    assert "15 strata cover 13824/13824 samples (100.0%)" in markdown
     html = html_report([archives["clean"], archives["bug"]])
     assert "pit_async" in html and html == html_report([archives["clean"], archives["bug"]])
 
@@ -71,8 +72,13 @@ def test_junit_fails_only_deciding_sequence_rows(archives):
     cases = {c.get("name"): c for c in suite.findall("testcase")}
     failed = {n for n, c in cases.items() if c.find("failure") is not None}
     assert failed == set(evaluation.verdict.failed) >= {"acceptance_async", "isolation_async"}
-    assert cases["isolation_async"].find("failure").get("type") == "NoEvidence"
+    failure = cases["isolation_async"].find("failure")
+    assert failure.get("type") == "NoEvidence"
+    assert failure.get("message") == "not applicable: no solo replay"
     secondary = cases[SECONDARY["name"]]
-    assert evaluation.tests[[t.test for t in evaluation.tests].index(SECONDARY["name"])].status == "FAIL"
+    assert (
+        evaluation.tests[[t.test for t in evaluation.tests].index(SECONDARY["name"])].status
+        == "FAIL"
+    )
     assert secondary.find("skipped") is not None and secondary.find("failure") is None
     assert cases["coverage"].find("skipped") is not None

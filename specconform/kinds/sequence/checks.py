@@ -33,7 +33,9 @@ def check_row(ctx: Context, spec: dict, checks: dict) -> TestRow:
     applicable = rec.get("applicable")
     checked, mismatches = int(rec.get("checked", 0)), int(rec.get("mismatches", 0))
     if not isinstance(applicable, bool) or checked < 0 or mismatches < 0 or mismatches > checked:
-        raise ValueError(f"checks.json: record {name!r} has inconsistent applicable/checked/mismatches")
+        raise ValueError(
+            f"checks.json: record {name!r} has inconsistent applicable/checked/mismatches"
+        )
     tolerance, max_diff = rec.get("tolerance"), rec.get("max_abs_diff")
     if spec.get("tolerance") is not None and tolerance != spec["tolerance"]:
         raise ValueError(
@@ -53,6 +55,7 @@ def check_row(ctx: Context, spec: dict, checks: dict) -> TestRow:
         "rule": "PASS iff applicable, something was checked and nothing mismatched",
     }
     over = tolerance is not None and max_diff is not None and float(max_diff) > float(tolerance)
+    passed: bool | None
     if not applicable:
         status, passed, reason = NO_EVIDENCE, False, f"not applicable: {rec.get('why', '')}"
     elif checked == 0:
@@ -88,10 +91,7 @@ def support_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
     deciding test reads is fatal."""
     tok = ctx.tokens
     bad = ~tok.in_support
-    per = {
-        g: int((bad & (tok.group == i)).sum())
-        for i, g in enumerate(tok.groups)
-    }
+    per = {g: int((bad & (tok.group == i)).sum()) for i, g in enumerate(tok.groups)}
     first = {}
     for g in sorted(deciding_groups):
         hits = np.flatnonzero(bad & (tok.group == tok.groups.index(g)))
@@ -169,9 +169,7 @@ def coverage_row(ctx: Context, coverage: dict[str, dict]) -> TestRow:
             "greedy": int((mine & tok.greedy).sum()),
             "out_of_support": int((mine & ~tok.in_support).sum()),
             "requests": int((ctx.requests.group == i).sum()),
-            "per_slot": {
-                slot_label(int(s)): int(c) for s, c in zip(labels, counts, strict=True)
-            },
+            "per_slot": {slot_label(int(s)): int(c) for s, c in zip(labels, counts, strict=True)},
         }
     shares = [c["n_covered"] / c["n_eligible"] for c in coverage.values() if c["n_eligible"]]
     share = min(shares, default=1.0)

@@ -42,7 +42,11 @@ def evaluate_frames(protocol: dict, requests_df, tokens_df, checks: dict) -> Eva
         if spec["type"] == "pit_uniformity":
             coverage[spec["name"]] = cov
     deciding = deciding_groups(ctx, protocol)
-    rows += [coverage_row(ctx, coverage), support_row(ctx, deciding), engine_errors_row(ctx, deciding)]
+    rows += [
+        coverage_row(ctx, coverage),
+        support_row(ctx, deciding),
+        engine_errors_row(ctx, deciding),
+    ]
     decided, verdict = family_verdict(rows, ctx.rule)
     return Evaluation(decided, verdict)
 

@@ -3,9 +3,9 @@
 :class:`Tokens` holds one entry per committed token (file row order, which fixes the
 V_t of the PIT), with its request's greedy flag and its U; :class:`Requests` one entry
 per request. Raw data that does not fit the protocol (a missing column, a group the
-protocol lacks, a request count that differs, unsorted rows, probabilities outside
-[0, 1]) raises ValueError naming what is wrong: `verify` reports it as a failure to
-recompute.
+protocol lacks, a request count that differs, a request whose tokens are not one block
+of rows with steps 0, 1, ..., n_tokens - 1, probabilities outside [0, 1]) raises
+ValueError naming what is wrong: `verify` reports it as a failure to recompute.
 """
 
 from __future__ import annotations

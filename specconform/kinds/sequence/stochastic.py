@@ -70,7 +70,8 @@ def pit_uniformity(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
         "statistic_text": "Pearson chi2 of U on equiprobable bins, summed over strata",
     }
     row = ctx.row(spec, agg.statistic, agg.df, agg.pvalue, agg.n, detail, "chi2 summed over strata")
-    return row, {"strata": agg.strata, "n_covered": covered, "n_eligible": eligible}
+    share = covered / eligible if eligible else 0.0
+    return row, {"strata": agg.strata, "n_covered": covered, "n_eligible": eligible, "share": share}
 
 
 def pit_independence(ctx: Context, spec: dict) -> tuple[TestRow, dict]:

@@ -28,9 +28,7 @@ SLOT_TARGET, SLOT_ALL, SLOT_BONUS = -1, -2, -3  # draft positions are slots 0, 1
 
 
 def slot_label(slot: int) -> str:
-    return {SLOT_TARGET: "target", SLOT_ALL: "all", SLOT_BONUS: "bonus"}.get(
-        slot, f"draft_{slot}"
-    )
+    return {SLOT_TARGET: "target", SLOT_ALL: "all", SLOT_BONUS: "bonus"}.get(slot, f"draft_{slot}")
 
 
 def slots(tokens: Tokens) -> np.ndarray:
@@ -82,14 +80,18 @@ def uniformity_strata(
         last = int(present.max())
         standing = [b for b in present if sizes[int(b)] >= min_samples and int(b) != last]
         pooled = [int(b) for b in present if int(b) not in standing]
-        parts = [Stratum(int(s), (int(b),), np.flatnonzero(in_slot & (band == b))) for b in standing]
+        parts = [
+            Stratum(int(s), (int(b),), np.flatnonzero(in_slot & (band == b))) for b in standing
+        ]
         tail = np.flatnonzero(in_slot & np.isin(band, pooled))
         if tail.size >= min_samples:
             parts.append(Stratum(int(s), tuple(pooled), tail))
         elif parts:
             head = parts.pop()
             parts.append(
-                Stratum(int(s), (*head.bands, *pooled), np.sort(np.concatenate([head.members, tail])))
+                Stratum(
+                    int(s), (*head.bands, *pooled), np.sort(np.concatenate([head.members, tail]))
+                )
             )
         else:
             untested[slot_label(int(s))] = int(tail.size)
@@ -110,7 +112,12 @@ def round_pairs(tokens: Tokens, selected: np.ndarray) -> tuple[np.ndarray, np.nd
     request (the first is drawn before the second), both selected."""
     drafted = selected & ((tokens.kind == ACCEPTED) | (tokens.kind == CORRECTION))
     idx = np.flatnonzero(drafted)
-    g, req, rnd, pos = (tokens.group[idx], tokens.request[idx], tokens.round[idx], tokens.position[idx])
+    g, req, rnd, pos = (
+        tokens.group[idx],
+        tokens.request[idx],
+        tokens.round[idx],
+        tokens.position[idx],
+    )
     return _match(idx, _code(g, req, rnd, pos), _code(g, req, rnd + 1, pos))
 
 
