@@ -226,3 +226,22 @@ def test_raw_files_and_frames_give_the_same_evaluation(protocol, clean):
     from_frames = evaluate_frames(protocol, requests, tokens, checks)
     assert [r.to_json() for r in from_raw.tests] == [r.to_json() for r in from_frames.tests]
     assert pd.read_csv(io.BytesIO(raw.bytes(TOKENS)))["tv"].isna().any()
+
+
+def test_short_strata_pool_into_their_slots_last_band_or_leave_the_slot_untested(protocol, clean):
+    proto = copy.deepcopy(protocol)
+    proto["strata"]["min_samples"] = 2500
+    row = _rows(evaluate_frames(proto, *clean))["pit_async"]
+    by_slot: dict[str, list] = {}
+    for s in row.detail["strata"]:
+        by_slot.setdefault(s["slot"], []).append(s)
+        assert s["n"] >= 2500
+    # The first draft position reaches 2,500 in several bands; the last band stands
+    # pooled with the short ones: every band of the slot is in some stratum.
+    assert sum(len(s["rounds"]) for s in by_slot["draft_0"]) == len(proto["strata"]["round_bands"])
+    # 72 prefill tokens (one per random request): far short, the slot is not tested.
+    assert row.detail["untested_slots"]["async_mixed"]["target"] == 72
+    assert row.detail["n_covered"] < row.detail["n_eligible"]
+    proto["strata"]["min_samples"] = 10**6
+    row = _rows(evaluate_frames(proto, *clean))["pit_async"]
+    assert row.status == NO_EVIDENCE and row.deciding and row.detail["strata"] == []
