@@ -62,7 +62,7 @@ def test_markdown_and_html_render_every_sequence_row(archives):
     assert "no evidence (not applicable: no solo replay)" in markdown
     assert "15 strata cover 13824/13824 samples (100.0%)" in markdown
     html = html_report([archives["clean"], archives["bug"]])
-    assert "pit_async" in html and html == html_report([archives["clean"], archives["bug"]])
+    assert "pit_async" in html and "isolation_async" in html
 
 
 def test_junit_fails_only_deciding_sequence_rows(archives):
