@@ -184,18 +184,28 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=20261201)
     ap.add_argument("--layout", default=None, help="a run directory: keep its layout fixed")
+    ap.add_argument(
+        "--mutants", default=",".join(MUTANTS), help="comma-separated planted bugs to run"
+    )
     args = ap.parse_args(argv)
     protocol = load_protocol(Path(args.protocol)).data
     alpha = float(protocol["alpha"])
     family_alpha = float((protocol.get("verdict") or {}).get("alpha", alpha))
+    chosen = [m for m in args.mutants.split(",") if m]
+    unknown = sorted(set(chosen) - set(MUTANTS))
+    if unknown:
+        ap.error(f"unknown mutant(s) {unknown}; known: {list(MUTANTS)}")
     t0 = time.perf_counter()
-    null = replicate(protocol, args.layout, args.replications, args.seed, args.workers)
+    if args.replications:
+        null = replicate(protocol, args.layout, args.replications, args.seed, args.workers)
+        print(f"## Null: {args.replications} replications ({time.perf_counter() - t0:.0f} s)\n")
+        print(null_table(null, alpha, family_alpha))
     t_null = time.perf_counter() - t0
-    print(f"## Null: {args.replications} replications ({t_null:.0f} s)\n")
-    print(null_table(null, alpha, family_alpha))
-    if args.power_replications and args.layout is None:
+    if args.power_replications and args.layout is None and chosen:
         results = {}
         for i, mutant in enumerate(MUTANTS):
+            if mutant not in chosen:
+                continue
             results[mutant] = replicate(
                 protocol, None, args.power_replications, args.seed + 1 + i, args.workers, mutant
             )

@@ -42,7 +42,8 @@ def test_pit_of_tokens_from_their_law_is_uniform():
 
 def test_pit_of_tokens_from_another_law_is_not_uniform():
     # Tokens from the law at temperature 0.7, tested against the temperature-1 law:
-    # TV 0.1 on 20,000 tokens -> χ² noncentrality in the hundreds, power ~1 at α 0.01.
+    # TV 0.065; the exact bin probabilities of U give a χ²(9) noncentrality of 534 at
+    # 20,000 tokens: power 1 - 1e-80 at α 0.01.
     rng = np.random.default_rng(1)
     law = np.array([0.4, 0.3, 0.2, 0.1])
     wrong = law ** (1 / 0.7) / (law ** (1 / 0.7)).sum()
@@ -122,8 +123,8 @@ def test_acceptance_counts_at_the_exact_rate_pass():
 
 
 def test_acceptance_off_by_five_points_at_one_position_fails():
-    # +0.05 at position 2 (about 2,000 drafts, Var ~ 420): z ≈ 4.9 in that cell,
-    # χ²(3) noncentrality ≈ 24: power ≈ 0.93 at α 0.01; this seed rejects.
+    # +0.05 at position 2 (about 2,000 drafts, Var ~ 400): z ≈ 5 in that cell, χ²(3)
+    # noncentrality ≈ 25: power 0.97 at α 0.01 (scipy's ncx2); this seed rejects.
     rng = np.random.default_rng(7)
     res = acceptance_counts(*_drafts(6000, rng, shift=0.05))
     assert res.pvalue < ALPHA
