@@ -93,7 +93,7 @@ out["quadrature_exact"] = ev.verdict.verdict
 from specconform.kinds.sequence import evaluate_frames
 from specconform.protocol.load import load_protocol
 from tests.toolkit.sequence_synthetic import simulate
-sp = load_protocol("protocols/ci_sequence.yaml").data
+sp = load_protocol("tests/toolkit/fixtures/sequence_protocol.yaml").data
 out["sequence"] = evaluate_frames(sp, *simulate(sp, 1)).verdict.verdict
 out["kinds"] = sorted(KINDS)
 out["loaded"] = sorted(m for m in sys.modules if m.split(".")[0] in FORBIDDEN)

@@ -1,6 +1,7 @@
 """The sequence evaluator on frames from the numpy speculative sampler
-(tests/toolkit/sequence_synthetic.py): the shipped ci_sequence layout passes on exact
-laws and fails on each planted bug.
+(tests/toolkit/sequence_synthetic.py): the ci_sequence layout (a frozen copy,
+tests/toolkit/fixtures/sequence_protocol.yaml) passes on exact laws and fails on each
+planted bug.
 
 Sizes: the verdict is Holm over the protocol's 7 stochastic tests at family-wise
 α = 0.01, so a clean run fails with probability <= 0.01 (docs/calibration.md,
