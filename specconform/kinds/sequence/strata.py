@@ -134,8 +134,12 @@ def request_pairs(tokens: Tokens, selected: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def _code(group, request, major, minor) -> np.ndarray:
-    """One int64 per (group < 2^10, request < 2^20, major < 2^20, minor < 2^8)."""
-    return (((group << 20) + request << 20) + major << 8) + minor
+    """One int64 per (group < 2^10, request < 2^20, major < 2^20, minor < 2^8): rounds
+    and steps stay below 2^20 and draft positions below 2^8 (K <= 16 in the schema)."""
+    key = np.asarray(group, dtype=np.int64)
+    for part, bits in ((request, 20), (major, 20), (minor, 8)):
+        key = key * (1 << bits) + np.asarray(part, dtype=np.int64)
+    return key
 
 
 def _match(idx: np.ndarray, key: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
