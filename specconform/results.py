@@ -28,7 +28,15 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-ROLES = ("prerequisite", "primary", "secondary", "exploratory", "mechanism", "case")
+ROLES = (
+    "prerequisite",
+    "primary",
+    "secondary",
+    "exploratory",
+    "mechanism",
+    "case",
+    "conformance",
+)
 PASS, FAIL, NO_EVIDENCE, INFO = "PASS", "FAIL", "NO_EVIDENCE", "INFO"
 STATUSES = (PASS, FAIL, NO_EVIDENCE, INFO)
 # The archive's results schema: 1 = before family-wise verdicts (no `status`, no

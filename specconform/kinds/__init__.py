@@ -17,7 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specconform.kinds import distribution, equality, montecarlo, performance, quadrature
+from specconform.kinds import (
+    distribution,
+    equality,
+    montecarlo,
+    performance,
+    quadrature,
+    sequence,
+)
 from specconform.kinds.distribution import legacy
 from specconform.results import Evaluation, RawData
 
@@ -31,7 +38,7 @@ class Kind:
 
 KINDS: dict[str, Kind] = {
     k.__name__.rsplit(".", 1)[1]: Kind(k.__name__.rsplit(".", 1)[1], k.Schema, k.evaluate)
-    for k in (quadrature, montecarlo, distribution, equality, performance)
+    for k in (quadrature, montecarlo, distribution, equality, performance, sequence)
 }
 
 

@@ -2,7 +2,7 @@
 
 Only deciding rows (``TestRow.deciding``) can be a <failure>: a failed deciding test
 (adjusted p below the family-wise alpha, a broken deterministic rule, or no evidence,
-message "no evidence"). Rows that do not decide never fail CI: they are <skipped> with
+message the row's reason: "no evidence", or e.g. "not applicable: <why>"). Rows that do not decide never fail CI: they are <skipped> with
 their own outcome in the message (a chance failure of a secondary test must not turn CI
 red while the verdict passes). Every testcase's <system-out> states role, status,
 statistic, df, p-value (and the adjusted one), n and alpha. No timestamps or durations
@@ -67,7 +67,7 @@ def _fails(row: TestRow) -> bool:
 
 def _failure_message(row: TestRow) -> str:
     if row.status == NO_EVIDENCE:
-        return "no evidence"
+        return row.reason or "no evidence"  # e.g. "not applicable: <why>"
     if row.adjusted_pvalue is not None:
         return f"{pvalue_text(row)} below alpha={row.alpha:g}"
     if row.pvalue is not None:

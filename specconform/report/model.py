@@ -245,6 +245,10 @@ def check_cell(row: TestRow | None) -> str:
     if row.pvalue is None and row.statistic is not None and row.status != NO_EVIDENCE:
         # Deterministic checks (quadrature) decide on a statistic against a bound.
         return f"{statistic_text(row)} {outcome(row)}"
+    if row.status == NO_EVIDENCE and row.reason and not row.reason.startswith("no evidence"):
+        # Why there is none, when it is not the plain "no evidence" (a sequence check
+        # the adapter cannot run: "not applicable: <why>").
+        return f"{pvalue_text(row)} {outcome(row)} ({row.reason})"
     return f"{pvalue_text(row)} {outcome(row)}"
 
 

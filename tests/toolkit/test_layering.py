@@ -100,6 +100,12 @@ perf = {{"kind": "performance", "processes": 2, "concurrency": [1], "sampling": 
 raw = {{"order": [{{"side": s}} for s in order], "processes": procs, "sides": {{}}}}
 ev = reevaluate(perf, RawData({{"raw/performance.json": json.dumps(raw).encode()}}))
 out["performance"] = ev.verdict.verdict
+# sequence: ci_sequence on the numpy speculative sampler's exact laws
+from specconform.kinds.sequence import evaluate_frames
+from specconform.protocol.load import load_protocol
+from tests.toolkit.sequence_synthetic import simulate
+sp = load_protocol("tests/toolkit/fixtures/sequence_protocol.yaml").data
+out["sequence"] = evaluate_frames(sp, *simulate(sp, 1)).verdict.verdict
 out["kinds"] = sorted(KINDS)
 out["loaded"] = sorted(m for m in sys.modules if m.split(".")[0] in FORBIDDEN)
 print(json.dumps(out))
@@ -115,8 +121,17 @@ def test_packages_import_and_evaluate_with_torch_and_engine_blocked():
     import json
 
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out["kinds"] == ["distribution", "equality", "montecarlo", "performance", "quadrature"]
+    assert out["kinds"] == [
+        "distribution",
+        "equality",
+        "montecarlo",
+        "performance",
+        "quadrature",
+        "sequence",
+    ]
     assert out["performance"] == "PASS"  # equal planted sides, evaluated torch-free
+    # ci_sequence on exact laws: Holm at 0.01 over 7 tests, this seed passes.
+    assert out["sequence"] == "PASS"
     # Exact-law samples pass (Holm at 0.01 over 2 tests: false fail <= 1%, this seed
     # passes); counts equal to their expectation pass; a kernel that always commits
     # token 0 against a uniform p is 0.5 away from the law, far beyond 1.5/4.

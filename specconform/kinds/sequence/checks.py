@@ -1,0 +1,194 @@
+"""The deterministic rows of a sequence protocol: the pre-registered checks of
+raw/sequence/checks.json (oracle, teacher_forcing, trace, isolation, greedy_equality),
+and the rows every sequence evaluation adds: out_of_support, engine_errors, coverage.
+
+A deterministic check has no p-value: a correct engine never breaks it, so a failure
+adds nothing to the verdict's false-fail rate. A check the adapter cannot run
+("applicable": false) is NO_EVIDENCE with the reason "not applicable: <why>" -- never a
+pass -- and a deciding one fails the verdict.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specconform.kinds.verdict import REASON_ENGINE_ERRORS
+from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, TestRow
+
+from .context import Context
+from .strata import slot_label, slots
+
+CHECK_METHOD = "none (deterministic: a correct engine never breaks it)"
+
+
+def check_row(ctx: Context, spec: dict, checks: dict) -> TestRow:
+    """The row of one deterministic test from its checks.json record (ValueError when
+    the record is missing or does not fit the test)."""
+    name = spec["name"]
+    if name not in checks:
+        raise ValueError(f"checks.json: no record for test {name!r}")
+    rec = checks[name]
+    if not isinstance(rec, dict) or rec.get("type") != spec["type"]:
+        raise ValueError(f"checks.json: record {name!r} is not a {spec['type']} check")
+    applicable = rec.get("applicable")
+    checked, mismatches = int(rec.get("checked", 0)), int(rec.get("mismatches", 0))
+    if not isinstance(applicable, bool) or checked < 0 or mismatches < 0 or mismatches > checked:
+        raise ValueError(
+            f"checks.json: record {name!r} has inconsistent applicable/checked/mismatches"
+        )
+    tolerance, max_diff = rec.get("tolerance"), rec.get("max_abs_diff")
+    if spec.get("tolerance") is not None and tolerance != spec["tolerance"]:
+        raise ValueError(
+            f"checks.json: record {name!r} used tolerance {tolerance!r}, the protocol "
+            f"{spec['tolerance']!r}"
+        )
+    examples = list(rec.get("examples") or [])[:5]
+    detail = {
+        "type": spec["type"],
+        "applicable": applicable,
+        "why": str(rec.get("why", "")),
+        "checked": checked,
+        "mismatches": mismatches,
+        "max_abs_diff": max_diff,
+        "tolerance": tolerance,
+        "examples": examples,
+        "rule": "PASS iff applicable, something was checked and nothing mismatched",
+    }
+    over = tolerance is not None and max_diff is not None and float(max_diff) > float(tolerance)
+    passed: bool | None
+    if not applicable:
+        status, passed, reason = NO_EVIDENCE, False, f"not applicable: {rec.get('why', '')}"
+    elif checked == 0:
+        status, passed, reason = NO_EVIDENCE, False, "no evidence: nothing checked"
+    elif mismatches or over:
+        first = examples[0] if examples else {}
+        what = f"first mismatch {first}" if first else f"max |diff| {max_diff} > {tolerance}"
+        status, passed = FAIL, False
+        reason = f"{mismatches} of {checked} mismatched; {what}"
+    else:
+        status, passed, reason = PASS, True, ""
+    if spec["role"] == "exploratory" and status in (PASS, FAIL):
+        status, passed = INFO, None
+    statistic = float(mismatches) if applicable else None
+    return TestRow(
+        name,
+        spec["role"],
+        statistic,
+        None,
+        None,
+        checked,
+        ctx.alpha,
+        passed,
+        detail,
+        status=status,
+        pvalue_method=CHECK_METHOD,
+        reason=reason,
+    )
+
+
+def support_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
+    """Tokens of reference probability 0 (random or greedy requests): one in a group a
+    deciding test reads is fatal."""
+    tok = ctx.tokens
+    bad = ~tok.in_support
+    per = {g: int((bad & (tok.group == i)).sum()) for i, g in enumerate(tok.groups)}
+    first = {}
+    for g in sorted(deciding_groups):
+        hits = np.flatnonzero(bad & (tok.group == tok.groups.index(g)))
+        if hits.size:
+            i = int(hits[0])
+            first[g] = {"request": int(tok.request[i]), "step": int(tok.step[i])}
+    total = sum(per[g] for g in deciding_groups if g in per)
+    ok = total == 0
+    detail = {
+        "per_group": per,
+        "deciding_groups": sorted(deciding_groups),
+        "first": first,
+        "rule": "any committed token with reference probability 0 in a deciding group fails",
+    }
+    return TestRow(
+        "out_of_support",
+        "primary",
+        float(total),
+        None,
+        None,
+        int(tok.p_token.size),
+        ctx.alpha,
+        ok,
+        detail,
+        status=PASS if ok else FAIL,
+        pvalue_method="none (deterministic: impossible under the null)",
+        reason="" if ok else "out of support",
+    )
+
+
+def engine_errors_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
+    """Requests whose finish_reason is "error", per group, against the tolerance."""
+    req = ctx.requests
+    names = ctx.tokens.groups
+    per = {g: int((req.error & (req.group == i)).sum()) for i, g in enumerate(names)}
+    deciding = sorted(deciding_groups & set(per))
+    over = [g for g in deciding if per[g] > ctx.error_tolerance]
+    ok = not over
+    detail = {
+        "per_group": per,
+        "deciding_groups": deciding,
+        "tolerance": ctx.error_tolerance,
+        "over_tolerance": over,
+        "rule": "FAIL if a group read by a deciding test has more engine errors than the tolerance",
+    }
+    return TestRow(
+        "engine_errors",
+        "primary",
+        float(sum(per.values())),
+        None,
+        None,
+        int(req.group.size),
+        ctx.alpha,
+        ok,
+        detail,
+        status=PASS if ok else FAIL,
+        pvalue_method="none (deterministic: a correct engine raises no error on valid laws)",
+        reason="" if ok else REASON_ENGINE_ERRORS,
+    )
+
+
+def coverage_row(ctx: Context, coverage: dict[str, dict]) -> TestRow:
+    """Tokens per group (random, greedy, out of support) and per slot; what each
+    stochastic test covered. Descriptive, never decides."""
+    tok = ctx.tokens
+    slot = slots(tok)
+    per_group = {}
+    for i, g in enumerate(tok.groups):
+        mine = tok.group == i
+        random = mine & tok.random
+        labels, counts = np.unique(slot[random], return_counts=True)
+        per_group[g] = {
+            "tokens": int(mine.sum()),
+            "random": int(random.sum()),
+            "greedy": int((mine & tok.greedy).sum()),
+            "out_of_support": int((mine & ~tok.in_support).sum()),
+            "requests": int((ctx.requests.group == i).sum()),
+            "per_slot": {slot_label(int(s)): int(c) for s, c in zip(labels, counts, strict=True)},
+        }
+    shares = [c["n_covered"] / c["n_eligible"] for c in coverage.values() if c["n_eligible"]]
+    share = min(shares, default=1.0)
+    detail = {
+        "statistic": "smallest share of eligible random tokens covered by the strata of "
+        "any pit_uniformity test",
+        "per_group": per_group,
+        "tests": coverage,
+    }
+    return TestRow(
+        "coverage",
+        "exploratory",
+        float(share),
+        None,
+        None,
+        int(tok.p_token.size),
+        ctx.alpha,
+        None,
+        detail,
+        status=INFO,
+        pvalue_method="none (descriptive)",
+    )

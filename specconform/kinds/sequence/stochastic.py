@@ -1,0 +1,180 @@
+"""The stochastic tests of a sequence protocol: PIT uniformity per stratum, PIT
+independence of pairs, acceptance at every drafted position (docs/sequence.md).
+
+Only *random* tokens enter the U statistics: tokens of non-greedy requests with
+p_token > 0. A greedy request's reference law is one-hot, so its U is just V -- no
+information, and it would dilute the power -- and an out-of-support token is fatal on
+its own row (:func:`.checks.support_row`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specconform.evidence.jsonio import json_number
+from specconform.results import TestRow
+from specconform.stats import sum_chi2
+from specconform.stats.pit import acceptance_counts, pair_independence, uniformity
+
+from .context import MIN_EXPECTED, PAIR_GRID, Context
+from .records import ACCEPTED, CORRECTION
+from .strata import lag1_pairs, request_pairs, round_pairs, uniformity_strata
+
+PAIRS = {"lag1": lag1_pairs, "rounds": round_pairs, "requests": request_pairs}
+PAIR_TEXT = {
+    "lag1": "(U_t, U_t+1) of one request",
+    "rounds": "(U at position j of round r, U at position j of round r + 1) of one request",
+    "requests": "(U of request 2i, U of request 2i + 1) at the same step, one group",
+}
+
+
+def pit_uniformity(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
+    groups = ctx.groups_of(spec)
+    tok = ctx.tokens
+    results, per, untested, covered, eligible = [], [], {}, 0, 0
+    for name in groups:
+        selected = ctx.in_groups([name]) & tok.random
+        eligible += int(selected.sum())
+        strata, left = uniformity_strata(tok, selected, ctx.round_bands, ctx.min_samples)
+        if left:
+            untested[name] = left
+        for s in strata:
+            res = uniformity(tok.u[s.members], ctx.bins)
+            results.append(res)
+            covered += res.n
+            per.append(
+                {
+                    "group": name,
+                    **s.label(ctx.round_bands),
+                    "n": res.n,
+                    "statistic": json_number(res.statistic),
+                    "df": res.df,
+                    "pvalue": json_number(res.pvalue),
+                    "observed": list(res.observed),
+                    "expected": [res.expected] * len(res.observed),
+                    "ks_statistic": res.ks_statistic,
+                    "ks_pvalue": res.ks_pvalue,
+                }
+            )
+    agg = sum_chi2(results)
+    detail = {
+        "groups": groups,
+        "bins": ctx.bins,
+        "min_samples": ctx.min_samples,
+        "round_bands": ctx.round_bands,
+        "strata_count": agg.strata,
+        "strata": per,
+        "untested_slots": untested,
+        "n_covered": covered,
+        "n_eligible": eligible,
+        "statistic_text": "Pearson chi2 of U on equiprobable bins, summed over strata",
+    }
+    row = ctx.row(spec, agg.statistic, agg.df, agg.pvalue, agg.n, detail, "chi2 summed over strata")
+    share = covered / eligible if eligible else 0.0
+    return row, {"strata": agg.strata, "n_covered": covered, "n_eligible": eligible, "share": share}
+
+
+def pit_independence(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
+    groups = ctx.groups_of(spec)
+    tok = ctx.tokens
+    kind = spec["pairs"]
+    results, per = [], []
+    for name in groups:
+        first, second = PAIRS[kind](tok, ctx.in_groups([name]) & tok.random)
+        res = pair_independence(tok.u[first], tok.u[second], PAIR_GRID, min_expected=MIN_EXPECTED)
+        results.append(res)
+        per.append(
+            {
+                "group": name,
+                "n": res.n,
+                "statistic": json_number(res.statistic),
+                "df": res.df,
+                "pvalue": json_number(res.pvalue),
+                "observed": [list(r) for r in res.observed],
+                "rows_tested": list(res.rows_tested),
+            }
+        )
+    agg = sum_chi2(results)
+    detail = {
+        "groups": groups,
+        "pairs": kind,
+        "pair": PAIR_TEXT[kind],
+        "grid": PAIR_GRID,
+        "min_expected": MIN_EXPECTED,
+        "strata_count": agg.strata,
+        "strata": per,
+        "statistic_text": "Pearson chi2 of the second U's bin within each bin of the first "
+        "U (g - 1 df per row), summed over rows and groups",
+    }
+    row = ctx.row(
+        spec, agg.statistic, agg.df, agg.pvalue, agg.n, detail, "chi2 summed over rows and groups"
+    )
+    return row, {"strata": agg.strata, "n_covered": agg.n, "n_eligible": agg.n}
+
+
+def acceptance_all(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
+    groups = ctx.groups_of(spec)
+    tok = ctx.tokens
+    results, per = [], []
+    drafted = (tok.kind == ACCEPTED) | (tok.kind == CORRECTION)
+    for name in groups:
+        sel = ctx.in_groups([name]) & drafted & np.isfinite(tok.tv)
+        res = acceptance_counts(
+            tok.position[sel], tok.kind[sel] == CORRECTION, tok.tv[sel], min_expected=MIN_EXPECTED
+        )
+        results.append(res)
+        per.append(
+            {
+                "group": name,
+                "n": res.n,
+                "rejected": res.rejected,
+                "expected_rejections": res.expected,
+                "variance": res.variance,
+                "statistic": json_number(res.statistic),
+                "df": res.df,
+                "pvalue": json_number(res.pvalue),
+                "total_z": json_number(res.total_z),
+                "total_pvalue": json_number(res.total_pvalue),
+                "without_tv": int((ctx.in_groups([name]) & drafted & ~np.isfinite(tok.tv)).sum()),
+                "positions": [
+                    {
+                        "positions": list(c.positions),
+                        "n": c.n,
+                        "rejected": c.rejected,
+                        "expected": c.expected,
+                        "variance": c.variance,
+                        "z": json_number(c.z),
+                        "observed_rejection_rate": c.rejected / c.n if c.n else None,
+                        "expected_rejection_rate": c.expected / c.n if c.n else None,
+                    }
+                    for c in res.cells
+                ],
+            }
+        )
+    agg = sum_chi2(results)
+    n = sum(r.n for r in results)
+    rejected = sum(r.rejected for r in results)
+    expected = sum(r.expected for r in results)
+    detail = {
+        "groups": groups,
+        "min_expected": MIN_EXPECTED,
+        "strata_count": agg.strata,
+        "strata": per,
+        "rejected": rejected,
+        "expected_rejections": expected,
+        "observed_rejection_rate": rejected / n if n else None,
+        "expected_rejection_rate": expected / n if n else None,
+        "statistic_text": "sum over drafted-position cells of z^2, "
+        "z = (rejections - sum TV) / sqrt(sum TV (1 - TV))",
+    }
+    row = ctx.row(
+        spec, agg.statistic, agg.df, agg.pvalue, n, detail, "chi2 of per-position z, summed"
+    )
+    return row, {"strata": agg.strata, "n_covered": n, "n_eligible": n}
+
+
+TESTS = {
+    "pit_uniformity": pit_uniformity,
+    "pit_independence": pit_independence,
+    "acceptance_all": acceptance_all,
+}

@@ -1,0 +1,326 @@
+"""A tiny numpy speculative sampler over a fixed Markov chain of exact laws: raw frames of
+a sequence run (requests.csv, tokens.csv, checks.json) with the real round, position
+and slot structure, for the sequence evaluator's tests and its calibration.
+
+The "model": the next token's logits depend on the previous token only, target
+``L[prev]`` and draft ``L[prev] + noise_d`` (depth d: less noise). A request's target
+law p is the request's sampling parameters applied to the target logits (temperature 0:
+one-hot argmax), its draft law q the same parameters on the draft logits. A round:
+draft x_j ~ q at j = 0..L-1 (L = min(K, remaining - 1)), accept iff u q(x) < p(x), on
+rejection the correction ~ (p - q)+, after L accepts the bonus ~ p -- the exact
+speculative sampling rule, so the committed tokens have law p at every prefix.
+
+Planted bugs (``mutant``), each a real bug class:
+
+- ``tempered_position1``: at draft position 1 the engine's p is p^(1/0.7) (a target law
+  at the wrong temperature at one position);
+- ``rounds_reuse``: each request reuses the same uniforms in every round;
+- ``shared_requests``: requests 2i and 2i + 1 share their uniforms in every round;
+- ``reject_position2``: the draft at position 2 is rejected with probability TV + 0.05.
+
+Vectorized over the requests of a group (a Python loop over rounds and positions only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from specconform.kinds.sequence.raw import REQUEST_COLUMNS, TOKEN_COLUMNS
+
+MUTANTS = ("tempered_position1", "rounds_reuse", "shared_requests", "reject_position2")
+VOCAB = 32
+EXTRA_REJECTION = 0.05
+BUG_TEMPERATURE = 0.7
+
+
+@dataclass(frozen=True)
+class World:
+    """Target logits [V, V] (row: previous token) and draft logits per depth d."""
+
+    target: np.ndarray  # [V, V] float64
+    draft: dict[int, np.ndarray]  # d -> [V, V] float64
+
+
+def make_world(seed: int = 0, depths: tuple[int, ...] = (1, 2)) -> World:
+    rng = np.random.default_rng(seed)
+    target = rng.normal(0.0, 2.0, (VOCAB, VOCAB))
+    draft = {d: target + rng.normal(0.0, 1.2 / d, (VOCAB, VOCAB)) for d in depths}
+    return World(target, draft)
+
+
+def law(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
+    """Rows of probabilities [V, V] for one sampling configuration (DESIGN's rule:
+    temperature, then top-k keeping ties, then top-p, then softmax; T 0: one-hot)."""
+    if temperature == 0.0:
+        out = np.zeros_like(logits)
+        out[np.arange(logits.shape[0]), logits.argmax(axis=1)] = 1.0
+        return out
+    z = logits / temperature
+    if top_k:
+        kth = np.sort(z, axis=1)[:, -min(top_k, z.shape[1])][:, None]
+        z = np.where(z >= kth, z, -np.inf)
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    if top_p < 1.0:
+        order = np.argsort(-p, axis=1, kind="stable")
+        sorted_p = np.take_along_axis(p, order, axis=1)
+        keep_sorted = np.cumsum(sorted_p, axis=1) - sorted_p < top_p  # prefix reaching top_p
+        keep = np.zeros_like(keep_sorted)
+        np.put_along_axis(keep, order, keep_sorted, axis=1)
+        p = np.where(keep, p, 0.0)
+        p /= p.sum(axis=1, keepdims=True)
+    return p
+
+
+def _inverse_cdf(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Token with F(x - 1) <= u < F(x), always of positive weight.
+
+    probs,  # [n, V] float64
+    u,      # [n] float64
+    """
+    cdf = np.cumsum(probs, axis=1)
+    x = (cdf <= u[:, None]).sum(axis=1)
+    last = probs.shape[1] - 1 - np.argmax(probs[:, ::-1] > 0, axis=1)
+    return np.minimum(x, last)
+
+
+def _tempered(p: np.ndarray) -> np.ndarray:
+    q = p ** (1.0 / BUG_TEMPERATURE)
+    return q / q.sum(axis=1, keepdims=True)
+
+
+class _Recorder:
+    """Token rows collected per event, as arrays."""
+
+    def __init__(self):
+        self.parts: list[dict[str, np.ndarray]] = []
+
+    def add(self, req, step, token, rnd, pos, kind, drafted, p_rows, tv):
+        cdf = np.cumsum(p_rows, axis=1)
+        p_tok = p_rows[np.arange(token.size), token]
+        self.parts.append(
+            {
+                "request": req,
+                "step": step,
+                "token": token,
+                "round": rnd,
+                "position": pos,
+                "kind": np.full(req.size, kind, dtype=object),
+                "drafted": drafted,
+                "cdf_below": cdf[np.arange(token.size), token] - p_tok,
+                "p_token": p_tok,
+                "tv": tv,
+            }
+        )
+
+    def frame(self, group: str) -> pd.DataFrame:
+        cols = {k: np.concatenate([p[k] for p in self.parts]) for k in self.parts[0]}
+        frame = pd.DataFrame(cols)
+        frame.insert(0, "group", group)
+        frame["cdf_below"] = frame["cdf_below"].clip(lower=0.0)
+        return frame.sort_values(["request", "step"], kind="stable").reset_index(drop=True)
+
+
+def simulate_group(
+    world: World,
+    protocol: dict,
+    group: dict,
+    rng: np.random.Generator,
+    mutant: str | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(requests rows, token rows) of one group of ``protocol`` (JSON data)."""
+    if mutant is not None and mutant not in MUTANTS:
+        raise ValueError(f"unknown mutant {mutant!r}; known: {MUTANTS}")
+    engine = protocol["engine"]
+    n = group.get("requests") or protocol["seeds"]["count"]
+    configs = [
+        (
+            float(
+                engine.get("temperature", 1.0) if s.get("temperature") is None else s["temperature"]
+            ),
+            int(engine.get("top_k", 0) if s.get("top_k") is None else s["top_k"]),
+            float(engine.get("top_p", 1.0) if s.get("top_p") is None else s["top_p"]),
+        )
+        for s in group.get("sampling") or [{}]
+    ]
+    lengths = group.get("max_tokens") or [engine.get("max_tokens", 256)]
+    i = np.arange(n)
+    cfg = i % len(configs)
+    max_tokens = np.asarray(lengths, dtype=np.int64)[i % len(lengths)]
+    prompts = group.get("prompts") or [0]
+    state = np.asarray(prompts, dtype=np.int64)[i % len(prompts)] % VOCAB  # previous token
+    d = group.get("draft_loops")
+    p_tab = np.stack([law(world.target, *c) for c in configs])  # [C, V, V]
+    q_tab = None if d is None else np.stack([law(world.draft[d], *c) for c in configs])
+    p_eng1 = np.stack([_tempered(p) for p in p_tab]) if mutant == "tempered_position1" else p_tab
+    rec = _Recorder()
+    # Prefill: the first token is a plain target sample.
+    x = _inverse_cdf(p_tab[cfg, state], rng.random(n))
+    minus = np.full(n, -1, dtype=np.int64)
+    rec.add(
+        i,
+        np.zeros(n, np.int64),
+        x,
+        minus,
+        minus,
+        "target",
+        minus,
+        p_tab[cfg, state],
+        np.full(n, np.nan),
+    )
+    state, steps, rounds = x, np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    k = int(engine.get("num_speculative_tokens", 3))
+    fixed = rng.random((n, 2 * k + 2)) if mutant == "rounds_reuse" else None
+    while True:
+        live = np.flatnonzero(steps < max_tokens)
+        if live.size == 0:
+            break
+        c, s = cfg[live], state[live]
+        if q_tab is None:  # nospec: one target sample per step
+            x = _inverse_cdf(p_tab[c, s], rng.random(live.size))
+            rec.add(
+                live,
+                steps[live],
+                x,
+                minus[live],
+                minus[live],
+                "target",
+                minus[live],
+                p_tab[c, s],
+                np.full(live.size, np.nan),
+            )
+            state[live], steps[live] = x, steps[live] + 1
+            continue
+        u = fixed[live] if fixed is not None else rng.random((live.size, 2 * k + 2))
+        if mutant == "shared_requests":
+            u = _share_pairs(live, u)
+        budget = np.minimum(k, max_tokens[live] - steps[live] - 1)  # the round's draft length L
+        going = np.ones(live.size, dtype=bool)
+        for j in range(k):
+            at = np.flatnonzero(going & (j < budget))
+            if at.size == 0:
+                break
+            cc, ss = c[at], s[at]
+            p, q = p_tab[cc, ss], q_tab[cc, ss]
+            p_eng = p_eng1[cc, ss] if j == 1 else p
+            xd = _inverse_cdf(q, u[at, 2 * j])
+            rows = np.arange(at.size)
+            tv = 0.5 * np.abs(p - q).sum(axis=1)
+            accept = u[at, 2 * j + 1] * q[rows, xd] < p_eng[rows, xd]
+            if mutant == "reject_position2" and j == 2:
+                extra = EXTRA_REJECTION / np.maximum(1.0 - tv, EXTRA_REJECTION)
+                accept &= u[at, 2 * k + 1] >= extra
+            resid = np.maximum(p_eng - q, 0.0)
+            mass = resid.sum(axis=1, keepdims=True)
+            resid = np.where(mass > 0, resid / np.where(mass > 0, mass, 1.0), p_eng)
+            xc = _inverse_cdf(resid, u[at, 2 * k])
+            token = np.where(accept, xd, xc)
+            who = live[at]
+            for flag, kind in ((accept, "accepted"), (~accept, "correction")):
+                sel = np.flatnonzero(flag)
+                rec.add(
+                    who[sel],
+                    steps[who[sel]],
+                    token[sel],
+                    rounds[who[sel]],
+                    np.full(sel.size, j, np.int64),
+                    kind,
+                    budget[at][sel],
+                    p[sel],
+                    tv[sel],
+                )
+            steps[who] += 1
+            s[at] = token
+            going[at[~accept]] = False
+        bonus = np.flatnonzero(going)  # every draft accepted: the bonus at position L
+        if bonus.size:
+            who = live[bonus]
+            p = p_tab[c[bonus], s[bonus]]
+            xb = _inverse_cdf(p, u[bonus, 2 * k])
+            rec.add(
+                who,
+                steps[who],
+                xb,
+                rounds[who],
+                budget[bonus],
+                "bonus",
+                budget[bonus],
+                p,
+                np.full(bonus.size, np.nan),
+            )
+            steps[who] += 1
+            s[bonus] = xb
+        state[live] = s
+        rounds[live] += 1
+    tokens = rec.frame(group["name"])
+    greedy = np.array([configs[j][0] == 0.0 for j in cfg])
+    offset = int(protocol["seeds"].get("offset", 0)) + int(group.get("seed_offset", 0))
+    requests = pd.DataFrame(
+        {
+            "group": group["name"],
+            "request": i,
+            "prompt_index": np.asarray(prompts)[i % len(prompts)],
+            "seed": np.where(greedy, -1, offset + i),
+            "temperature": [configs[j][0] for j in cfg],
+            "top_k": [configs[j][1] for j in cfg],
+            "top_p": [configs[j][2] for j in cfg],
+            "max_tokens": max_tokens,
+            "stop_token_ids": "",
+            "n_tokens": max_tokens,
+            "finish_reason": "length",
+        }
+    )
+    return requests[list(REQUEST_COLUMNS)], tokens[list(TOKEN_COLUMNS)]
+
+
+def _share_pairs(live: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Request 2i + 1 takes request 2i's uniforms when both are live."""
+    u = u.copy()
+    where = {int(r): a for a, r in enumerate(live)}
+    for a, r in enumerate(live):
+        if r % 2 == 1 and int(r) - 1 in where:
+            u[a] = u[where[int(r) - 1]]
+    return u
+
+
+def simulate(
+    protocol: dict, seed: int, mutant: str | None = None, world: World | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """(requests frame, tokens frame, checks dict) of a whole protocol, every check a
+    clean pass (the deterministic checks are the runner's, not the sampler's)."""
+    world = world or make_world(0)
+    rng = np.random.default_rng(seed)
+    reqs, toks = [], []
+    for group in protocol["groups"]:
+        r, t = simulate_group(
+            world, protocol, group, rng, mutant if group["mode"] != "nospec" else None
+        )
+        reqs.append(r)
+        toks.append(t)
+    return (
+        pd.concat(reqs, ignore_index=True),
+        pd.concat(toks, ignore_index=True),
+        clean_checks(protocol),
+    )
+
+
+def clean_checks(protocol: dict) -> dict:
+    from specconform.protocol.schema_sequence import DETERMINISTIC_TYPES
+
+    return {
+        t["name"]: {
+            "type": t["type"],
+            "applicable": True,
+            "why": "",
+            "checked": int(t.get("sample") or 8),
+            "mismatches": 0,
+            "max_abs_diff": 0.0,
+            "tolerance": t.get("tolerance"),
+            "examples": [],
+        }
+        for t in protocol["tests"]
+        if t["type"] in DETERMINISTIC_TYPES
+    }
