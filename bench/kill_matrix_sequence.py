@@ -92,12 +92,14 @@ def law_columns(model, specs, records, depth: int | None):
             torch.as_tensor(topp, dtype=torch.float32, device=dev),
         )
         p = batched_probabilities(full[bi, ti], *args).double()  # [M, V]
+        p = p / p.sum(-1, keepdim=True)  # as the runner: float64, renormalised
         xt = torch.as_tensor(x, device=dev)[:, None]
         p_token = p.gather(-1, xt)[:, 0]
         cdf_below = p.cumsum(-1).gather(-1, xt)[:, 0] - p_token
         tv = torch.full_like(p_token, float("nan"))
         if draft is not None:
             q = batched_probabilities(draft[bi, ti], *args).double()
+            q = q / q.sum(-1, keepdim=True)
             mask = torch.as_tensor(drafted, device=dev)
             tv = torch.where(mask, 0.5 * (p - q).abs().sum(-1), tv)
         out_cdf.append(cdf_below.clamp_min(0.0).cpu().numpy())

@@ -85,18 +85,26 @@ def teacher_forced_laws(
     return None if got is None else RequestLaws(got[0], got[1])
 
 
+def normalized(law: np.ndarray) -> np.ndarray:
+    """The law in float64, renormalised: a float32 law's mass is 1 only to a few ulps
+    per entry, so its float64 CDF can pass 1 by ~1e-7 (and U with it); dividing by the
+    float64 sum makes F_t(x_t - 1) + p_t(x_t) <= 1 to float64 rounding. [V] float64."""
+    law = np.asarray(law, dtype=np.float64)
+    return law / law.sum()
+
+
 def token_rows(group: str, request: int, record: SequenceRecord, laws: RequestLaws) -> list[tuple]:
     """The tokens.csv rows of one request (columns of raw.TOKEN_COLUMNS)."""
     rows = []
     for t, (x, slot) in enumerate(zip(record.tokens, token_slots(record), strict=True)):
-        p = laws.p[t]
-        cdf_below = float(np.sum(p[:x], dtype=np.float64))
+        p = normalized(laws.p[t])
+        cdf_below = float(np.sum(p[:x]))
         p_token = float(p[x])
         tv = float("nan")
         if slot.kind in DRAFTED_KINDS:
             q = laws.q_at(t)
             if q is not None:
-                tv = 0.5 * float(np.abs(p.astype(np.float64) - q.astype(np.float64)).sum())
+                tv = 0.5 * float(np.abs(p - normalized(q)).sum())
         rows.append(
             (group, request, t, int(x), slot.round, slot.position, slot.kind, slot.drafted)
             + (cdf_below, p_token, tv)
