@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specconform.kinds import distribution, equality, montecarlo, quadrature
+from specconform.kinds import distribution, equality, mcnemar, montecarlo, quadrature
 from specconform.kinds.distribution import legacy
 from specconform.results import Evaluation, RawData
 
@@ -31,7 +31,7 @@ class Kind:
 
 KINDS: dict[str, Kind] = {
     k.__name__.rsplit(".", 1)[1]: Kind(k.__name__.rsplit(".", 1)[1], k.Schema, k.evaluate)
-    for k in (quadrature, montecarlo, distribution, equality)
+    for k in (quadrature, montecarlo, distribution, equality, mcnemar)
 }
 
 

@@ -16,6 +16,7 @@ from specconform.protocol.schema import (
     MonteCarloProtocol,
     QuadratureProtocol,
 )
+from specconform.protocol.schema_mcnemar import McNemarProtocol
 from specconform.protocol.schema_sequence import SequenceProtocol
 
 Protocol = Annotated[
@@ -23,8 +24,16 @@ Protocol = Annotated[
     | MonteCarloProtocol
     | DistributionProtocol
     | EqualityProtocol
-    | SequenceProtocol,
+    | SequenceProtocol
+    | McNemarProtocol,
     Field(discriminator="kind"),
 ]
 
-KIND_NAMES: tuple[str, ...] = ("quadrature", "montecarlo", "distribution", "equality", "sequence")
+KIND_NAMES: tuple[str, ...] = (
+    "quadrature",
+    "montecarlo",
+    "distribution",
+    "equality",
+    "sequence",
+    "mcnemar",
+)

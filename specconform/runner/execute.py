@@ -136,6 +136,12 @@ def collect_raw(
         from specconform.runner import equality as runner
 
         return runner.collect(loaded, progress=progress, log=log, context=run_context)
+    if kind == "mcnemar":
+        from specconform.runner import mcnemar as runner
+
+        return runner.collect(
+            loaded, mutant=mutant, progress=progress, log=log, context=run_context
+        )
     raise UsageError(f"{loaded.path}: protocol kind {kind!r} has no runner")
 
 
@@ -307,6 +313,10 @@ def _execute_locked(
     files.update(raw)
     if loaded.kind == "distribution":
         files["results/plan.json"] = _plan_bytes(loaded, raw)
+    if loaded.kind == "mcnemar":  # the detectable accuracy drop at the protocol's size
+        from specconform.kinds.mcnemar.plan import plan_json
+
+        files["results/plan.json"] = canonical_json_bytes(plan_json(loaded.data))
     out_dir.mkdir(parents=True, exist_ok=True)  # only now (kernel kinds): bad input writes nothing
     final = free_destination(out_dir, run_id)
     staging = out_dir / f".partial-{final.name}"
@@ -406,6 +416,11 @@ def print_table(evaluation: Evaluation, file=None) -> None:
         )
     console.print(table)
     console.print(f"* deciding; {verdict_statement(evaluation.verdict)}")
+    from specconform.report.markdown import table as markdown_table
+    from specconform.report.mcnemar import mcnemar_markdown
+
+    for line in mcnemar_markdown(evaluation, markdown_table):  # GSM8K runs: the pairs
+        console.print(line, markup=False, soft_wrap=True)
 
 
 def _fmt(x) -> str:
