@@ -91,9 +91,9 @@ def mcnemar_markdown(evaluation: Evaluation, table) -> list[str]:
         "",
         "wins: trials the candidate answered correctly and the base did not; losses: the "
         "reverse; ties: both right or both wrong. Exact McNemar (binomial law of the "
-        "losses among the discordant trials); the detectable drop is the smallest accuracy "
-        "drop detected with the stated power at any discordance rate (exact power, "
-        "results/plan.json).",
+        "losses among the discordant trials); detectable drop: the smallest accuracy drop "
+        "detected with the stated power, by a candidate that loses every trial on which "
+        "the groups disagree (exact power; other discordance rates in results/plan.json).",
     ]
 
 

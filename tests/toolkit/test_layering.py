@@ -104,7 +104,7 @@ def test_packages_import_and_evaluate_with_torch_and_engine_blocked():
     import json
 
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out["kinds"] == ["distribution", "equality", "montecarlo", "quadrature"]
+    assert out["kinds"] == ["distribution", "equality", "mcnemar", "montecarlo", "quadrature"]
     # Exact-law samples pass (Holm at 0.01 over 2 tests: false fail <= 1%, this seed
     # passes); counts equal to their expectation pass; a kernel that always commits
     # token 0 against a uniform p is 0.5 away from the law, far beyond 1.5/4.

@@ -6,8 +6,9 @@ pair is tested at. Planned conservatively at Bonferroni's alpha / m over the m d
 pairs (Holm's first step, its strictest), one-sided for ``fail_on: worse``, at the
 protocol's ``power``. For each d on a grid: the smallest drop detected with that power
 (``paired.detectable_drop``), or none when even a candidate that loses every
-discordant trial (drop = d) is not detected; and ``min_drop``: the smallest drop
-detectable at any discordance (a candidate that loses every discordant trial, drop = d).
+discordant trial (drop = d) is not detected; and ``min_drop``: the smallest
+discordance d at which a candidate that loses every discordant trial (its drop is d) is
+detected: no regression smaller than about this can be seen at this size.
 """
 
 from __future__ import annotations
@@ -70,6 +71,6 @@ def plan_json(protocol: dict) -> dict:
         "discordant trials, at alpha / m per pair (Bonferroni: Holm's strictest step); "
         "drop_by_discordance[d]: the smallest accuracy drop detected when the groups "
         "disagree on a fraction d of the trials (null: not detectable at that d); "
-        "min_drop: the smallest drop detectable at all (a candidate losing every "
-        "discordant trial)",
+        "min_drop: the smallest discordance at which a candidate losing every "
+        "discordant trial (its accuracy drop equals the discordance) is detected",
     }
