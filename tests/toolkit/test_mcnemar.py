@@ -360,3 +360,18 @@ def test_end_to_end_tiny_run_and_verify(tmp_path):
     (archive,) = out.glob("*.zip")
     checked = run_cli("verify", archive, "--skip-signature")
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_report_table_names_wins_losses_ties_and_accuracies():
+    from specconform.report.markdown import table
+    from specconform.report.mcnemar import mcnemar_markdown
+
+    protocol = _protocol()
+    base = [True] * 12
+    ev = reevaluate(protocol, _raw(protocol, {"nospec": base, "sync": base, "async": [False] * 12}))
+    lines = mcnemar_markdown(ev, table)
+    row = next(x for x in lines if x.startswith("| mcnemar_async_vs_nospec |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3:6] == ["0", "12", "0"]  # wins, losses, ties
+    assert cells[8] == "FAIL"
+    assert cells[9].startswith("12/12 = 1.000 [") and cells[10].startswith("0/12 = 0.000 [")
