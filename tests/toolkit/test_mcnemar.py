@@ -311,6 +311,14 @@ def test_nobody_correct_is_no_evidence():
     assert rows["mcnemar_sync_vs_nospec"].pvalue is None  # nothing was testable
     assert ev.verdict.verdict == "FAIL"  # a deciding row without evidence fails the verdict
     assert any("neither group" in reason for _, reason in ev.verdict.reasons)
+    # A candidate that wins where the base never was right: still nothing to lose for
+    # "worse"; evidence for "different" (and no significant difference at 2 wins).
+    some = [True, True] + [False] * 10
+    raw = _raw(protocol, {"nospec": wrong, "sync": some, "async": wrong})
+    worse = _rows(reevaluate(protocol, raw))["mcnemar_sync_vs_nospec"]
+    assert worse.status == "NO_EVIDENCE" and "nothing to lose" in worse.reason
+    diff = _rows(reevaluate(_protocol(fail_on="different"), raw))["mcnemar_sync_vs_nospec"]
+    assert diff.status == "PASS" and diff.pvalue == pytest.approx(0.5)
 
 
 def test_rescoring_refuses_tampered_scores():

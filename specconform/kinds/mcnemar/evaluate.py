@@ -11,14 +11,17 @@ Rows, in order:
 - ``mcnemar_<pair>_<other>`` (exploratory, INFO): the same on the other metric;
 - ``accuracy_<group>_<metric>`` (exploratory, INFO): accuracy with its Wilson interval.
 
+Evidence. A pair has evidence iff its data could tell the candidate apart from one that
+answers every trial wrongly: with ``fail_on: worse`` iff the base answered at least one
+trial correctly (a candidate cannot lose correct answers the base never had), with
+``different`` iff either group did. Without it the row is NO_EVIDENCE (a deciding
+NO_EVIDENCE row fails the verdict with its reason, as every kind's does).
+
 Ties (no discordant trial). The exact conditional law is then a point mass: p = 1, a
-legitimate value, and the row is evidence *when some trial was answered correctly by
-both groups*: the candidate reproduced every correct answer of the base and added none,
-which bounds the accuracy difference by the discordance rate (0 of n trials: below
-3/n at 95%, the rule of three). A pair in which neither group answered any trial
-correctly is NO_EVIDENCE: a candidate cannot lose correct answers the base never had,
-so nothing about a regression was observable (a deciding NO_EVIDENCE row fails the
-verdict with the reason "no evidence", as every kind's does).
+legitimate value, and, with evidence as above, the row is evidence of no regression: the
+candidate reproduced every correct answer of the base (an always-wrong candidate would
+have lost them all), which bounds the accuracy difference by the discordance rate (0
+discordant of n trials: below 3/n at 95 %, the rule of three).
 
 The verdict (kinds.verdict.family_verdict): PASS iff every deciding row has evidence and
 Holm's (or Bonferroni's) adjusted p >= the verdict's alpha, and no group has more engine
@@ -37,6 +40,7 @@ from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, Evaluation, RawDa
 
 SHORT = {"strict-match": "strict", "flexible-extract": "flexible"}
 NO_CORRECT = "neither group answered any trial correctly"
+NO_BASE_CORRECT = "the base answered no trial correctly: nothing to lose"
 
 
 def pair_row(protocol: dict, pair: dict, metric: str, groups: dict[str, GroupSamples]) -> TestRow:
@@ -70,7 +74,8 @@ def pair_row(protocol: dict, pair: dict, metric: str, groups: dict[str, GroupSam
             f"no discordant trial: the candidate kept all {res.both_right} correct answers "
             "of the base and gained none; p = 1 (the conditional law is a point mass)"
         )
-    evidence = res.both_right + res.discordant > 0
+    base_correct = res.both_right + res.losses
+    evidence = base_correct > 0 if res.alternative == "worse" else base_correct + res.wins > 0
     name = f"mcnemar_{pair['name']}" + ("" if deciding_metric else f"_{SHORT[metric]}")
     method = (
         "exact McNemar, one-sided (losses > wins): binomial"
@@ -80,7 +85,8 @@ def pair_row(protocol: dict, pair: dict, metric: str, groups: dict[str, GroupSam
     if not deciding_metric:
         status, passed, reason = INFO, None, ""
     elif not evidence:
-        status, passed, reason = NO_EVIDENCE, False, NO_CORRECT
+        reason = NO_BASE_CORRECT if res.wins else NO_CORRECT
+        status, passed = NO_EVIDENCE, False
     else:
         passed = res.pvalue >= alpha
         status, reason = (PASS, "") if passed else (FAIL, f"p < {alpha:g}")
