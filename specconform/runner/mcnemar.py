@@ -20,6 +20,7 @@ import time
 from specconform import gsm8k
 from specconform.errors import UsageError
 from specconform.kinds.mcnemar.raw import RAW_FILE, sample_lines, samples_file, sha256_text
+from specconform.kinds.mcnemar.scoring import target_of
 from specconform.progress import timing
 
 
@@ -89,13 +90,9 @@ def prompt_text(q: gsm8k.Question, shots: int) -> str:
     return q.context if shots == 8 else q.context[q.context.rindex("Question:") :]
 
 
-def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
+def _check_inputs(engine, mutant) -> None:
     import torch
 
-    import engine_under_test as eut
-
-    protocol = loaded.model
-    engine = protocol.engine
     if engine.device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: no CUDA device is available on this machine")
     if mutant is not None:
@@ -103,7 +100,53 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
 
         if mutant not in MUTANTS:
             raise UsageError(f"--mutant {mutant}: unknown mutant; `specconform mutants` lists them")
-    ds = protocol.dataset
+
+
+def _sampling_params(eut, engine, trials: list[dict], stop_ids: list[int]) -> list:
+    """One SamplingParams per trial: its seed (none when greedy), the stop tokens, EOS."""
+    greedy = engine.temperature == 0.0
+    return [
+        eut.SamplingParams(
+            temperature=engine.temperature,
+            top_k=engine.top_k,
+            top_p=engine.top_p,
+            seed=None if greedy else t["seed"],
+            max_tokens=engine.max_tokens,
+            stop_token_ids=tuple(stop_ids),
+            ignore_eos=False,
+        )
+        for t in trials
+    ]
+
+
+def _new_llm(eut, torch, config, engine, group, *, mutant, shared):
+    spec = None
+    if group.mode != "nospec":
+        spec = eut.SpeculativeConfig(
+            num_speculative_tokens=engine.num_speculative_tokens,
+            mode="block",
+            draft_loops=group.draft_loops,
+        )
+    return eut.LLM(
+        config,
+        speculative_config=spec,
+        async_scheduling=group.mode == "async",
+        device=engine.device,
+        dtype=getattr(torch, engine.dtype),
+        mutant=mutant,
+        max_num_seqs=engine.batch_size,
+        model=shared,  # weights built once, shared by every group's engine
+    )
+
+
+def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
+    import torch
+
+    import engine_under_test as eut
+
+    protocol = loaded.model
+    engine, ds = protocol.engine, protocol.dataset
+    _check_inputs(engine, mutant)
     questions = gsm8k.hash_ranked(gsm8k.test_split(), ds.questions, ds.salt)
     stop = tuple(ds.stop) if ds.stop is not None else questions[0].stop
     t0 = time.perf_counter()
@@ -117,49 +160,20 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
         for i in range(len(questions))
         for j in range(protocol.seeds.count)
     ]
-    greedy = engine.temperature == 0.0
-    params = [
-        eut.SamplingParams(
-            temperature=engine.temperature,
-            top_k=engine.top_k,
-            top_p=engine.top_p,
-            seed=None if greedy else t["seed"],
-            max_tokens=engine.max_tokens,
-            stop_token_ids=tuple(stop_ids),
-            ignore_eos=False,
-        )
-        for t in trials
-    ]
+    params = _sampling_params(eut, engine, trials, stop_ids)
     gen = {
         "temperature": engine.temperature,
         "top_k": engine.top_k,
         "top_p": engine.top_p,
         "max_tokens": engine.max_tokens,
-        "do_sample": not greedy,
+        "do_sample": engine.temperature != 0.0,
     }
-    dtype = getattr(torch, engine.dtype)
     shared = None
     files: dict[str, bytes] = {}
     with progress("generate", len(protocol.groups) * len(trials)) as bar:
         for group in protocol.groups:
-            spec = None
-            if group.mode != "nospec":
-                spec = eut.SpeculativeConfig(
-                    num_speculative_tokens=engine.num_speculative_tokens,
-                    mode="block",
-                    draft_loops=group.draft_loops,
-                )
             t1 = time.perf_counter()
-            llm = eut.LLM(
-                config,
-                speculative_config=spec,
-                async_scheduling=group.mode == "async",
-                device=engine.device,
-                dtype=dtype,
-                mutant=mutant,
-                max_num_seqs=engine.batch_size,
-                model=shared,
-            )
+            llm = _new_llm(eut, torch, config, engine, group, mutant=mutant, shared=shared)
             shared = llm.model
             done = [0]
 
@@ -171,16 +185,18 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
                 outs = llm.generate([prompt_ids[t["doc"]] for t in trials], params, advance)
             finally:
                 llm.close()
-            elapsed = time.perf_counter() - t1
-            n_tokens = sum(len(o.token_ids) for o in outs)
-            log(f"group {group.name}: {len(trials)} trials, {n_tokens} tokens in {elapsed:.1f}s")
+            line = (
+                f"group {group.name}: {len(trials)} trials, "
+                f"{sum(len(o.token_ids) for o in outs)} tokens in {time.perf_counter() - t1:.1f}s"
+            )
+            log(line)
+            timing(line)
             lines = []
             for k, (t, out) in enumerate(zip(trials, outs, strict=True)):
-                q = questions[t["doc"]]
                 lines += sample_lines(
                     k,
                     t["seed"],
-                    q.doc_json(),
+                    questions[t["doc"]].doc_json(),
                     sha256_text(prompts[t["doc"]]),
                     tokenizer.decode(list(out.token_ids)),
                     stop,
@@ -209,7 +225,7 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
         "docs": [
             {
                 **q.doc_json(),
-                "target": q.answer.split("####")[-1].strip(),
+                "target": target_of(q.answer),
                 "prompt_hash": sha256_text(p),
                 "rank_key": gsm8k.rank_key(q.question, ds.salt),
             }
