@@ -383,3 +383,16 @@ def test_report_table_names_wins_losses_ties_and_accuracies():
     assert cells[3:6] == ["0", "12", "0"]  # wins, losses, ties
     assert cells[8] == "FAIL"
     assert cells[9].startswith("12/12 = 1.000 [") and cells[10].startswith("0/12 = 0.000 [")
+
+
+def test_early_stop_tokens_and_zero_shot_prompt():
+    from specconform.runner.mcnemar import ByteTokenizer, prompt_text, stop_token_ids
+
+    tok = ByteTokenizer()
+    assert stop_token_ids(tok, ("\n", "Question:")) == [10]  # only "\n" is one byte
+    assert tok.decode(tok.encode("42 = 6 x 7")) == "42 = 6 x 7"
+    q = gsm8k.Question(
+        0, "How many?", "#### 3", "Question: a\nAnswer: b\n\nQuestion: How many?\nAnswer:", ()
+    )
+    assert prompt_text(q, 8) == q.context
+    assert prompt_text(q, 0) == "Question: How many?\nAnswer:"
