@@ -104,6 +104,9 @@ def load(raw: RawData, protocol: dict) -> tuple[dict, dict[str, GroupSamples]]:
             f"{RAW_FILE}: {len(data['trials'])} trials, protocol has {n_docs} x {n_seeds}"
         )
     stop = tuple(data["stop"])
+    declared = protocol["dataset"].get("stop")
+    if declared is not None and list(stop) != list(declared):
+        raise ValueError(f"{RAW_FILE}: stop sequences {list(stop)} differ from the protocol's")
     groups = {}
     for g in (g["name"] for g in protocol["groups"]):
         lines = [json.loads(x) for x in raw.bytes(samples_file(g)).splitlines() if x.strip()]
