@@ -8,8 +8,10 @@ Rows, in order:
   the exact McNemar test of the pair on the protocol's ``metric``; with ``fail_on:
   worse`` its p is one-sided (the candidate loses more trials than it wins), with
   ``different`` two-sided (statsmodels ``mcnemar(exact=True)``); both are in the detail;
+  its statistic is losses - wins (positive: the candidate answered fewer correctly);
 - ``mcnemar_<pair>_<other>`` (exploratory, INFO): the same on the other metric;
-- ``accuracy_<group>_<metric>`` (exploratory, INFO): accuracy with its Wilson interval.
+- ``accuracy_<group>_<metric>`` (exploratory, INFO): accuracy (the statistic) with its
+  Wilson 95 % interval.
 
 Evidence. A pair has evidence iff its data could tell the candidate apart from one that
 answers every trial wrongly: with ``fail_on: worse`` iff the base answered at least one
