@@ -287,19 +287,19 @@ def test_negative_control_always_wrong_candidate_fails():
     assert rows["accuracy_nospec_flexible"].detail["wilson_low"] > 0.7
 
 
-def test_equal_accuracy_passes_and_better_is_not_worse():
-    protocol = _protocol()
-    base = [True, False] * 6
-    better = [True] * 12
-    ev = reevaluate(protocol, _raw(protocol, {"nospec": base, "sync": base, "async": better}))
-    assert ev.verdict.verdict == "PASS"
-    # With fail_on: different the significant improvement of async fails too? 6 of 6
-    # discordant wins: two-sided p = 2/64 = 0.031 > Holm's 0.025 -> still PASS.
-    two = reevaluate(
-        _protocol(fail_on="different"),
-        _raw(protocol, {"nospec": base, "sync": base, "async": better}),
-    )
-    assert _rows(two)["mcnemar_async_vs_nospec"].pvalue == pytest.approx(2 / 64)
+def test_better_passes_worse_rule_and_fails_different_rule():
+    """A candidate that wins 11 of 11 discordant trials: not worse (one-sided p = 1,
+    PASS), but significantly different (two-sided p = 2 * 2**-11 = 9.8e-4 < Holm's
+    0.05 / 2): fail_on: different fails it, as a sampling-exact claim should."""
+    base = [True] + [False] * 11
+    answers = {"nospec": base, "sync": base, "async": [True] * 12}
+    worse = reevaluate(_protocol(), _raw(_protocol(), answers))
+    assert worse.verdict.verdict == "PASS"
+    assert _rows(worse)["mcnemar_async_vs_nospec"].pvalue == 1.0
+    different = reevaluate(_protocol(fail_on="different"), _raw(_protocol(), answers))
+    row = _rows(different)["mcnemar_async_vs_nospec"]
+    assert row.pvalue == pytest.approx(2 * 2.0**-11) and row.status == "FAIL"
+    assert different.verdict.verdict == "FAIL"
 
 
 def test_nobody_correct_is_no_evidence():
