@@ -396,3 +396,13 @@ def test_early_stop_tokens_and_zero_shot_prompt():
     )
     assert prompt_text(q, 8) == q.context
     assert prompt_text(q, 0) == "Question: How many?\nAnswer:"
+
+
+def test_bad_protocol_is_one_line_exit_2(tmp_path):
+    bad = {**PROTOCOL, "pairs": [{"name": "x", "base": "nospec", "candidate": "nope"}]}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    done = run_cli("run", path, "--out", tmp_path / "out", "--no-sign")
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "unknown group 'nope'" in done.stderr
+    assert not (tmp_path / "out").exists()  # nothing written
