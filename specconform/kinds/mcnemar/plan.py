@@ -30,9 +30,11 @@ def _level(protocol: dict) -> tuple[float, int]:
 
 def detectable(protocol: dict, trials: int) -> dict:
     level, m = _level(protocol)
-    return dict(
+    out = dict(
         _detectable(trials, level, m, float(protocol.get("power", 0.8)), protocol["fail_on"])
     )
+    out["drop_by_discordance"] = dict(out["drop_by_discordance"])  # the cache's stays intact
+    return out
 
 
 @cache
