@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from specconform.kinds import (
     distribution,
     equality,
+    mcnemar,
     montecarlo,
     performance,
     quadrature,
@@ -38,7 +39,7 @@ class Kind:
 
 KINDS: dict[str, Kind] = {
     k.__name__.rsplit(".", 1)[1]: Kind(k.__name__.rsplit(".", 1)[1], k.Schema, k.evaluate)
-    for k in (quadrature, montecarlo, distribution, equality, performance, sequence)
+    for k in (quadrature, montecarlo, distribution, equality, performance, sequence, mcnemar)
 }
 
 

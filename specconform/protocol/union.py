@@ -16,6 +16,7 @@ from specconform.protocol.schema import (
     MonteCarloProtocol,
     QuadratureProtocol,
 )
+from specconform.protocol.schema_mcnemar import McNemarProtocol
 from specconform.protocol.schema_performance import PerformanceProtocol
 from specconform.protocol.schema_sequence import SequenceProtocol
 
@@ -25,7 +26,8 @@ Protocol = Annotated[
     | DistributionProtocol
     | EqualityProtocol
     | SequenceProtocol
-    | PerformanceProtocol,
+    | PerformanceProtocol
+    | McNemarProtocol,
     Field(discriminator="kind"),
 ]
 
@@ -36,4 +38,5 @@ KIND_NAMES: tuple[str, ...] = (
     "equality",
     "sequence",
     "performance",
+    "mcnemar",
 )

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specconform.report.context import RunFacts, relabel, run_facts, seed_lines
+from specconform.report.mcnemar import mcnemar_sections
 from specconform.report.model import (
     ArchiveView,
     check_cell,
@@ -152,6 +153,7 @@ def render_markdown(
     else:
         out.append("No test decides a verdict.")
     out += ["", _not_deciding_line(views, facts, deciding)]
+    out += mcnemar_sections(views, table)
     tv_line = detectable_tv_line(views, [f.letter for f in facts])
     if tv_line:
         out += ["", tv_line]

@@ -26,6 +26,7 @@ from specconform.evidence.results_io import tests_csv_bytes
 from specconform.kinds import reevaluate
 from specconform.protocol.load import LoadedProtocol, canonical_json
 from specconform.results import Evaluation, RawData
+from specconform.runner.collect import collect_raw
 from specconform.runner.ledger import new_attempt_id, release
 from specconform.runner.preflight import ledger_path, preflight
 from specconform.runner.runlock import run_lock
@@ -104,47 +105,6 @@ def portable_command(argv: list[str]) -> list[str]:
             continue
         out.append(arg)
     return out
-
-
-def collect_raw(
-    loaded: LoadedProtocol, *, mutant: str | None, progress, log, run_context: dict
-) -> dict[str, bytes]:
-    kind = loaded.kind
-    model = loaded.model
-    if kind in ("quadrature", "montecarlo"):
-        from specconform.adapters.kernel import load_kernel
-
-        kernel = load_kernel(model.sampler.adapter, model.device, mutant)
-        log(f"kernel: {kernel.name} on {model.device}")
-        run_context.setdefault("extra_run_fields", {})["sampler_adapter"] = kernel.describe()
-        if kind == "quadrature":
-            from specconform.runner import quadrature as runner
-        else:
-            from specconform.runner import montecarlo as runner
-        return runner.collect(model, kernel, progress)
-    if kind == "distribution":
-        from specconform.runner import distribution as runner
-
-        return runner.collect(
-            loaded, mutant=mutant, progress=progress, log=log, context=run_context
-        )
-    if kind in ("equality", "performance"):
-        if mutant is not None:
-            raise UsageError(
-                f"--mutant {mutant}: {'an' if kind == 'equality' else 'a'} {kind} protocol compares source trees "
-                "(--base-ref) or configurations; it plants no bug"
-            )
-        from specconform.runner import equality, performance
-
-        runner = equality if kind == "equality" else performance
-        return runner.collect(loaded, progress=progress, log=log, context=run_context)
-    if kind == "sequence":
-        from specconform.runner import sequence as runner
-
-        return runner.collect(
-            loaded, mutant=mutant, progress=progress, log=log, context=run_context
-        )
-    raise UsageError(f"{loaded.path}: protocol kind {kind!r} has no runner")
 
 
 def _dump(obj) -> bytes:
@@ -315,6 +275,10 @@ def _execute_locked(
     files.update(raw)
     if loaded.kind == "distribution":
         files["results/plan.json"] = _plan_bytes(loaded, raw)
+    if loaded.kind == "mcnemar":  # the detectable accuracy drop at the protocol's size
+        from specconform.kinds.mcnemar.plan import plan_json
+
+        files["results/plan.json"] = canonical_json_bytes(plan_json(loaded.data))
     out_dir.mkdir(parents=True, exist_ok=True)  # only now (kernel kinds): bad input writes nothing
     final = free_destination(out_dir, run_id)
     staging = out_dir / f".partial-{final.name}"
@@ -420,6 +384,11 @@ def print_table(evaluation: Evaluation, file=None) -> None:
         )
     console.print(table)
     console.print(f"* deciding; {verdict_statement(evaluation.verdict)}")
+    from specconform.report.markdown import table as markdown_table
+    from specconform.report.mcnemar import mcnemar_markdown
+
+    for line in mcnemar_markdown(evaluation, markdown_table):  # GSM8K runs: the pairs
+        console.print(line, markup=False, soft_wrap=True)
 
 
 def _fmt(x) -> str:

@@ -124,6 +124,7 @@ def test_packages_import_and_evaluate_with_torch_and_engine_blocked():
     assert out["kinds"] == [
         "distribution",
         "equality",
+        "mcnemar",
         "montecarlo",
         "performance",
         "quadrature",
