@@ -115,7 +115,7 @@ part_shard() {
 }
 part_perf() {
   # The performance kind's A/B on CUDA (protocols/performance.yaml: nospec base vs async
-  # candidate, preset small, 6 processes per side in ABBA order, profiler attribution),
+  # candidate, preset small, 4 processes per side in ABBA order, profiler attribution),
   # then its PR page section and verify's recomputation from the raw measurements.
   # PERF_ARGS adds options, e.g. PERF_ARGS="--base-ref main" on a checkout with history.
   LIMIT_perf=${LIMIT_perf:-570}

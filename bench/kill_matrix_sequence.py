@@ -149,7 +149,7 @@ def replicate(loaded, mutant: str | None, reps: int, log) -> list[dict]:
     engine = load_engine(protocol.engine, mutant=mutant, log=lambda *_: None)
     try:
         prompts = resolve_prompts(protocol, engine)
-        model = engine.adapter._reference_llm().model
+        model = engine._a._reference_llm().model  # the bundled adapter inside CheckedEngine
         per_rep: list[list[tuple]] = [[] for _ in range(reps)]
         for group in groups:
             n = protocol.group_requests(group)
