@@ -181,13 +181,13 @@ class BundledEngine:
         return int(self._reference_llm().model_config.vocab_size)
 
     def describe(self) -> dict:
-        from importlib.metadata import version
-
         import torch
+
+        from specconform import __version__ as specconform_version  # also uninstalled
 
         return {
             "name": "bundled",
-            "version": version("specconform"),
+            "version": specconform_version,
             "packages": {"torch": torch.__version__},
             "capabilities": {
                 "draft_law": True,

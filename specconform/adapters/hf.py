@@ -199,9 +199,11 @@ class HFEngine:
                 packages[dist] = version(dist)
             except PackageNotFoundError:
                 pass
+        from specconform import __version__ as specconform_version  # also uninstalled
+
         return {
             "name": "transformers-assisted-generation",
-            "version": version("specconform"),
+            "version": specconform_version,
             "packages": packages,
             "capabilities": {
                 "draft_law": True,
