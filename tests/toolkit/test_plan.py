@@ -147,7 +147,7 @@ def test_mutant_power_null_is_the_size_and_a_bug_is_seen(gate):
     from specconform.plan import mutant_power, oracle_seeds
 
     protocol, ref = gate
-    level = planning_level(protocol)[0]  # Holm over 8: 0.01 / 8
+    level = planning_level(protocol)[0]  # Holm over 10: 0.01 / 10
     for r in mutant_power(protocol, ref, None, 2000):
         # Under the null the power is the size: the level the verdict rule implies.
         assert r.power == pytest.approx(level) and r.noncentrality == pytest.approx(0, abs=1e-9)

@@ -36,12 +36,14 @@ def joint_score(ctx: Context, spec: dict):
     name, d, _, g = _speculative(ctx, spec)
     keys, _ = strata(g.t1, 1)
     others = sorted(e for e in ctx.ref.q2 if e != d)
-    per, cells, skipped, names = [], [], [], ()
+    per, cells, skipped = [], [], []
+    names: tuple[str, ...] = ()
     for t1 in keys:
         p = ctx.ref.law(ctx.ref.p2, int(t1), "p_t2")
         q = ctx.ref.law(ctx.ref.q2.get(d, {}), int(t1), f"q_t2[{d}]")
-        q_other = [ctx.ref.law(ctx.ref.q2[e], int(t1), f"q_t2[{e}]") for e in others]
-        if p is None or q is None or any(o is None for o in q_other):
+        found = [ctx.ref.law(ctx.ref.q2[e], int(t1), f"q_t2[{e}]") for e in others]
+        q_other = [o for o in found if o is not None]
+        if p is None or q is None or len(q_other) < len(found):
             skipped.append({"t1": int(t1)})
             continue
         sel = g.t1 == t1
