@@ -15,6 +15,13 @@ For every engine-free bug (specconform.calibration.MUTANTS) on the protocol's ex
   reject, t2) cells of every t1 stratum, unpooled (specconform.plan.oracle_seeds).
   Never from one run's statistic, and an infinite statistic is not a power of 1.
 
+Then the bundled engine's engine-only bugs (bench/kill_matrix_laws.py: their exact laws,
+sampled engine-free; the protocol's reference needs the unfiltered ``raw`` block of
+bench/calibration_make_reference.py for four of them): the verdict's measured FAIL rate
+over R replications, the killing test with its exact-law power (deciding tests, the
+out-of-support row's exact probability, or shared_rng's deterministic t1 statistic) and
+the seeds to kill.
+
     .venv/bin/python bench/kill_matrix.py protocols/ci_gate.yaml --runs /tmp/power-cal \
         --out docs/kill-matrix-ci_gate.md
 """
@@ -107,7 +114,8 @@ def matrix(path: str, runs_dir: str | None, replications: int, workers: int, see
     lines = [
         f"### `{path}`: {n:,} seeds per group, alpha = {alpha}; "
         f"{planning_level(protocol)[1]}. Below {floor:,} seeds no t1 stratum is "
-        "expected to reach min_samples (the floor of every seeds-to-kill).\n",
+        "expected to reach min_samples (the floor of the stratified tests' seeds-to-kill; "
+        "joint_score takes every stratum).\n",
         "| bug | verdict FAIL, measured (99 % CP) | best deciding test, predicted power "
         "| seeds to kill (predicted, test) | oracle seeds "
         + " / ".join(f"d={d}" for d in depths)
