@@ -15,8 +15,10 @@ test's noncentrality at a few df instead of the omnibus test's many.
 
 The p-value is Monte Carlo: T recomputed on ``replications`` draws of every stratum's
 counts from its null law (the observed stratum sizes fixed), p = (1 + #{T* ≥ T}) / (1 +
-R), valid at any sample size. The generator's seed is part of the test's definition, so
-a verifier recomputes the same p-value. An observation in a cell of null probability 0 is
+R), valid at any sample size when the R draws are fresh for each data set (a fixed
+sample would make the size that sample's own tail quantile): the caller seeds the
+generator from the data (specconform.kinds.distribution.score), so a verifier recomputes
+the same p-value. An observation in a cell of null probability 0 is
 impossible: statistic inf, p-value 0 (as :func:`specconform.stats.gof.pearson_gof`).
 """
 
@@ -76,7 +78,10 @@ def _quadratic(score: np.ndarray, cov_pinv: np.ndarray) -> np.ndarray:
 
 
 def score_test(
-    strata: list[ScoreStratum], *, replications: int = DEFAULT_REPLICATIONS, seed: int = 0
+    strata: list[ScoreStratum],
+    *,
+    replications: int = DEFAULT_REPLICATIONS,
+    seed: int | list[int] = 0,
 ) -> ScoreResult:
     """The score test of the module docstring on ``strata``."""
     n = int(sum(int(s.counts.sum()) for s in strata))
