@@ -11,6 +11,18 @@ so a simulated sample never reaches a prefix without a law. Same serial replay a
         --out bench/reference/ci_gate-tiny.json
 
 The tiny preset (ci_gate) takes about a minute on CPU (1 + 20 x 3 + 400 prefixes).
+
+``raw`` (for the exact laws of the engine-only planted bugs, specconform.stats.mutant_laws):
+the unfiltered softmax (temperature 1, no top-k/top-p: the law the bundled engine's
+``target_default_params`` and ``draft_raw_q`` mutants use) of the target and draft logits
+after (prompt, t1), on the union of the filtered supports of that t1 (the mass outside it
+is 1 minus their sum); ``p_t3_mass``: the unfiltered target mass on the filtered support
+of p(t3 | t1, t2) (``bonus_params``); ``p_t3_off``: p(t3 | t1, x) for the draft-only
+tokens x (q_d(x) > 0 = p(x): a stale draft fed back as input, ``async_stale_input``).
+For fp32_t2 (small preset) on a GPU host:
+
+    .venv/bin/python bench/calibration_make_reference.py protocols/fp32_t2.yaml \
+        --device cuda --out bench/reference/fp32_t2-small.json
 """
 
 from __future__ import annotations
@@ -25,7 +37,7 @@ from specconform.protocol.load import apply_overrides, load_protocol
 from specconform.runner.distribution import _sparse  # the run's own sparse-law encoding
 
 
-def full_reference(engine, model) -> dict:
+def full_reference(engine, model, raw_engine=None) -> dict:
     prompt = engine.prompt
     depths = sorted({g.draft_loops for g in model.groups if g.draft_loops is not None})
     ref = {
@@ -44,7 +56,36 @@ def full_reference(engine, model) -> dict:
         if model.engine.max_tokens >= 3:
             for t2 in sorted(int(t) for t in p2):
                 ref["p_t3"][f"{t1},{t2}"] = _sparse(engine.target_law(prompt + [t1, t2]))
+    if raw_engine is not None:
+        ref["raw"] = raw_laws(engine, raw_engine, ref, depths, model.engine.max_tokens >= 3)
     return ref
+
+
+def raw_laws(engine, raw_engine, ref: dict, depths: list[int], with_t3: bool) -> dict:
+    """The unfiltered laws of the module docstring's ``raw`` block."""
+    prompt = engine.prompt
+    raw: dict = {"p_t2": {}, "q_t2": {str(d): {} for d in depths}, "p_t3_mass": {}, "p_t3_off": {}}
+    for t1 in sorted(int(t) for t in ref["p_t1"]):
+        union = set(ref["p_t2"][str(t1)])
+        for d in depths:
+            union |= set(ref["q_t2"][str(d)][str(t1)])
+        keep = sorted(int(t) for t in union)
+        p_raw = raw_engine.target_law(prompt + [t1])
+        raw["p_t2"][str(t1)] = {str(t): float(p_raw[t]) for t in keep}
+        for d in depths:
+            q_raw = raw_engine.draft_law(prompt + [t1], d)
+            raw["q_t2"][str(d)][str(t1)] = {str(t): float(q_raw[t]) for t in keep}
+        if not with_t3:
+            continue
+        for t2 in keep:
+            key = f"{t1},{t2}"
+            if key in ref["p_t3"]:
+                support = [int(t) for t in ref["p_t3"][key]]
+                p3_raw = raw_engine.target_law(prompt + [t1, t2])
+                raw["p_t3_mass"][key] = float(sum(p3_raw[t] for t in support))
+            else:  # a draft-only token: only a stale input ever conditions on it
+                raw["p_t3_off"][key] = _sparse(engine.target_law(prompt + [t1, t2]))
+    return raw
 
 
 def main(argv=None) -> int:
@@ -56,7 +97,12 @@ def main(argv=None) -> int:
     loaded = apply_overrides(load_protocol(args.protocol), {"--device": args.device})
     t0 = time.perf_counter()
     engine = BundledEngine(loaded.model.engine, mutant=None, log=lambda line: None)
-    ref = full_reference(engine, loaded.model)
+    # The same engine with sampling filters off: its laws are the unfiltered softmax.
+    unfiltered = loaded.model.engine.model_copy(
+        update={"temperature": 1.0, "top_k": 0, "top_p": 1.0}
+    )
+    raw_engine = BundledEngine(unfiltered, mutant=None, log=lambda line: None)
+    ref = full_reference(engine, loaded.model, raw_engine)
     ref["source"] = {
         "protocol": loaded.model.name,
         "protocol_hash": loaded.hash,
@@ -66,7 +112,8 @@ def main(argv=None) -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(ref, sort_keys=True, separators=(",", ":")) + "\n")
     print(
-        f"wrote {args.out}: {len(ref['p_t2'])} t1, {len(ref['p_t3'])} (t1, t2) "
+        f"wrote {args.out}: {len(ref['p_t2'])} t1, {len(ref['p_t3'])} (t1, t2), "
+        f"{len(ref['raw']['p_t3_off'])} draft-only (t1, x) "
         f"({time.perf_counter() - t0:.0f} s)"
     )
     return 0

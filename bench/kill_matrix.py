@@ -15,6 +15,13 @@ For every engine-free bug (specconform.calibration.MUTANTS) on the protocol's ex
   reject, t2) cells of every t1 stratum, unpooled (specconform.plan.oracle_seeds).
   Never from one run's statistic, and an infinite statistic is not a power of 1.
 
+Then the bundled engine's engine-only bugs (bench/kill_matrix_laws.py: their exact laws,
+sampled engine-free; the protocol's reference needs the unfiltered ``raw`` block of
+bench/calibration_make_reference.py for four of them): the verdict's measured FAIL rate
+over R replications, the killing test with its exact-law power (deciding tests, the
+out-of-support row's exact probability, or shared_rng's deterministic t1 statistic) and
+the seeds to kill.
+
     .venv/bin/python bench/kill_matrix.py protocols/ci_gate.yaml --runs /tmp/power-cal \
         --out docs/kill-matrix-ci_gate.md
 """
@@ -34,10 +41,16 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from calibration_reference import load, run  # noqa: E402
+from kill_matrix_laws import ENGINE_BUGS, run_engine_bug  # noqa: E402
 
 from specconform.calibration import MUTANTS, deciding_tests, world_from_reference  # noqa: E402
-from specconform.plan import mutant_power, oracle_seeds, planning_level  # noqa: E402
-from specconform.stats.mutant_laws import EXACT  # noqa: E402
+from specconform.plan import (  # noqa: E402
+    mutant_power,
+    oracle_seeds,
+    planning_level,
+    support_power,
+)
+from specconform.stats.mutant_laws import EXACT, NEEDS_RAW, one_sequence_statistic  # noqa: E402
 
 # The bundled engine's planted bugs and their engine-free equivalent here (None: its law
 # needs the engine's logits or batch layout, not derivable from reference.json).
@@ -48,6 +61,8 @@ ENGINE_EQUIVALENT = {
     "greedy_draft": "greedy_draft",
     "no_draft_probs": "q_one_hot",
     "bf16_q": "bf16_q",
+    # Engine-only: exact laws in specconform.stats.mutant_laws, sampled by
+    # bench/kill_matrix_laws.py (the engine-only table).
     "target_default_params": None,
     "draft_raw_q": None,
     "residual_inplace": None,
@@ -99,7 +114,8 @@ def matrix(path: str, runs_dir: str | None, replications: int, workers: int, see
     lines = [
         f"### `{path}`: {n:,} seeds per group, alpha = {alpha}; "
         f"{planning_level(protocol)[1]}. Below {floor:,} seeds no t1 stratum is "
-        "expected to reach min_samples (the floor of every seeds-to-kill).\n",
+        "expected to reach min_samples (the floor of the stratified tests' seeds-to-kill; "
+        "joint_score takes every stratum).\n",
         "| bug | verdict FAIL, measured (99 % CP) | best deciding test, predicted power "
         "| seeds to kill (predicted, test) | oracle seeds "
         + " / ".join(f"d={d}" for d in depths)
@@ -149,6 +165,110 @@ def matrix(path: str, runs_dir: str | None, replications: int, workers: int, see
     return "\n".join(lines + detail) + "\n"
 
 
+def _needs_raw(bug: str) -> bool:
+    return bug in (*NEEDS_RAW, "bonus_params", "async_stale_input")
+
+
+def kill_probability(protocol, world, bug: str, n: int) -> tuple[float, str]:
+    """The exact-law probability that the verdict fails through its likeliest killer at
+    ``n`` seeds per group: max over the deciding tests' predicted power and the
+    out-of-support row's exact probability (a lower bound on the verdict's power)."""
+    if bug == "shared_rng":
+        return _one_sequence(protocol, world, n)
+    rows = [r for r in mutant_power(protocol, world, bug, n) if r.deciding]
+    best = max(rows, key=lambda r: r.power)
+    oos = support_power(protocol, world, bug, n)
+    return (oos, "out_of_support") if oos >= best.power else (best.power, best.test)
+
+
+def _one_sequence(protocol, world, n: int) -> tuple[float, str]:
+    """shared_rng with one batch per group: every t1 of t1_nospec is the same token, so
+    its χ² is at least one_sequence_statistic (deterministic): power 1 when that bound's
+    p-value is below the Holm first-step level alpha/m, else not claimed (0)."""
+    from scipy import stats as sps
+
+    from specconform.stats.pooling import pool_cells
+
+    batch = int(protocol["engine"].get("batch_size") or n)
+    if batch < n:
+        return 0.0, "not derived (several batches per group)"
+    min_expected = float((protocol.get("strata") or {}).get("min_expected", 5.0))
+    stat = one_sequence_statistic(world.p1, n, min_expected)
+    df = pool_cells(n * world.p1, min_expected).cells - 1
+    level = planning_level(protocol)[0]
+    return (1.0 if sps.chi2.sf(stat, df) < level else 0.0), "t1_nospec"
+
+
+def engine_seeds_to_kill(protocol, world, bug: str, power=0.99, cap=10**7) -> tuple[float, str]:
+    lo, hi = 1, 2
+    while kill_probability(protocol, world, bug, hi)[0] < power and hi < cap:
+        lo, hi = hi, hi * 2
+    if kill_probability(protocol, world, bug, hi)[0] < power:
+        return math.inf, ""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if kill_probability(protocol, world, bug, mid)[0] >= power else (mid, hi)
+    return float(hi), kill_probability(protocol, world, bug, hi)[1]
+
+
+def engine_matrix(path: str, runs_dir, replications: int, workers: int, seed: int) -> str:
+    """The bundled engine's engine-only bugs from their exact laws (bench/kill_matrix_laws)."""
+    job = load(path)
+    protocol, world = job["protocol"], world_from_reference(job["reference"])
+    n = int(protocol["seeds"]["count"])
+    has_raw = "raw" in job["reference"]
+    shown = [*(t["name"] for t in deciding_tests(protocol)), "out_of_support"]
+    lines = [
+        f"### `{path}`, engine-only bugs: {n:,} seeds per group, exact laws "
+        f"`{job['reference_path']}`\n",
+        "| bug | verdict FAIL, measured (99 % CP) | killed by (exact-law power) "
+        "| seeds to kill (power 0.99) |",
+        "| --- | --- | --- | --- |",
+    ]
+    detail = ["\n| bug | " + " | ".join(shown) + " |", "| --- |" + " --- |" * len(shown)]
+    for bug in ENGINE_BUGS:
+        if _needs_raw(bug) and not has_raw:
+            lines.append(
+                f"| {bug} | not run: the reference has no unfiltered laws (raw block) | — | — |"
+            )
+            continue
+        csv = Path(runs_dir or "/nonexistent") / f"{protocol['name']}_{bug}.csv"
+        if csv.exists():
+            runs = pd.read_csv(csv)
+        elif replications > 0:
+            runs = run_engine_bug(world, protocol, replications, seed, bug, workers)
+        else:
+            runs = None
+        if runs is not None:
+            reps = runs.drop_duplicates("replication")
+            measured = _ci(int((reps["verdict"] == "FAIL").sum()), len(reps))
+            per = runs.groupby("test")["rejected"].agg(["sum", "size"])
+        else:
+            measured, per = "not run", pd.DataFrame(columns=["sum", "size"])
+        power, by = kill_probability(protocol, world, bug, n)
+        need, by_need = engine_seeds_to_kill(protocol, world, bug)
+        lines.append(
+            f"| {bug} | {measured} | {by} ({power:.3f}) | {_fmt(need)} ({by_need or '—'}) |"
+        )
+        pred = (
+            {}
+            if bug == "shared_rng"
+            else {r.test: r.power for r in mutant_power(protocol, world, bug, n)}
+        )
+        pred["out_of_support"] = (
+            0.0 if bug == "shared_rng" else support_power(protocol, world, bug, n)
+        )
+        if bug == "shared_rng":
+            pred["t1_nospec"] = power
+        row = []
+        for t in shown:
+            meas = f"{int(per.loc[t, 'sum'])}/{int(per.loc[t, 'size'])}" if t in per.index else "—"
+            row.append(meas + (f" (pred {pred[t]:.2f})" if t in pred else ""))
+        detail.append(f"| {bug} | " + " | ".join(row) + " |")
+    lines += ["\nPer deciding test: rejections measured / replications (exact-law prediction):"]
+    return "\n".join(lines + detail) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("protocols", nargs="*", default=["protocols/ci_gate.yaml"])
@@ -171,9 +291,13 @@ def main(argv=None) -> int:
     text = "\n".join(
         matrix(p, args.runs, args.replications, args.workers, args.seed) for p in args.protocols
     )
+    text += "\n" + "\n".join(
+        engine_matrix(p, args.runs, args.replications, args.workers, args.seed)
+        for p in args.protocols
+    )
     mapping = ["\n| bundled-engine bug | engine-free equivalent here |", "| --- | --- |"]
     mapping += [
-        f"| {k} | {v or 'none: needs the engine (not in this matrix)'} |"
+        f"| {k} | {v or 'its own exact law (engine-only table)'} |"
         for k, v in ENGINE_EQUIVALENT.items()
     ]
     text += "\n".join(mapping) + "\n"

@@ -33,7 +33,15 @@ from specconform.stats.pooling import pool_cells
 from specconform.stats.power import DEFAULT_POWER, chi2_power, required_noncentrality
 from specconform.stats.speculative import joint_cells, total_variation
 
-PLANNED_TYPES = ("t1_gof", "t2_gof", "t2_homogeneity", "acceptance", "joint", "t3_gof")
+PLANNED_TYPES = (
+    "t1_gof",
+    "t2_gof",
+    "t2_homogeneity",
+    "acceptance",
+    "joint",
+    "joint_score",
+    "t3_gof",
+)
 
 
 @dataclass(frozen=True)
@@ -223,6 +231,8 @@ def _plan_one(
             pooling = pool_cells(n_s * w.p2[i], min_expected)  # min(n_a, n_b) x pooled law
             df = max(pooling.cells - 1, 0)
             strata.append(StratumPlan(f"t1={w.t1_tokens[i]}", n_s, df, 4 * n_s / 2 if df else 0.0))
+    elif kind == "joint_score":
+        return _plan_score(w, spec, groups, n, level_t, power, deciding)
     elif kind == "t3_gof":
         for i in range(w.t1_tokens.size):
             for c in range(w.u_tokens.shape[1]):
@@ -287,6 +297,48 @@ def _plan_one(
     )
 
 
+def _plan_score(w: World, spec, groups, n: int, level: float, power: float, deciding: bool):
+    """joint_score: the TV detected along the least detectable pre-registered direction
+    (none against a bias orthogonal to them: that is the omnibus tests' job)."""
+    from specconform.plan_score import detectable_tv as score_tv
+    from specconform.plan_score import score_detectable_weight
+
+    d = groups[spec["groups"][0]].get("draft_loops")
+    weight, df = score_detectable_weight(w, n, d)
+    strata = tuple(
+        StratumPlan(f"t1={w.t1_tokens[i]}", n * float(w.p1[i]), df, 0.0)
+        for i in range(w.t1_tokens.size)
+    )
+    if df < 1:
+        return TestPlan(
+            spec["name"],
+            "joint_score",
+            spec["role"],
+            deciding,
+            level,
+            n,
+            0,
+            strata,
+            math.inf,
+            math.nan,
+            "no evidence: no direction moves a cell",
+        )
+    tv = score_tv(weight, df, required_noncentrality(df, level, power))
+    return TestPlan(
+        spec["name"],
+        "joint_score",
+        spec["role"],
+        deciding,
+        level,
+        n,
+        df,
+        strata,
+        tv,
+        chi2_power(df, weight * tv**2, level).power,
+        "along its least detectable bug-class direction only (every stratum)",
+    )
+
+
 def _rows(w: World, n: float, min_samples: int) -> list[int]:
     """t1 rows whose expected stratum size n · p1 reaches min_samples."""
     return [i for i in range(w.t1_tokens.size) if n * w.p1[i] >= min_samples]
@@ -299,134 +351,32 @@ def _gof_stratum(key: str, n_s: float, law: np.ndarray, min_expected: float) -> 
     return StratumPlan(key, float(n_s), df, 4.0 * n_s if df else 0.0)
 
 
-# --- power against a planted bug (exact first-position laws) ---------------------------------
+# Power against planted bugs lives in its own module; its names stay importable from here.
+from specconform.plan_mutants import (  # noqa: E402
+    MutantPower,
+    _group_law,
+    group_out_of_support,
+    mutant_power,
+    oracle_seeds,
+    raw_laws,
+    support_power,
+    t3_laws,
+)
 
-
-@dataclass(frozen=True)
-class MutantPower:
-    """Predicted power of one test against a bug at ``seeds`` per group: noncentral χ² at
-    ``noncentrality`` on ``df``, combined with the probability ``out_of_support`` that
-    some sample lands where the null law is 0 (fatal), as 1 − (1 − oos)(1 − power_χ²)."""
-
-    test: str
-    deciding: bool
-    seeds: int
-    df: int
-    noncentrality: float
-    out_of_support: float
-    power: float
-    exact: bool  # False: the test's input is untouched by the bug (power = its size)
-
-
-def mutant_power(
-    protocol: dict,
-    reference: dict | World,
-    mutant: str | None,
-    seeds: int,
-) -> list[MutantPower]:
-    """Power of every planned t1/t2/acceptance/joint test against ``mutant`` (an exact
-    law of :mod:`specconform.stats.mutant_laws`; speculative groups only)."""
-    from specconform.stats.power import homogeneity_noncentrality
-
-    w = reference if isinstance(reference, World) else world_from_reference(reference)
-    level, _ = planning_level(protocol)
-    rule = protocol.get("strata") or {}
-    min_samples = int(rule.get("min_samples", 200))
-    min_expected = float(rule.get("min_expected", 5.0))
-    groups = {g["name"]: g for g in protocol["groups"]}
-    deciding = {t["name"] for t in deciding_tests(protocol)}
-    out = []
-    for spec in protocol["tests"]:
-        kind = spec["type"]
-        if kind not in PLANNED_TYPES or kind == "t3_gof":
-            continue
-        names = spec["groups"]
-        if kind == "t1_gof":  # the bugs act after t1: the test sees the exact law
-            out.append(
-                MutantPower(
-                    spec["name"], spec["name"] in deciding, seeds, 0, 0.0, 0.0, level, False
-                )
-            )
-            continue
-        shared = (
-            kind == "t2_homogeneity"
-            and len({groups[g].get("seed_offset") or 0 for g in names}) == 1
-        )
-        n_g = seeds * (0.5 if shared else 1.0)
-        df, lam, log_clean = 0, 0.0, 0.0
-        for i in _rows(w, n_g, min_samples):
-            n_s = n_g * w.p1[i]
-            laws = [_group_law(w, i, groups[g].get("draft_loops"), mutant) for g in names]
-            p, q, law = laws[0]
-            if kind == "t2_gof":
-                null, alt = p, law.committed
-            elif kind == "joint":
-                null, alt = joint_cells(p, q), law.joint
-            elif kind == "acceptance":
-                r0 = total_variation(p, q)
-                null, alt = np.array([1 - r0, r0]), np.array([1 - law.reject_rate, law.reject_rate])
-            else:  # homogeneity of two groups' committed t2 laws
-                a, b = law.committed, laws[1][2].committed
-                pooling = pool_cells(n_s * (a + b) / 2, min_expected)
-                df += max(pooling.cells - 1, 0)
-                if pooling.cells > 1:
-                    lam += homogeneity_noncentrality(pooling.apply(a), pooling.apply(b), n_s, n_s)
-                continue
-            pooling = pool_cells(n_s * null / null.sum(), min_expected)
-            df += max(pooling.cells - 1, 0)
-            oos = float(alt[null <= 0].sum())
-            log_clean += n_s * np.log1p(-min(oos, 1 - 1e-300))
-            if pooling.cells > 1:
-                pn, pa = pooling.apply(null), pooling.apply(alt)
-                lam += n_s * float(np.sum((pa - pn) ** 2 / pn))
-        oos_p = float(-np.expm1(log_clean))
-        chi = chi2_power(df, lam, level).power if df >= 1 else 0.0
-        out.append(
-            MutantPower(
-                spec["name"],
-                spec["name"] in deciding,
-                seeds,
-                df,
-                lam,
-                oos_p,
-                1 - (1 - oos_p) * (1 - chi),
-                mutant is not None,
-            )
-        )
-    return out
-
-
-def _group_law(w: World, i: int, d, mutant):
-    """(p [M], q [M], FirstPositionLaw) of t1 row i for a group at depth d (None: nospec,
-    which commits p exactly whatever the mutant)."""
-    from specconform.stats.mutant_laws import FirstPositionLaw, first_position_law
-
-    m = int((w.u_tokens[i] >= 0).sum())
-    p = w.p2[i, :m]
-    if d is None:
-        return p, p, FirstPositionLaw(p / p.sum(), np.zeros(m))
-    q = w.q2[d][i, :m]
-    other = [e for e in w.q2 if e != d]
-    q_other = w.q2[other[0]][i, :m] if other else None
-    return p, q, first_position_law(p, q, mutant, q_other=q_other)
-
-
-def oracle_seeds(
-    reference: dict | World, mutant: str, d: int, alpha: float, power: float = DEFAULT_POWER
-) -> float:
-    """Seeds for a 1-df noncentral-χ² oracle that sees the joint (accept/reject, t2) cells
-    of every t1 stratum at depth d, unpooled: λ = N Σ_t1 p1 χ²(bug ‖ exact); with mass
-    where the exact joint law is 0, the sooner of that and the first impossible sample."""
-    w = reference if isinstance(reference, World) else world_from_reference(reference)
-    per_seed, oos = 0.0, 0.0
-    for i in range(w.t1_tokens.size):
-        p, q, law = _group_law(w, i, d, mutant)
-        null, alt = joint_cells(p, q), law.joint
-        oos += w.p1[i] * float(alt[null <= 0].sum())
-        keep = null > 0
-        per_seed += w.p1[i] * float(np.sum((alt[keep] - null[keep]) ** 2 / null[keep]))
-    n_chi = (
-        math.ceil(required_noncentrality(1, alpha, power) / per_seed) if per_seed > 0 else math.inf
-    )
-    n_oos = math.ceil(math.log(1 - power) / math.log1p(-oos)) if oos > 0 else math.inf
-    return float(min(n_chi, n_oos))
+__all__ = [
+    "MutantPower",
+    "SeedsNeeded",
+    "StratumPlan",
+    "TestPlan",
+    "_group_law",
+    "detectable_tv_for_run",
+    "group_out_of_support",
+    "mutant_power",
+    "oracle_seeds",
+    "plan_tests",
+    "planning_level",
+    "raw_laws",
+    "seeds_needed",
+    "support_power",
+    "t3_laws",
+]

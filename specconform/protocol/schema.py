@@ -210,7 +210,9 @@ class Group(Strict):
 class TestSpec(Strict):
     __test__ = False
     name: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
-    type: Literal["t1_gof", "t2_gof", "t2_homogeneity", "t3_gof", "acceptance", "joint"]
+    type: Literal[
+        "t1_gof", "t2_gof", "t2_homogeneity", "t3_gof", "acceptance", "joint", "joint_score"
+    ]
     role: Literal["prerequisite", "primary", "secondary", "exploratory", "mechanism"]
     groups: Annotated[list[str], Field(min_length=1)]
 
@@ -262,7 +264,10 @@ class DistributionProtocol(Strict):
             want = arity.get(test.type, 1)
             if want is not None and len(test.groups) != want:
                 raise ValueError(f"test {test.name!r} of type {test.type} takes {want} group(s)")
-            if test.type in ("acceptance", "joint") and by_name[test.groups[0]].mode == "nospec":
+            if (
+                test.type in ("acceptance", "joint", "joint_score")
+                and by_name[test.groups[0]].mode == "nospec"
+            ):
                 raise ValueError(f"test {test.name!r}: {test.type} needs a speculative group")
         return self
 

@@ -16,6 +16,7 @@ from specconform.calibration import (
 )
 from specconform.plan import detectable_tv_for_run, plan_tests, planning_level, seeds_needed
 from specconform.protocol.load import load_protocol
+from specconform.stats.mutant_laws import SCORE_DIRECTIONS
 from specconform.stats.power import chi2_power
 from tests.toolkit.cli_helpers import run_cli
 
@@ -37,17 +38,27 @@ def gate():
 def test_plan_at_5000_seeds_states_each_deciding_test(fp32):
     protocol, ref = fp32
     plans = {p.test: p for p in detectable_tv_for_run(protocol, ref, 5000)}
-    assert set(plans) == {"t1_nospec", "t1_speculative", "t2_async", "t2_async_vs_nospec"}
+    assert set(plans) == {
+        "t1_nospec",
+        "t1_speculative",
+        "t2_async",
+        "t2_async_vs_nospec",
+        "score_async",
+        "score_async_d1",
+    }
     for p in plans.values():
         assert 0 < p.detectable_tv < 0.2 and p.power == pytest.approx(0.99)
     # p_t1 of the shipped archive: 0.77 and 0.147 reach 200 of 5,000, 0.024 does not.
     assert len(plans["t2_async"].strata) == 2
     # Two-sample needs more than one-sample at the same n (n_eff = n/2).
     assert plans["t2_async_vs_nospec"].detectable_tv > plans["t2_async"].detectable_tv
-    # Holm at 0.01 over fp32_t2's 4 deciding tests, planned at 0.01/4; t1_speculative's
+    # Holm at 0.01 over fp32_t2's 6 deciding tests, planned at 0.01/6; t1_speculative's
     # Bonferroni over its 4 seed-sharing groups divides once more.
-    assert plans["t2_async"].level == pytest.approx(0.0025)
-    assert plans["t1_speculative"].level == pytest.approx(0.0025 / 4)
+    assert plans["t2_async"].level == pytest.approx(0.01 / 6)
+    assert plans["t1_speculative"].level == pytest.approx(0.01 / 6 / 4)
+    # The score test: few df, every stratum, only along its directions.
+    assert plans["score_async"].df == len(SCORE_DIRECTIONS)
+    assert len(plans["score_async"].strata) == len(ref["p_t1"])
     row = json.loads(json.dumps(plans["t2_async"].to_json()))  # what an archive carries
     assert row["detectable_tv"] == pytest.approx(plans["t2_async"].detectable_tv)
     assert len(row["strata"]) == 2
@@ -79,9 +90,9 @@ def test_no_evidence_is_infinite_not_zero(gate):
 
 def test_level_follows_the_verdict_rule(gate):
     protocol, _ = gate
-    # The shipped ci_gate pre-registers Holm at 0.01 over its 8 deciding tests.
+    # The shipped ci_gate pre-registers Holm at 0.01 over its 10 deciding tests.
     level, how = planning_level(protocol)
-    assert level == pytest.approx(0.01 / 8) and "conservative" in how
+    assert level == pytest.approx(0.01 / 10) and "conservative" in how
     legacy = {k: v for k, v in protocol.items() if k != "verdict"}  # schema-1 file
     assert planning_level(legacy)[0] == 0.01
 
@@ -136,7 +147,7 @@ def test_mutant_power_null_is_the_size_and_a_bug_is_seen(gate):
     from specconform.plan import mutant_power, oracle_seeds
 
     protocol, ref = gate
-    level = planning_level(protocol)[0]  # Holm over 8: 0.01 / 8
+    level = planning_level(protocol)[0]  # Holm over 10: 0.01 / 10
     for r in mutant_power(protocol, ref, None, 2000):
         # Under the null the power is the size: the level the verdict rule implies.
         assert r.power == pytest.approx(level) and r.noncentrality == pytest.approx(0, abs=1e-9)

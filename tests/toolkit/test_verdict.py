@@ -200,7 +200,7 @@ def test_tests_csv_states_status_and_adjusted_p_and_json_round_trips():
         # cells (p = 0 exactly), caught with certainty at any level.
         ("residual_from_p", "joint_async"),
         # Law exact, acceptance lowered from 1 - TV to E_q[p]: a rejection-rate shift ~0.5 on
-        # >400 samples per stratum, exact binomial p < 1e-10 << 0.01 / 8 (Holm's first step).
+        # >400 samples per stratum, exact binomial p < 1e-10 << 0.01 / 10 (Holm's first step).
         ("q_one_hot", "acceptance_async"),
     ],
 )

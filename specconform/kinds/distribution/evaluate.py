@@ -11,7 +11,7 @@ from __future__ import annotations
 from specconform.kinds.verdict import family_verdict
 from specconform.results import Evaluation, RawData
 
-from . import mechanism, tokens
+from . import mechanism, score, tokens
 from .context import Context
 from .reference import Reference
 from .rows import coverage_row, engine_errors_row, support_row
@@ -23,6 +23,7 @@ TESTS = {
     "t3_gof": tokens.t3_gof,
     "acceptance": mechanism.acceptance,
     "joint": mechanism.joint,
+    "joint_score": score.joint_score,
 }
 
 
