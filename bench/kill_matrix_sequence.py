@@ -196,29 +196,9 @@ def ci99(k: int, n: int) -> tuple[float, float]:
     return ci.low, ci.high
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("protocol")
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--replications", type=int, default=200)
-    ap.add_argument("--mutants", nargs="*", default=None, help="default: every engine mutant")
-    ap.add_argument("--out", default=None, help="Markdown table")
-    ap.add_argument("--json", default=None, help="per-replication verdicts")
-    args = ap.parse_args(argv)
-    from engine_under_test.mutants import MUTANTS
-
-    loaded = apply_overrides(load_protocol(args.protocol), {"--device": args.device})
-    names = [None] + (args.mutants if args.mutants is not None else sorted(MUTANTS))
-    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    results: dict[str, list[dict]] = {}
-    for name in names:
-        t0 = time.perf_counter()
-        results[name or "none"] = replicate(loaded, name, args.replications, log)
-        log(f"{name or 'none'}: {time.perf_counter() - t0:.1f}s")
+def table(results: dict[str, list[dict]], header: str) -> str:
     lines = [
-        f"Replications: {args.replications} per row, `{args.protocol}` stochastic tests "
-        f"({loaded.model.verdict.combine} at {loaded.model.verdict.alpha:g}), device "
-        f"{loaded.model.engine.device}.",
+        header,
         "",
         "| planted bug | verdict FAIL rate | 99% CI | tests failing most |",
         "|---|---|---|---|",
@@ -226,15 +206,53 @@ def main(argv=None) -> int:
     for name, reps in results.items():
         k = sum(r["verdict"] == "FAIL" for r in reps)
         lo, hi = ci99(k, len(reps))
-        counts = pd.Series([t for r in reps for t in r["failed"]]).value_counts()
+        counts = pd.Series([t for r in reps for t in r["failed"]], dtype=object).value_counts()
         top = ", ".join(f"{t} ({c})" for t, c in counts.head(3).items()) or "—"
         lines.append(f"| {name} | {k}/{len(reps)} | [{lo:.3f}, {hi:.3f}] | {top} |")
-    text = "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("protocol")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--replications", type=int, default=200)
+    ap.add_argument("--mutants", nargs="*", default=None, help="default: every mutant")
+    ap.add_argument("--no-clean", action="store_true", help="skip the clean engine's row")
+    ap.add_argument("--jsonl", default=None, help="append one line per bug as it finishes")
+    ap.add_argument("--from-jsonl", nargs="*", default=None, help="only build the table")
+    ap.add_argument("--out", default=None, help="Markdown table")
+    args = ap.parse_args(argv)
+    from engine_under_test.mutants import MUTANTS
+
+    loaded = apply_overrides(load_protocol(args.protocol), {"--device": args.device})
+    header = (
+        f"`{args.protocol}`, stochastic tests only "
+        f"({loaded.model.verdict.combine} at {loaded.model.verdict.alpha:g}), "
+        f"replications per row as shown, device {loaded.model.engine.device}."
+    )
+    results: dict[str, list[dict]] = {}
+    if args.from_jsonl is not None:
+        for path in args.from_jsonl:
+            for line in Path(path).read_text().splitlines():
+                rec = json.loads(line)
+                results[rec["mutant"]] = rec["replications"]
+    else:
+        names = [] if args.no_clean else [None]
+        names += args.mutants if args.mutants is not None else sorted(MUTANTS)
+        log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+        for name in names:
+            t0 = time.perf_counter()
+            reps = replicate(loaded, name, args.replications, log)
+            results[name or "none"] = reps
+            log(f"{name or 'none'}: {time.perf_counter() - t0:.1f}s")
+            if args.jsonl:
+                with open(args.jsonl, "a") as f:
+                    f.write(json.dumps({"mutant": name or "none", "replications": reps}) + "\n")
+    text = table(results, header)
     print(text)
     if args.out:
         Path(args.out).write_text(text)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
 
 
