@@ -7,8 +7,10 @@ The protocol below is pre-registered at alpha = 0.01 per test with fixed seeds, 
 clean PASS is deterministic (a fresh seed range would falsely fail with probability at
 most 4 x 0.01). The planted bug (drafts scored with a q rolled by one token, not the q
 they were drawn from) moves p(t2 | t1): at these fixed seeds the t2 fit fails with
-p = 1.1e-6 and the homogeneity test with p = 9.6e-4 (deterministic, so no flake; the t1
-fit is not moved at this size, t1 = 4.37 as in the clean run).
+p = 1.1e-6 and the homogeneity test with p = 2.1e-3 (deterministic, so no flake; the t1
+fits are not moved at this size: p = 0.21 / 0.11 as in the clean run, whose t2 fit,
+homogeneity and acceptance read p = 0.64 / 0.30 / 0.78). The nospec group runs as one
+batched plain generate call (batch_size 450, seeded by its first seed).
 """
 
 from __future__ import annotations
