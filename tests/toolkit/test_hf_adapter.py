@@ -184,6 +184,23 @@ def test_assisted_generation_passes_and_records_the_adapter(tiny_dir, tmp_path):
     assert rows["t2_sync"]["df"] > 0 and rows["acceptance_sync"]["n"] > 0  # real evidence
 
 
+def test_plan_replays_the_laws_through_the_protocols_adapter(tiny_dir, tmp_path):
+    """`specconform plan` without --reference replays p and q through the protocol's own
+    engine adapter (here hf), not the bundled engine: a finite detectable TV for the
+    tests that need p and q, the t3 row unplanned."""
+    path = tmp_path / "hf_tiny.yaml"
+    path.write_text(yaml.safe_dump(_protocol(tiny_dir)))
+    proc = run_cli("plan", path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = {
+        line.split("|")[1].strip(): line.split("|")
+        for line in proc.stdout.splitlines()
+        if line.startswith("| ") and not line.startswith("| test")
+    }
+    for name in ("t1_nospec", "t2_sync", "t2_sync_vs_nospec", "acceptance_sync"):
+        assert float(rows[name][8]) < 1.0, rows[name]  # evidence expected: finite TV
+
+
 class _ScoredWithWrongQ(HFEngine):
     """Negative control: transformers' drafts scored with the draft logits rolled by one
     token (a q other than the one they were drawn from), planted between drafter and
