@@ -53,6 +53,7 @@ def main() -> None:
     maps = dict(model.exit_maps)
     print("layer  plain(t2|t1)  fitted(t2|t1)  plain(held-out)  fitted(held-out)")
     P_held = law(model.logits(held[-1].float()))
+    per_t1: dict[int, list[float]] = {}  # exit layer -> fitted TV per t1 (top order)
     for d, e in enumerate(layers, start=1):
         row = []
         for fitted in (False, True):
@@ -65,6 +66,8 @@ def main() -> None:
                 p = law(model.reference_logits(ids)[-1])
                 q = law(model.reference_logits(ids, loops=d)[-1])
                 acc += w * tv(p, q)
+                if fitted:
+                    per_t1.setdefault(e, []).append(tv(p, q))
             row.append(acc / float(top.values.sum()))
         held_plain = tv(P_held, law(model.logits(held[d - 1].float())))
         held_fit = tv(P_held, law(model.exit_logits(held[d - 1].float(), d)))
@@ -74,6 +77,14 @@ def main() -> None:
         )
         model.exit_maps.clear()
         model.exit_maps.update(maps)
+    # Per stratum: the acceptance test's strata are single t1 values, and a usable draft
+    # needs every frequent one below ~0.6, not only the p(t1)-weighted mean.
+    heads = "  ".join(
+        f"t1={t}({w:.2f})" for t, w in zip(top.indices.tolist(), top.values.tolist(), strict=True)
+    )
+    print(f"fitted TV(p, q) per t1 [p(t1)]: {heads}")
+    for e, tvs in per_t1.items():
+        print(f"{e:5d}  " + "  ".join(f"{x:.3f}" for x in tvs), flush=True)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 seeds per group, or the seeds each needs for a TV x (power 0.99; specconform.plan).
 
 Exact laws come from ``--reference`` (a reference.json or an evidence archive: no torch)
-or, without it, from a serial replay of p_t1, p_t2 and q_t2 through the bundled engine
+or, without it, from a serial replay of p_t1, p_t2 and q_t2 through the protocol's engine
 on CPU (torch needed; the t3 laws are not replayed, so t3 is not planned).
 Exit codes: 0 done, 2 bad input (one line on stderr, nothing on stdout).
 """
@@ -19,18 +19,20 @@ from specconform.errors import UsageError
 
 
 def replay_laws(loaded) -> dict:
-    """reference.json-shaped laws of every possible t1 by serial replay (bundled engine)."""
+    """reference.json-shaped laws of every possible t1 by serial replay through the
+    protocol's own engine adapter (bundled, hf or a user's): its p and, when it gives
+    one, its q."""
     try:
         import torch
     except ImportError:
         raise UsageError("no torch here: pass --reference ARCHIVE or reference.json") from None
-    from specconform.adapters.engine import BundledEngine
+    from specconform.adapters.engine import load_engine
 
     spec = loaded.model.engine
     if spec.device == "cuda" and not torch.cuda.is_available():
         spec = spec.model_copy(update={"device": "cpu"})
         click.echo("plan: no CUDA device, replaying the reference laws on CPU", err=True)
-    engine = BundledEngine(spec, mutant=None, log=lambda line: None)
+    engine = load_engine(spec, mutant=None, log=lambda line: None)
     prompt = engine.prompt
     depths = sorted({g.draft_loops for g in loaded.model.groups if g.draft_loops})
 
@@ -47,7 +49,9 @@ def replay_laws(loaded) -> dict:
     for t1 in sorted(int(t) for t in ref["p_t1"]):
         ref["p_t2"][str(t1)] = sparse(engine.target_law(prompt + [t1]))
         for d in depths:
-            ref["q_t2"][str(d)][str(t1)] = sparse(engine.draft_law(prompt + [t1], d))
+            q = engine.draft_law(prompt + [t1], d)  # None: the adapter gives no q
+            if q is not None:
+                ref["q_t2"][str(d)][str(t1)] = sparse(q)
     engine.close()
     return ref
 

@@ -8,8 +8,10 @@ num_assistant_tokens_schedule="constant")`` with either self-speculation by earl
 layers, then the final norm and LM head) or a separate assistant model
 (``options.assistant_model``). nospec groups run plain ``generate(do_sample=True)``.
 Assisted generation runs one request at a time ("only supported for batch_size = 1"),
-so every seed is its own ``generate`` call, seeded by ``torch.manual_seed(seed)``:
-transformers draws its own randomness (the archive records the adapter as black-box).
+so every seed of a sync group is its own ``generate`` call, seeded by
+``torch.manual_seed(seed)``; nospec groups batch ``engine.batch_size`` seeds per plain
+``generate`` call, seeded by the batch's first seed: transformers draws its own
+randomness from one global generator (the archive records the adapter as black-box).
 
 Round 0 of assisted generation drafts from the prompt, so t1 is itself speculative here
 (in the bundled engine t1 comes from the prefill). Per-round telemetry (drafted,
@@ -293,22 +295,32 @@ class HFEngine:
             if (group.mode != "nospec" and self.assistant is not None)
             else {}
         )
+        # Assisted generation is batch size 1; plain generate batches as its users run
+        # it (every row the same prompt: no padding). A batch of a nospec group runs
+        # after torch.manual_seed(its first seed) and its rows draw from that one
+        # generator in seed order, so a nospec record is reproducible given its batch
+        # (the protocol's seeds and batch_size), not alone. Why batch: a forward at
+        # batch 1 reads all 540 MB of fp32 weights for one token (~0.1 CPU-s for
+        # SmolLM2-135M, 82 % of it in aten::mm), so rows in one call are nearly free.
+        rows = 1 if group.mode != "nospec" else max(1, self.spec.batch_size)
         records, t0 = [], time.perf_counter()
-        for i, seed in enumerate(seeds):
+        for start in range(0, len(seeds), rows):
+            chunk = [int(s) for s in seeds[start : start + rows]]
+            batch = ids.expand(len(chunk), -1)  # [n, L] int64
             self._rounds.clear()
-            torch.manual_seed(int(seed))
+            torch.manual_seed(chunk[0])
             with torch.inference_mode():
                 out = self.model.generate(
-                    ids, attention_mask=torch.ones_like(ids), generation_config=gc, **kwargs
+                    batch, attention_mask=torch.ones_like(batch), generation_config=gc, **kwargs
                 )
-            tokens = tuple(int(t) for t in out[0, len(self.prompt) :].tolist())
-            records.append(self._record(group.mode, int(seed), tokens))
+            for seed, row in zip(chunk, out[:, len(self.prompt) :].tolist(), strict=True):
+                records.append(self._record(group.mode, seed, tuple(int(t) for t in row)))
             if progress is not None:
-                progress(i + 1, len(seeds))
+                progress(len(records), len(seeds))
         dt = time.perf_counter() - t0
         _timing(
             f"hf group {group.name}: {len(seeds)} requests in {dt:.1f}s "
-            f"({dt / max(len(seeds), 1) * 1e3:.0f} ms/request, batch size 1)"
+            f"({dt / max(len(seeds), 1) * 1e3:.0f} ms/request, batch size {rows})"
         )
         return records
 

@@ -188,6 +188,8 @@ def format_number(x: float | None) -> str:
 
 def outcome(row: TestRow) -> str:
     """PASS / FAIL / "no evidence", or "info" for rows that never decide (exploratory)."""
+    if row.status == NO_EVIDENCE and row.reason.startswith("not applicable"):
+        return f"no evidence ({row.reason})"  # e.g. acceptance on an adapter without q
     return {PASS: "PASS", FAIL: "FAIL", NO_EVIDENCE: "no evidence"}.get(row.status, "info")
 
 

@@ -20,10 +20,12 @@ from specconform.stats.rate import rate_test, stratified_rate_test
 from specconform.stats.speculative import joint_cells, total_variation
 
 from .context import Context, GroupData
-from .rows import Coverage, gof_detail, stratified_row
+from .rows import NOT_APPLICABLE_NO_Q, Coverage, gof_detail, not_applicable_row, stratified_row
 
 
 def acceptance(ctx: Context, spec: dict):
+    if not ctx.ref.draft_law:
+        return not_applicable_row(ctx, spec, NOT_APPLICABLE_NO_Q), None
     name, d, whole, g = _speculative(ctx, spec)
     tested, skipped = first_position_strata(ctx, d, g)
     results, per = [], []
@@ -85,6 +87,8 @@ def acceptance(ctx: Context, spec: dict):
 
 
 def joint(ctx: Context, spec: dict):
+    if not ctx.ref.draft_law:
+        return not_applicable_row(ctx, spec, NOT_APPLICABLE_NO_Q), None
     name, d, _, g = _speculative(ctx, spec)
     tested, skipped = first_position_strata(ctx, d, g)
     results, per = joint_strata(ctx, g, tested)

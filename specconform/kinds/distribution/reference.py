@@ -22,6 +22,9 @@ class Reference:
             int(d): {int(k): sparse_law(v) for k, v in laws.items()}
             for d, laws in ref.get("q_t2", {}).items()
         }
+        # The adapter's capabilities (the runner records them): without a draft law
+        # the tests that need q are not applicable (mechanism.not_applicable).
+        self.draft_law = bool((ref.get("capabilities") or {}).get("draft_law", True))
         self._codes = None
 
     def codes(self, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -82,6 +82,29 @@ def stratified_row(
     return row, Coverage(len(per), keys, agg.n, int(eligible))
 
 
+NOT_APPLICABLE_NO_Q = "not applicable: the adapter gives no draft law"
+
+
+def not_applicable_row(ctx: Context, spec: dict, why: str) -> TestRow:
+    """A test the engine cannot be asked (e.g. acceptance without q): no evidence with
+    ``why`` as its reason, never a pass; a deciding one fails the verdict for that reason."""
+    detail = {"group": spec["groups"][0], "no_evidence": why}
+    return TestRow(
+        spec["name"],
+        spec["role"],
+        None,
+        None,
+        None,
+        0,
+        ctx.alpha,
+        None if spec["role"] == "exploratory" else False,
+        detail,
+        status=NO_EVIDENCE,
+        pvalue_method="none (not applicable)",
+        reason=why,
+    )
+
+
 def coverage_row(ctx: Context, coverage: dict[str, Coverage]) -> TestRow:
     share = min((c.share for c in coverage.values()), default=1.0)
     n = sum(g.t1.size for g in ctx.data.values())
