@@ -269,7 +269,7 @@ def plan_protocol(
     >>> plans = plan_protocol("protocols/fp32_t2.yaml", seeds=5000,
     ...                       reference="docs/evidence/fp32_t2-96c34d54-41ee4c6a.zip")
     >>> round(next(p for p in plans if p.test == "t2_async").detectable_tv, 3)
-    0.057
+    0.058
     """
     from specconform.calibration import load_reference
     from specconform.cli_plan import replay_laws

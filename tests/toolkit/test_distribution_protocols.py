@@ -201,9 +201,11 @@ def test_adapter_keeps_one_generation_engine_alive(capsys, monkeypatch):
     engine = BundledEngine(protocol.engine, mutant=None, log=lambda line: None)
     groups = {g.name: g for g in protocol.groups}
     first = engine.run_group(groups["sync"], [1, 2, 3])
-    sync_llm = engine._engines[("sync", groups["sync"].draft_loops)]
+    # Engines are keyed by (mode, draft depth, slots); distribution groups use batch_size.
+    slots = protocol.engine.batch_size
+    sync_llm = engine._engines[("sync", groups["sync"].draft_loops, slots)]
     engine.run_group(groups["async"], [1, 2, 3])
-    assert list(engine._engines) == [("async", groups["async"].draft_loops)]
+    assert list(engine._engines) == [("async", groups["async"].draft_loops, slots)]
     assert sync_llm.runner.cache is None  # freed, not just dropped
     assert len(engine.target_law(engine.prompt)) == engine.vocab_size
     engine.close()
