@@ -121,6 +121,8 @@ def _profile_lines(item, table: Callable) -> list[str]:
         top = detail[side].get("top") or []
         if not detail[side].get("phase_markers"):
             out.append(f"\n{side}: the tree has no phase ranges; everything reads as other.")
+        if not detail[side].get("with_stack", True):
+            out.append(f"\n{side}: profiled without Python stack (decoding failed): no locations.")
         if top:
             listed = "; ".join(f"`{t['location']}` {t.get(key, 0.0) / 1e3:.2f} ms" for t in top[:3])
             out.append(f"\nTop {side} locations by self {unit[:-3]} time: {listed}.")

@@ -155,9 +155,23 @@ import torch
 import engine_under_test as eut
 from specconform.runner import performance_worker as worker
 request = json.loads(sys.argv[1])
+# Code objects created (and so soon freed) inside a measured window are what torch's
+# Python tracer later decodes as dangling names: none may appear there.
+created, measuring = [], [False]
+sys.addaudithook(lambda ev, args: measuring[0] and ev in ("compile", "exec", "import")
+                 and created.append(f"{ev} {str(args[0])[:60]}"))
+window = worker._profiled_window
+def watched(*args):
+    measuring[0] = True
+    try:
+        return window(*args)
+    finally:
+        measuring[0] = False
+worker._profiled_window = watched
 configs = {"candidate": {"mode": "async", "draft_loops": 2},
            "base": {"mode": "nospec", "draft_loops": None}}
 out = {side: worker.profile(eut, torch, {**request, "config": c}) for side, c in configs.items()}
+out["created_in_window"] = created
 print(json.dumps(out))
 """
 
@@ -165,8 +179,9 @@ print(json.dumps(out))
 def test_profile_attributes_the_speculative_phases_in_a_fresh_process():
     """The worker's profiled window on the tiny preset: an async side spends CPU time in
     draft, verify, accept and collect; nospec has no draft. It runs in a fresh process,
-    as the runner's workers do: torch's profiler can fail to decode its own event names
-    in a long-lived process that ran many other tests (seen in the full suite)."""
+    as the runner's workers do. No code object may be created inside the measured window:
+    torch's Python tracer keeps raw pointers to them, and decoding the freed ones failed
+    in CI (``UnicodeDecodeError``) before the worker primed the profiler."""
     import subprocess
     import sys
 
@@ -196,6 +211,8 @@ def test_profile_attributes_the_speculative_phases_in_a_fresh_process():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     profiles = json.loads(done.stdout.strip().splitlines()[-1])
+    assert profiles["created_in_window"] == []  # the priming window ran them all first
+    assert profiles["candidate"]["with_stack"] and profiles["base"]["with_stack"]
     cand, base = (phase_table(profiles[s]) for s in ("candidate", "base"))
     for phase in ("draft", "verify", "accept", "collect"):
         assert cand["phases"][phase]["self_cpu_us"] > 0, phase

@@ -5,6 +5,7 @@ A side's raw profile (``raw/performance.json`` -> ``profile.<side>``)::
 
     {"device": "cpu" | "cuda", "steps": int, "concurrency": int, "sampling": str,
      "phase_markers": bool,          # False: the tree has no phase ranges (all "other")
+     "with_stack": bool,             # False: stack decoding failed, locations unknown
      "ops": [{"phase", "name", "location", "count", "self_cpu_us", "self_device_us",
               "kernels", "copies"}, ...],
      "spans": [{"phase", "start_us", "end_us"}, ...]}   # one request, window-relative
@@ -62,6 +63,7 @@ def phase_table(profile: dict) -> dict:
         "device": profile.get("device"),
         "steps": int(profile.get("steps", 0)),
         "phase_markers": bool(profile.get("phase_markers", False)),
+        "with_stack": bool(profile.get("with_stack", True)),
         "phases": phases,
         "ranked_by": rank_by,
         "top": [{"location": loc, **vals} for loc, vals in top[: int(profile.get("top", 10))]],
