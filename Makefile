@@ -34,8 +34,12 @@ install: $(VENV)/.installed
 run: install
 	$(VENV)/bin/specconform run protocols/quadrature.yaml
 
+# In parallel (pytest-xdist), one torch thread per worker: two workers of two threads
+# each on 2 cores run many times slower than one thread each. TEST_WORKERS=0 runs
+# serially (one process, torch's default threads).
+TEST_WORKERS ?= auto
 test: install
-	$(PY) -m pytest -q -m "not gpu"
+	$(if $(filter 0,$(TEST_WORKERS)),$(PY) -m pytest -q -m "not gpu",OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not gpu" -n $(TEST_WORKERS))
 
 gpu-test: install
 	$(PY) -m pytest -q -m gpu

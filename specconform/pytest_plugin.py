@@ -31,6 +31,10 @@ from specconform.testing.records import COLLECTOR, CheckRecord
 
 _STASH_RECORDS = pytest.StashKey[list]()
 _STASH_FAILED_TESTS = pytest.StashKey[set]()
+_ITEM_RECORDS = pytest.StashKey[list]()
+# The attribute of a test report that carries its checks: pytest-xdist serialises a
+# report's attributes from the worker to the controller, where the summary is written.
+REPORT_ATTRIBUTE = "specconform_checks"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -47,16 +51,32 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_STASH_RECORDS] = []
     config.stash[_STASH_FAILED_TESTS] = set()
+    config.pluginmanager.register(_Tally(config), "specconform-tally")
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
-    """Remember the tests that failed (any phase), to tell a negative control's FAIL
-    (inside a passing test) from a real one in the summary line."""
+    """Attach the test's checks to its call-phase report, as JSON rows (they cross the
+    process boundary under pytest-xdist)."""
     report = yield
-    if report.failed:
-        item.config.stash[_STASH_FAILED_TESTS].add(item.nodeid)
+    if report.when == "call":
+        setattr(report, REPORT_ATTRIBUTE, [r.to_json() for r in item.stash.get(_ITEM_RECORDS, [])])
     return report
+
+
+class _Tally:
+    """Reads every test report where the terminal summary is written (the controller
+    under pytest-xdist, the one process otherwise): the checks, and which tests failed
+    (any phase), to tell a negative control's FAIL inside a passing test from a real one."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        rows = getattr(report, REPORT_ATTRIBUTE, None) or []
+        self.config.stash[_STASH_RECORDS].extend(CheckRecord.from_json(r) for r in rows)
+        if report.failed:
+            self.config.stash[_STASH_FAILED_TESTS].add(report.nodeid)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -66,7 +86,7 @@ def pytest_runtest_call(item: pytest.Item):
     try:
         yield
     finally:
-        item.config.stash[_STASH_RECORDS].extend(COLLECTOR.records[start:])
+        item.stash[_ITEM_RECORDS] = COLLECTOR.records[start:]
         COLLECTOR.nodeid = None
 
 
@@ -105,6 +125,8 @@ def specconform_rng(request: pytest.FixtureRequest):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller reports
+        return
     records: list[CheckRecord] = config.stash.get(_STASH_RECORDS, [])
     target = config.getoption("--specconform-archive")
     if not records and target is None:

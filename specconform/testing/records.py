@@ -42,6 +42,16 @@ class CheckRecord:
             row[key] = value if value is None or math.isfinite(value) else str(value)
         return row
 
+    @classmethod
+    def from_json(cls, row: dict[str, Any]) -> CheckRecord:
+        """The inverse of :meth:`to_json` (non-finite numbers come back as floats): how
+        the plugin carries a record from a pytest-xdist worker to the controller."""
+        values = dict(row)
+        for key in ("statistic", "df", "pvalue", "detectable_tv"):
+            if isinstance(values.get(key), str):
+                values[key] = float(values[key])
+        return cls(**values)
+
 
 @dataclass
 class Collector:

@@ -102,9 +102,11 @@ def test_rng_is_deterministic(specconform_rng):
 """
 
 
-def test_plugin_in_a_fresh_project(pytester, monkeypatch):
+@pytest.mark.parametrize("xdist", [(), ("-p", "xdist", "-n", "2")], ids=["serial", "xdist"])
+def test_plugin_in_a_fresh_project(pytester, monkeypatch, xdist):
     # Only the entry point's name, with autoloading off: what `pytest -p specconform`
-    # gives a project that installed specconform and nothing else.
+    # gives a project that installed specconform and nothing else. Under pytest-xdist the
+    # checks are made in worker processes and must still reach the summary and archive.
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     import hashlib
 
@@ -114,7 +116,7 @@ def test_plugin_in_a_fresh_project(pytester, monkeypatch):
     pytester.makepyfile(test_fresh=FRESH_PROJECT_TEST.format(first=first))
     evidence = pytester.path / "evidence"
     result = pytester.runpytest_subprocess(
-        "-p", "specconform", "--specconform-archive", str(evidence)
+        "-p", "specconform", *xdist, "--specconform-archive", str(evidence)
     )
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
@@ -125,7 +127,7 @@ def test_plugin_in_a_fresh_project(pytester, monkeypatch):
         ]
     )
     checks = json.loads((evidence / "specconform-checks.json").read_text())["checks"]
-    assert [(c["nodeid"], c["passed"]) for c in checks] == [
+    assert sorted((c["nodeid"], c["passed"]) for c in checks) == [
         ("test_fresh.py::test_right_law", True),
         ("test_fresh.py::test_wrong_law", False),
     ]

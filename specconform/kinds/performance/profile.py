@@ -59,11 +59,14 @@ def phase_table(profile: dict) -> dict:
         where["count"] += int(op["count"])
     rank_by = "self_device_us" if profile.get("device") == "cuda" else "self_cpu_us"
     top = sorted(by_location.items(), key=lambda kv: (-kv[1][rank_by], kv[0]))
+    # Only a window profiled without stack says so: archives written before the field
+    # existed (all with stack) recompute to the same detail.
+    stackless = {} if profile.get("with_stack", True) else {"with_stack": False}
     return {
+        **stackless,
         "device": profile.get("device"),
         "steps": int(profile.get("steps", 0)),
         "phase_markers": bool(profile.get("phase_markers", False)),
-        "with_stack": bool(profile.get("with_stack", True)),
         "phases": phases,
         "ranked_by": rank_by,
         "top": [{"location": loc, **vals} for loc, vals in top[: int(profile.get("top", 10))]],
