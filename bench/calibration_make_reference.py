@@ -10,7 +10,9 @@ so a simulated sample never reaches a prefix without a law. Same serial replay a
     .venv/bin/python bench/calibration_make_reference.py protocols/ci_gate.yaml \
         --out bench/reference/ci_gate-tiny.json
 
-The tiny preset (ci_gate) takes about a minute on CPU (1 + 20 x 3 + 400 prefixes).
+The tiny preset (ci_gate) takes about a minute on CPU (1 + 20 x 3 + 400 prefixes). A
+protocol with another adapter (``engine.adapter: hf``) replays through that adapter's
+own ``target_law`` / ``draft_law``; it has no ``raw`` block.
 
 ``raw`` (for the exact laws of the engine-only planted bugs, specconform.stats.mutant_laws):
 the unfiltered softmax (temperature 1, no top-k/top-p: the law the bundled engine's
@@ -32,7 +34,7 @@ import json
 import time
 from pathlib import Path
 
-from specconform.adapters.engine import BundledEngine
+from specconform.adapters.engine import BundledEngine, load_engine
 from specconform.protocol.load import apply_overrides, load_protocol
 from specconform.runner.distribution import _sparse  # the run's own sparse-law encoding
 
@@ -96,25 +98,30 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     loaded = apply_overrides(load_protocol(args.protocol), {"--device": args.device})
     t0 = time.perf_counter()
-    engine = BundledEngine(loaded.model.engine, mutant=None, log=lambda line: None)
-    # The same engine with sampling filters off: its laws are the unfiltered softmax.
-    unfiltered = loaded.model.engine.model_copy(
-        update={"temperature": 1.0, "top_k": 0, "top_p": 1.0}
-    )
-    raw_engine = BundledEngine(unfiltered, mutant=None, log=lambda line: None)
+    spec = loaded.model.engine
+    raw_engine = None
+    if spec.adapter == "bundled":
+        engine = BundledEngine(spec, mutant=None, log=lambda line: None)
+        # The same engine with sampling filters off: its laws are the unfiltered softmax
+        # (the engine-only planted bugs exist only in the bundled engine).
+        unfiltered = spec.model_copy(update={"temperature": 1.0, "top_k": 0, "top_p": 1.0})
+        raw_engine = BundledEngine(unfiltered, mutant=None, log=lambda line: None)
+    else:  # any adapter: its own serial reference, as `specconform run` replays it
+        engine = load_engine(spec, mutant=None, log=lambda line: None)
     ref = full_reference(engine, loaded.model, raw_engine)
     ref["source"] = {
         "protocol": loaded.model.name,
         "protocol_hash": loaded.hash,
-        "preset": loaded.model.engine.preset,
+        "preset": spec.preset if spec.adapter == "bundled" else None,
+        "adapter": spec.adapter,
         "replay": "every possible prefix",
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(ref, sort_keys=True, separators=(",", ":")) + "\n")
+    off = len(ref["raw"]["p_t3_off"]) if "raw" in ref else 0
     print(
         f"wrote {args.out}: {len(ref['p_t2'])} t1, {len(ref['p_t3'])} (t1, t2), "
-        f"{len(ref['raw']['p_t3_off'])} draft-only (t1, x) "
-        f"({time.perf_counter() - t0:.0f} s)"
+        f"{off} draft-only (t1, x) ({time.perf_counter() - t0:.0f} s)"
     )
     return 0
 

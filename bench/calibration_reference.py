@@ -7,9 +7,10 @@ tests and decision rule, and writes Markdown: each test's and the verdict's fals
 rate with a 99 % Clopper-Pearson interval, and NIST-style second-level checks (KS and
 10-bin χ² uniformity of the p-values across replications, proportion passing).
 
-Exact laws: fp32_t2 from the shipped evidence archive's raw/reference.json (the small
-preset's serial replay on CUDA); ci_gate from bench/reference/ci_gate-tiny.json (the tiny
-preset replayed for every prefix by bench/calibration_make_reference.py).
+Exact laws (REFERENCES below), each replaying every possible prefix through the
+protocol's own engine (bench/calibration_make_reference.py): ci_gate's tiny preset on
+CPU, fp32_t2's small preset on an H200, smollm2_t2's real model in the bundled engine and
+hf_smollm2's in transformers (both CPU).
 
     .venv/bin/python bench/calibration_reference.py --replications 1000 --workers 2 \
         --out /tmp/calibration.md
@@ -46,7 +47,11 @@ from specconform.calibration import (  # noqa: E402
 
 REFERENCES = {  # protocol name -> exact laws (relative to the repository root)
     "ci_gate": "bench/reference/ci_gate-tiny.json",
-    "fp32_t2": "docs/evidence/fp32_t2-96c34d54-41ee4c6a.zip",
+    # every prefix replayed on an H200 (calibration_make_reference.py --device cuda)
+    "fp32_t2": "bench/reference/fp32_t2-small.json",
+    # the real model on CPU: the bundled engine's laws, and transformers' own
+    "smollm2_t2": "bench/reference/smollm2_t2.json",
+    "hf_smollm2": "bench/reference/hf_smollm2.json",
 }
 _STATE: dict = {}
 
@@ -156,7 +161,9 @@ def calibration_tables(job: dict, runs: pd.DataFrame, seed: int) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("protocols", nargs="*", help="default: ci_gate and fp32_t2")
+    ap.add_argument(
+        "protocols", nargs="*", help="default: every protocol with a reference in REFERENCES"
+    )
     ap.add_argument("--reference", default=None, help="reference.json or archive (.zip)")
     ap.add_argument("--replications", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=20260514, help="simulation seed")
@@ -180,7 +187,7 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 0
-    paths = args.protocols or ["protocols/ci_gate.yaml", "protocols/fp32_t2.yaml"]
+    paths = args.protocols or [f"protocols/{name}.yaml" for name in REFERENCES]
     parts = []
     for path in paths:
         job = load(path, args.reference)
