@@ -22,7 +22,11 @@ from specconform import __version__
 from specconform.errors import UsageError
 from specconform.evidence.external import external_dir_for
 from specconform.evidence.jsonio import canonical_json_bytes
-from specconform.evidence.results_io import tests_csv_bytes
+from specconform.evidence.results_io import (
+    SEQUENTIAL_CSV,
+    sequential_csv_bytes,
+    tests_csv_bytes,
+)
 from specconform.kinds import reevaluate
 from specconform.protocol.load import LoadedProtocol, canonical_json
 from specconform.results import Evaluation, RawData
@@ -273,6 +277,9 @@ def _execute_locked(
         "log.txt": ("\n".join(log.lines) + "\n").encode(),
     }
     files.update(raw)
+    trajectory = sequential_csv_bytes(evaluation.tests)
+    if trajectory is not None:  # a sequential run: the e-process after every batch
+        files[SEQUENTIAL_CSV] = trajectory
     if loaded.kind == "distribution":
         files["results/plan.json"] = _plan_bytes(loaded, raw)
     if loaded.kind == "mcnemar":  # the detectable accuracy drop at the protocol's size
