@@ -161,15 +161,14 @@ def _execute(
 def _sequential_override(loaded, protocol, sequential: bool, batch: int | None, resume):
     """`--sequential [--batch N]`, checked before any work (one line, exit 2) and applied
     as an override of the protocol's `sequential` field: recorded in run.json's
-    overrides, in protocol.json and in the run id, like --seeds."""
+    overrides, in protocol.json and in the run id, like --seeds. A protocol that
+    pre-registers `sequential` runs sequentially without the flag (--batch overrides)."""
     from specconform.protocol.load import apply_overrides
 
-    if batch is not None and not sequential:
-        raise UsageError("--batch: applies only with --sequential")
-    if not sequential:
-        pre_registered = getattr(loaded.model, "sequential", None) is not None
-        if pre_registered and resume is not None:
-            raise UsageError(f"{protocol}: a sequential protocol does not resume (--resume)")
+    pre_registered = getattr(loaded.model, "sequential", None) is not None
+    if not (sequential or pre_registered):
+        if batch is not None:
+            raise UsageError("--batch: applies only with --sequential")
         return loaded
     if loaded.kind != "distribution":
         raise UsageError(
@@ -179,8 +178,9 @@ def _sequential_override(loaded, protocol, sequential: bool, batch: int | None, 
         raise UsageError("--sequential: a sequential run does not resume; drop --resume")
     budget = loaded.model.seeds.count
     if batch is None:
-        registered = loaded.model.sequential
-        batch = registered.batch if registered is not None else -(-budget // 20)
+        if pre_registered:
+            return loaded
+        batch = -(-budget // 20)
     if not 1 <= batch <= budget:
         raise UsageError(
             f"--batch {batch}: must be between 1 and the budget of {budget} seeds per group"
