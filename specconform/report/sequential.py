@@ -50,7 +50,7 @@ def summary_line(row: TestRow) -> str:
 
 def trajectory_rows(row: TestRow) -> list[list[str]]:
     points = list(row.detail.get("trajectory") or [])
-    keep = range(len(points))
+    keep: list[int] = list(range(len(points)))
     if len(points) > MAX_TRAJECTORY_ROWS:
         step = (len(points) - 1) / (MAX_TRAJECTORY_ROWS - 1)
         keep = sorted({round(i * step) for i in range(MAX_TRAJECTORY_ROWS)})
