@@ -17,6 +17,7 @@ from pathlib import Path
 
 from specconform.errors import EvidenceError
 from specconform.evidence.jsonio import canonical_json_bytes, compact_json, write_bytes_atomic
+from specconform.protocol.schema_sequential import SEQUENTIAL_TEST_NAME as SEQUENTIAL_TEST
 from specconform.results import Evaluation, TestRow
 
 CSV_COLUMNS = (
@@ -117,7 +118,6 @@ def _parse_bool(text: str | None) -> bool | None:
 
 
 SEQUENTIAL_CSV = "results/sequential.csv"
-SEQUENTIAL_TEST = "sequential_eprocess"  # the deciding row of a sequential run
 SEQUENTIAL_COLUMNS = ("batch", "seeds", "log_e", "sup_log_e")
 
 

@@ -20,6 +20,12 @@ from pydantic import (
     model_validator,
 )
 
+from specconform.protocol.schema_sequential import (
+    SequentialPlan,
+    check_sequential,
+    omit_unset,
+)
+
 Probability = Annotated[float, Field(gt=0.0, lt=1.0)]
 NonNegInt = Annotated[int, Field(ge=0)]
 
@@ -237,18 +243,6 @@ class Expansion(Strict):
     of_count: Annotated[int, Field(ge=1)]
 
 
-class SequentialPlan(Strict):
-    """Anytime-valid sequential mode (`specconform run --sequential --batch N`): the
-    groups run ``batch`` seeds each at a time, up to ``seeds.count`` (the budget); the
-    verdict is the e-process of specconform.stats.eprocess, FAIL at the first batch where
-    it reached 1/alpha, PASS at the budget. The fixed-N rows are informational."""
-
-    batch: Annotated[int, Field(ge=1)]
-
-
-SEQUENTIAL_TEST_NAME = "sequential_eprocess"  # the deciding row of a sequential run
-
-
 class DistributionProtocol(Strict):
     kind: Literal["distribution"]
     name: Annotated[str, Field(pattern=r"^[a-z0-9_\-]+$")]
@@ -268,27 +262,17 @@ class DistributionProtocol(Strict):
     # stays the per-test level of the rows that do not decide.
     verdict: FamilyVerdict | None = None
     engine_errors: EngineErrors = EngineErrors()
-    # None: the fixed-N protocol. Omitted from the canonical JSON when None (see
-    # _canonical), so adding this field left every existing protocol's hash unchanged.
+    # The anytime-valid mode (schema_sequential); None: fixed-N, left out of the hash.
     sequential: SequentialPlan | None = Field(None, json_schema_extra=overridable("--sequential"))
 
     @model_serializer(mode="wrap")
     def _canonical(self, handler):
-        data = handler(self)
-        if data.get("sequential", 0) is None:
-            del data["sequential"]
-        return data
+        return omit_unset(handler(self))
 
     @model_validator(mode="after")
     def _references(self):
         _with_verdict(self)
-        if self.sequential is not None and self.sequential.batch > self.seeds.count:
-            raise ValueError(
-                f"sequential batch {self.sequential.batch} exceeds the budget of "
-                f"{self.seeds.count} seeds per group (seeds.count)"
-            )
-        if self.sequential is not None and any(t.name == SEQUENTIAL_TEST_NAME for t in self.tests):
-            raise ValueError(f"test name {SEQUENTIAL_TEST_NAME!r} is reserved for sequential runs")
+        check_sequential(self.sequential, self.seeds.count, [t.name for t in self.tests])
         _unique(self.groups, "group")
         _unique(self.tests, "test")
         by_name = {g.name: g for g in self.groups}

@@ -25,13 +25,13 @@ import numpy as np
 import pandas as pd
 
 from specconform.kinds.verdict import FamilyRule
+from specconform.protocol.schema_sequential import SEQUENTIAL_TEST_NAME as TEST_NAME
 from specconform.results import FAIL, INFO, PASS, Evaluation, TestRow, Verdict
 from specconform.stats.eprocess import StoppingPoint, sequential_test, stopping_point
 
 from .context import DECIDING_ROLES
 from .reference import Reference
 
-TEST_NAME = "sequential_eprocess"  # = specconform.protocol.schema.SEQUENTIAL_TEST_NAME
 INFO_REASON = (
     "informational: a sequential run stops when the e-process decides, and under that "
     "optional stopping this fixed-N test's alpha does not hold"
