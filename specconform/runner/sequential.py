@@ -43,8 +43,19 @@ from specconform.stats.eprocess import batch_ends
 def collect_sequential(loaded, model, engine, folder: Path, *, progress, log, context) -> dict:
     """Run batches until the e-process decides; returns the raw files (samples.csv of the
     seeds that ran, reference.json of their prefixes)."""
+    from specconform.adapters.engine import AdapterError
+
     protocol = loaded.data
     budget, batch = model.seeds.count, model.sequential.batch
+    if not engine.info.capabilities.draft_law and any(
+        g.draft_loops is not None for g in model.groups
+    ):
+        # Raised before any batch: collect() undoes the checkpoint and the reservation.
+        raise AdapterError(
+            f"{loaded.path}: --sequential needs the draft law q of the speculative groups "
+            f"(the e-process scores the joint accept/reject cells); adapter {engine.name} "
+            "gives none"
+        )
     alpha = sequential_alpha(protocol)
     ends = batch_ends(budget, batch)
     log(f"sequential: budget {budget} seeds per group, batches of {batch}, alpha {alpha:g}")
@@ -141,10 +152,10 @@ def _batch_bar(progress, batches: int, budget: int, alpha: float):
 
     with Progress(
         TextColumn("sequential"),
-        BarColumn(),
+        BarColumn(bar_width=20),
         TextColumn("batch {task.completed}/{task.total}"),
-        TextColumn("{task.fields[seeds]}/" + f"{budget} seeds per group"),
-        TextColumn("E = {task.fields[e]} (max {task.fields[sup]}; FAIL at " + f"{1 / alpha:g})"),
+        TextColumn("seeds {task.fields[seeds]}/" + f"{budget}"),
+        TextColumn("E {task.fields[e]} (max {task.fields[sup]}, FAIL at " + f"{1 / alpha:g})"),
         TimeElapsedColumn(),
         transient=False,
     ) as bar:
