@@ -316,3 +316,16 @@ def test_evaluator_refuses_a_run_that_went_on_after_crossing():
     stopped = samples[samples["seed"] - start < path_stop.seeds]
     ev = evaluate_sequential(proto, stopped, ref)
     assert ev.verdict.verdict == "FAIL" and ev.tests[0].n == path_stop.seeds
+
+
+def test_reports_show_the_sequential_verdict(bug):
+    from specconform.report import html_report, markdown_report
+
+    _, archive = bug
+    md = markdown_report([archive])
+    assert "### Sequential verdict" in md and "1/alpha = 100" in md
+    assert f"{BATCH} of {BUDGET} seeds per group used" in md
+    assert "| 1 | 50 | inf | inf | inf |" in md  # the trajectory: one batch, E infinite
+    assert "optional stopping" in md
+    html = html_report([archive])
+    assert "Sequential verdict" in html and 'id="seq-0' in html  # the log E plot
