@@ -103,6 +103,8 @@ def _execute(
     verbose,
     base_ref=None,
     max_archive_size=None,
+    sequential=False,
+    batch=None,
 ):
     from specconform.progress import progress, set_verbose
     from specconform.protocol.load import apply_overrides, load_protocol
@@ -120,6 +122,7 @@ def _execute(
             "--base-ref": base_ref,
         },
     )
+    loaded = _sequential_override(loaded, protocol, sequential, batch, resume)
     if loaded.kind != "distribution" and (ledger or resume):
         raise UsageError(
             f"{protocol}: --ledger and --resume apply to distribution protocols, not {loaded.kind}"
@@ -155,6 +158,36 @@ def _execute(
         )
 
 
+def _sequential_override(loaded, protocol, sequential: bool, batch: int | None, resume):
+    """`--sequential [--batch N]`, checked before any work (one line, exit 2) and applied
+    as an override of the protocol's `sequential` field: recorded in run.json's
+    overrides, in protocol.json and in the run id, like --seeds. A protocol that
+    pre-registers `sequential` runs sequentially without the flag (--batch overrides)."""
+    from specconform.protocol.load import apply_overrides
+
+    pre_registered = getattr(loaded.model, "sequential", None) is not None
+    if not (sequential or pre_registered):
+        if batch is not None:
+            raise UsageError("--batch: applies only with --sequential")
+        return loaded
+    if loaded.kind != "distribution":
+        raise UsageError(
+            f"{protocol}: --sequential applies to distribution protocols, not {loaded.kind}"
+        )
+    if resume is not None:
+        raise UsageError("--sequential: a sequential run does not resume; drop --resume")
+    budget = loaded.model.seeds.count
+    if batch is None:
+        if pre_registered:
+            return loaded
+        batch = -(-budget // 20)
+    if not 1 <= batch <= budget:
+        raise UsageError(
+            f"--batch {batch}: must be between 1 and the budget of {budget} seeds per group"
+        )
+    return apply_overrides(loaded, {"--sequential": {"batch": batch}})
+
+
 @cli.command()
 @run_options
 def run(nproc, **options):
@@ -176,6 +209,8 @@ def _run_and_print(nproc: int | None, options: dict):
     the table. Returns the leader's (or the only process's) RunOutcome."""
     from specconform.runner.execute import print_table
 
+    if nproc is not None and options.get("sequential"):
+        raise UsageError("--sequential: batches run in one process; drop --nproc")
     _launch_shards(nproc)
     outcome = _execute(**options)
     _exit_follower(outcome)

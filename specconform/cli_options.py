@@ -100,6 +100,19 @@ def run_options(f):
             "died, continue with --resume.",
         ),
         click.option(
+            "--sequential",
+            is_flag=True,
+            help="Distribution protocols: anytime-valid mode. Run the groups batch by "
+            "batch (--batch seeds each) up to the protocol's seeds (the budget); stop "
+            "with FAIL at the first batch where the e-process reaches 1/alpha, PASS at "
+            "the budget. The fixed-N rows become informational (docs/calibration.md).",
+        ),
+        _int_option(
+            "--batch",
+            "With --sequential: seeds per group per batch (1 .. the budget; default "
+            "the budget / 20, rounded up).",
+        ),
+        click.option(
             "--base-ref",
             default=None,
             help="Equality protocols: compare this tree's greedy outputs with those "

@@ -25,7 +25,11 @@ from typing import Any
 from specconform.errors import EvidenceError
 from specconform.evidence.jsonio import compact_json
 from specconform.evidence.reader import ArchiveContents
-from specconform.evidence.results_io import read_tests_csv
+from specconform.evidence.results_io import (
+    SEQUENTIAL_CSV,
+    read_tests_csv,
+    sequential_csv_bytes,
+)
 from specconform.results import Evaluation
 
 REL_TOL = 1e-9
@@ -106,6 +110,7 @@ def check_recomputation(contents: ArchiveContents, recomputed: Evaluation) -> No
         ("role", "statistic", "df", "pvalue", "n", "passed")
         + (() if schema == 1 else ("status", "adjusted_pvalue")),
     )
+    _check_sequential(contents, recomputed)
     _check_verdict(
         stated_verdict,
         _normalized(recomputed.verdict.to_json()),
@@ -126,6 +131,18 @@ def _check_csv(contents: ArchiveContents, stated: dict[str, dict], fields: tuple
                 raise EvidenceError(
                     f"{TESTS_CSV}: test {row['test']} field {where} differs from {TESTS_JSON}"
                 )
+
+
+def _check_sequential(contents: ArchiveContents, recomputed: Evaluation) -> None:
+    """A sequential run's results/sequential.csv must be the recomputed trajectory (byte
+    for byte: it is written from the same rows); a fixed-N run has none."""
+    expected = sequential_csv_bytes(recomputed.tests)
+    stated = contents.files.get(SEQUENTIAL_CSV)
+    if expected is None and stated is not None:
+        raise EvidenceError(f"{SEQUENTIAL_CSV}: present, but the protocol is not sequential")
+    if expected is not None and stated != expected:
+        what = "missing from the archive" if stated is None else "differs from the recomputed"
+        raise EvidenceError(f"{SEQUENTIAL_CSV}: {what} e-process trajectory")
 
 
 def _check_verdict(stated: dict, recomputed: dict, fields: tuple[str, ...]) -> None:

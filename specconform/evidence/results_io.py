@@ -17,6 +17,7 @@ from pathlib import Path
 
 from specconform.errors import EvidenceError
 from specconform.evidence.jsonio import canonical_json_bytes, compact_json, write_bytes_atomic
+from specconform.protocol.schema_sequential import SEQUENTIAL_TEST_NAME as SEQUENTIAL_TEST
 from specconform.results import Evaluation, TestRow
 
 CSV_COLUMNS = (
@@ -114,3 +115,25 @@ def _parse_bool(text: str | None) -> bool | None:
     if lowered in ("false", "0", "no"):
         return False
     raise ValueError(f"passed is {text!r}, not a boolean")
+
+
+SEQUENTIAL_CSV = "results/sequential.csv"
+SEQUENTIAL_COLUMNS = ("batch", "seeds", "log_e", "sup_log_e")
+
+
+def sequential_csv_bytes(tests: tuple[TestRow, ...] | list[TestRow]) -> bytes | None:
+    """results/sequential.csv of a sequential run: the e-process after each batch (seeds
+    per group so far, log E, running max of log E; empty = infinite: an observation of
+    reference probability 0). None for a fixed-N run (no e-process row)."""
+    row = next((t for t in tests if t.test == SEQUENTIAL_TEST), None)
+    if row is None:
+        return None
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(SEQUENTIAL_COLUMNS)
+    for k, point in enumerate(row.detail.get("trajectory", []), start=1):
+        writer.writerow(
+            [k, point["seeds"]]
+            + ["" if point[c] is None else repr(point[c]) for c in SEQUENTIAL_COLUMNS[2:]]
+        )
+    return out.getvalue().encode()

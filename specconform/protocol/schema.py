@@ -11,7 +11,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+from specconform.protocol.schema_sequential import (
+    SequentialPlan,
+    check_sequential,
+    omit_unset,
+)
 
 Probability = Annotated[float, Field(gt=0.0, lt=1.0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -249,10 +262,17 @@ class DistributionProtocol(Strict):
     # stays the per-test level of the rows that do not decide.
     verdict: FamilyVerdict | None = None
     engine_errors: EngineErrors = EngineErrors()
+    # The anytime-valid mode (schema_sequential); None: fixed-N, left out of the hash.
+    sequential: SequentialPlan | None = Field(None, json_schema_extra=overridable("--sequential"))
+
+    @model_serializer(mode="wrap")
+    def _canonical(self, handler):
+        return omit_unset(handler(self))
 
     @model_validator(mode="after")
     def _references(self):
         _with_verdict(self)
+        check_sequential(self.sequential, self.seeds.count, [t.name for t in self.tests])
         _unique(self.groups, "group")
         _unique(self.tests, "test")
         by_name = {g.name: g for g in self.groups}

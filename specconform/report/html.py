@@ -27,6 +27,7 @@ from specconform.report.model import (
     role_of,
     scope_lines,
 )
+from specconform.report.sequential import html_lines as sequential_html
 
 MAX_DETAIL_PLOTS = 48  # observed-vs-expected plots per report; more are listed, not drawn
 
@@ -126,6 +127,7 @@ def render_html(
             "</figcaption></figure>",
         ]
     body += ["</div>"]
+    body += sequential_html(views, _table, escape)
     body += _test_grid(views, facts, tests)
     body += _acceptance(views)
     body += ["<h2>Seed ranges</h2>"]

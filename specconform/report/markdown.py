@@ -29,6 +29,7 @@ from specconform.report.model import (
     role_of,
     scope_lines,
 )
+from specconform.report.sequential import markdown_lines as sequential_markdown
 
 VERIFY_NOTE = (
     "This report reads the archives without verifying them; check each with "
@@ -154,6 +155,7 @@ def render_markdown(
         out.append("No test decides a verdict.")
     out += ["", _not_deciding_line(views, facts, deciding)]
     out += mcnemar_sections(views, table)
+    out += sequential_markdown(views, table)
     tv_line = detectable_tv_line(views, [f.letter for f in facts])
     if tv_line:
         out += ["", tv_line]

@@ -151,6 +151,8 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes] | Non
     model = loaded.model
     coord = context.get("coordinator") or sharding.Coordinator(sharding.Shard())
     shard = coord.shard
+    if model.sequential is not None and shard.distributed:
+        raise UsageError(f"{loaded.path}: a sequential run runs in one process, not sharded")
     # Every rank builds its engine (and validates the adapter's describe() and the
     # groups) before the leader writes anything: a broken adapter, or a rank without
     # the protocol's device, refuses at start and leaves nothing in --out.
@@ -170,6 +172,12 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes] | Non
         if error:
             raise UsageError(error)
         folder = Path(folder)
+        if model.sequential is not None:  # batch by batch until the e-process decides
+            from specconform.runner.sequential import collect_sequential
+
+            return collect_sequential(
+                loaded, model, engine, folder, progress=progress, log=log, context=context
+            )
         return _collect(
             loaded, model, shard, coord, engine, folder, progress=progress, log=log, context=context
         )
@@ -282,6 +290,7 @@ def _open_run(loaded, model, *, mutant, context) -> tuple[Path | None, str | Non
     None), or (None, the one-line refusal) so that every rank can refuse with it."""
     try:
         # Reserve first: a refused reservation must leave no .inprogress folder behind.
+        # (A sequential run reserves its whole budget: seeds it did not need stay used.)
         check_and_reserve(
             _ledger(context),
             [
@@ -309,42 +318,57 @@ def _sparse(law) -> dict[str, float]:
     return {str(int(i)): float(law[i]) for i in law.nonzero()[0]}
 
 
-def replay_reference(engine, model, samples: pd.DataFrame, progress) -> dict:
+def replay_reference(
+    engine, model, samples: pd.DataFrame, progress, known: dict | None = None, *, t3: bool = True
+) -> dict:
     """Exact laws by serial replay, one prefix at a time: p(t1 | prompt), p(t2 | prompt,
     t1) and q_d(t2 | prompt, t1) for every observed t1 and draft depth, p(t3 | prompt,
-    t1, t2) for every observed (t1, t2)."""
+    t1, t2) for every observed (t1, t2) (``t3=False``: not yet).
+
+    ``known``: a reference built by an earlier call (a sequential run replays after every
+    batch): only the prefixes it lacks are replayed, and it is extended in place."""
     prompt = engine.prompt
-    t1s = sorted(int(t) for t in samples["t1"].unique() if t >= 0)
-    pairs = sorted(
-        {
-            (int(a), int(b))
-            for a, b in zip(samples["t1"], samples["t2"], strict=False)
-            if a >= 0 and b >= 0
-        }
-    )
     depths = sorted({g.draft_loops for g in model.groups if g.draft_loops is not None})
     caps = engine.info.capabilities
     if not caps.draft_law:
         depths = []  # no q: the tests that need it are not applicable (capabilities say why)
-    total = 1 + len(t1s) * (1 + len(depths)) + (len(pairs) if model.engine.max_tokens >= 3 else 0)
-    ref = {
-        "vocab_size": engine.vocab_size,
-        "prompt": prompt,
-        "p_t2": {},
-        "p_t3": {},
-        "q_t2": {str(d): {} for d in depths},
-        "capabilities": caps.to_json(),
-    }
-    with progress("reference", total) as bar:
-        ref["p_t1"] = _sparse(engine.target_law(prompt))
-        bar.advance(1)
-        for t1, law in zip(t1s, engine.target_laws([prompt + [t1] for t1 in t1s]), strict=True):
+    ref = known if known is not None else {}
+    if not ref:
+        ref.update(
+            {
+                "vocab_size": engine.vocab_size,
+                "prompt": prompt,
+                "p_t2": {},
+                "p_t3": {},
+                "q_t2": {str(d): {} for d in depths},
+                "capabilities": caps.to_json(),
+            }
+        )
+    t1s = sorted(
+        int(t) for t in samples["t1"].unique() if t >= 0 and str(int(t)) not in ref["p_t2"]
+    )
+    pairs = []
+    if t3 and model.engine.max_tokens >= 3:
+        pairs = sorted(
+            {
+                (int(a), int(b))
+                for a, b in zip(samples["t1"], samples["t2"], strict=False)
+                if a >= 0 and b >= 0 and f"{int(a)},{int(b)}" not in ref["p_t3"]
+            }
+        )
+    total = ("p_t1" not in ref) + len(t1s) * (1 + len(depths)) + len(pairs)
+    with progress("reference", max(total, 1)) as bar:
+        if "p_t1" not in ref:
+            ref["p_t1"] = _sparse(engine.target_law(prompt))
+            bar.advance(1)
+        laws = engine.target_laws([prompt + [t1] for t1 in t1s]) if t1s else []
+        for t1, law in zip(t1s, laws, strict=True):
             ref["p_t2"][str(t1)] = _sparse(law)
             bar.advance(1)
             for d in depths:
                 ref["q_t2"][str(d)][str(t1)] = _sparse(engine.draft_law(prompt + [t1], d))
                 bar.advance(1)
-        if model.engine.max_tokens >= 3:
+        if pairs:
             laws = engine.target_laws([prompt + [t1, t2] for t1, t2 in pairs])
             for (t1, t2), law in zip(pairs, laws, strict=True):
                 ref["p_t3"][f"{t1},{t2}"] = _sparse(law)

@@ -22,7 +22,11 @@ from specconform import __version__
 from specconform.errors import UsageError
 from specconform.evidence.external import external_dir_for
 from specconform.evidence.jsonio import canonical_json_bytes
-from specconform.evidence.results_io import tests_csv_bytes
+from specconform.evidence.results_io import (
+    SEQUENTIAL_CSV,
+    sequential_csv_bytes,
+    tests_csv_bytes,
+)
 from specconform.kinds import reevaluate
 from specconform.protocol.load import LoadedProtocol, canonical_json
 from specconform.results import Evaluation, RawData
@@ -273,7 +277,12 @@ def _execute_locked(
         "log.txt": ("\n".join(log.lines) + "\n").encode(),
     }
     files.update(raw)
-    if loaded.kind == "distribution":
+    trajectory = sequential_csv_bytes(evaluation.tests)
+    if trajectory is not None:  # a sequential run: the e-process after every batch
+        files[SEQUENTIAL_CSV] = trajectory
+    if loaded.kind == "distribution" and trajectory is None:
+        # (Not for a sequential run: the planner sizes the fixed-N tests, which there
+        # are informational; the e-process has no detectable-TV planner.)
         files["results/plan.json"] = _plan_bytes(loaded, raw)
     if loaded.kind == "mcnemar":  # the detectable accuracy drop at the protocol's size
         from specconform.kinds.mcnemar.plan import plan_json
@@ -389,6 +398,10 @@ def print_table(evaluation: Evaluation, file=None) -> None:
 
     for line in mcnemar_markdown(evaluation, markdown_table):  # GSM8K runs: the pairs
         console.print(line, markup=False, soft_wrap=True)
+    from specconform.report.sequential import terminal_lines
+
+    for line in terminal_lines(evaluation):  # sequential runs: E, seeds used, why info
+        console.print(line, markup=False)
 
 
 def _fmt(x) -> str:

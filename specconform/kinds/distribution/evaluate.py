@@ -37,6 +37,10 @@ def evaluate_frames(protocol: dict, samples, reference: dict | Reference) -> Eva
     columns of samples.csv, ``reference`` the dict of reference.json or a parsed
     :class:`Reference` (which calibration reuses across replications)."""
     ref = reference if isinstance(reference, Reference) else Reference(reference)
+    if protocol.get("sequential"):  # anytime-valid mode: the e-process decides
+        from .sequential import evaluate_sequential
+
+        return evaluate_sequential(protocol, samples, ref)
     ctx = Context.build(protocol, samples, ref)
     rows, coverage = [], {}
     for spec in protocol["tests"]:
