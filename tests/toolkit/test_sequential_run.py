@@ -32,7 +32,7 @@ import pytest
 from specconform.calibration import make_world, simulate
 from specconform.evidence import seal
 from specconform.kinds.distribution.reference import Reference
-from specconform.kinds.distribution.sequential import evaluate_sequential
+from specconform.kinds.distribution.sequential import DETERMINISTIC_ROWS, evaluate_sequential
 from specconform.protocol.load import load_protocol
 from specconform.report import junit_xml
 from specconform.results import TestRow
@@ -81,10 +81,15 @@ def test_clean_engine_passes_at_the_budget(clean):
     assert row.detail["seeds_used"] == BUDGET and row.detail["batches_run"] == BUDGET // BATCH
     # Never reached 1/alpha at any batch end.
     assert all(p["sup_log_e"] < math.log(100) for p in row.detail["trajectory"])
-    # Every fixed-N row is informational and says why.
+    # Every fixed-N statistical row is informational and says why; the deterministic
+    # rows (valid under any stopping) still decide, and pass.
     others = [t for t in _tests(archive) if t.test != "sequential_eprocess"]
-    assert others and all(t.status == "INFO" and not t.deciding for t in others)
-    assert all("optional stopping" in t.reason for t in others)
+    statistical = [t for t in others if t.test not in DETERMINISTIC_ROWS]
+    assert statistical and all(t.status == "INFO" and not t.deciding for t in statistical)
+    assert all("optional stopping" in t.reason for t in statistical)
+    certain = [t for t in others if t.test in DETERMINISTIC_ROWS]
+    assert {t.test for t in certain} == set(DETERMINISTIC_ROWS)
+    assert all(t.deciding and t.status == "PASS" for t in certain)
     run = json.loads((_run_dir(archive) / "run.json").read_text())
     assert run["sequential"] == {
         "alpha": 0.01,
@@ -124,6 +129,23 @@ def test_planted_bug_fails_before_the_budget(bug):
         csv.DictReader(io.StringIO((_run_dir(archive) / "results/sequential.csv").read_text()))
     )
     assert [r["seeds"] for r in trajectory] == [str(BATCH)] and trajectory[0]["log_e"] == ""
+
+
+def test_an_impossible_t3_fails_a_sequential_run_the_eprocess_cannot_see(tmp_path):
+    # Negative control of the deterministic rows: bonus_params draws every speculative t3
+    # from the unfiltered law (out of top-k's support with probability ~0.004 per t3 on
+    # this preset; at 300 seeds x 2 speculative groups P(no impossible t3) ~ 0.08 -- the
+    # seed range is fixed, so the outcome is deterministic, and here it has some). The
+    # e-process watches t1 and t2 only, so it runs to the budget; out_of_support fails.
+    proc, archive = _run(tmp_path, "--mutant", "bonus_params")
+    assert proc.returncode == 1, proc.stderr
+    rows = {t.test: t for t in _tests(archive)}
+    assert rows["sequential_eprocess"].status == "PASS"
+    assert rows["sequential_eprocess"].n == BUDGET
+    assert rows["out_of_support"].status == "FAIL" and rows["out_of_support"].deciding
+    verdict = json.loads((_run_dir(archive) / "verdict.json").read_text())
+    assert verdict["verdict"] == "FAIL" and verdict["failed"] == ["out_of_support"]
+    assert run_cli("verify", "--skip-signature", archive).returncode == 0
 
 
 @pytest.mark.parametrize("which", ["clean", "bug"])

@@ -7,7 +7,11 @@ batch end where the e-process of :mod:`specconform.stats.eprocess` reached 1/alp
 (FAIL) or at the budget ``seeds.count`` (PASS). Under that optional stopping the
 fixed-N tests' alpha does not hold (their false-fail rate grows with every look), so
 they are reported as INFO on the seeds that ran and never decide; the e-process, whose
-rate holds under any stopping rule (Ville), is the only deciding row.
+rate holds under any stopping rule (Ville), is the only deciding *statistical* row. The
+deterministic rows keep deciding: ``out_of_support`` (an observation the reference gives
+probability 0) and ``engine_errors`` cannot fire on a correct engine at any sample size,
+so optional stopping leaves their false-fail rate at 0 — and an impossible t3 or an
+engine error, which the e-process does not see, still fails the run.
 
 Re-evaluation (`verify`) recomputes the e-process from raw/samples.csv and
 raw/reference.json and checks the stopping point: every group holds the same seeds
@@ -32,6 +36,8 @@ from specconform.stats.eprocess import StoppingPoint, sequential_test, stopping_
 from .context import DECIDING_ROLES
 from .reference import Reference
 
+# Rows whose FAIL is a certainty, not a tail probability: valid under any stopping rule.
+DETERMINISTIC_ROWS = ("out_of_support", "engine_errors")
 INFO_REASON = (
     "informational: a sequential run stops when the e-process decides, and under that "
     "optional stopping this fixed-N test's alpha does not hold"
@@ -87,20 +93,24 @@ def evaluate_sequential(protocol: dict, samples: pd.DataFrame, ref: Reference) -
         )
     fixed = evaluate_frames({k: v for k, v in protocol.items() if k != "sequential"}, samples, ref)
     row = eprocess_row(stop, alpha, budget, batch, result.families)
-    info = [_informational(r) for r in fixed.tests]
+    info = [r if _still_deciding(r) else _informational(r) for r in fixed.tests]
+    certain = [r for r in info if r.deciding and r.status == FAIL]
+    failed = ((TEST_NAME,) if stop.crossed else ()) + tuple(r.test for r in certain)
     verdict = Verdict(
-        FAIL if stop.crossed else PASS,
+        FAIL if failed else PASS,
         alpha,
-        "sequential e-process: FAIL at the first batch where max E >= 1/alpha, PASS at the budget",
-        (TEST_NAME,) if stop.crossed else (),
+        "sequential e-process: FAIL at the first batch where max E >= 1/alpha, PASS at the "
+        "budget; an out-of-support observation or an engine error fails at any size",
+        failed,
         combine="e-process",
         family_size=1,
         statement=(
             f"false-fail rate <= {alpha:g} under continuous monitoring (anytime-valid "
             f"e-process, Ville's inequality); {stop.seeds} of {budget} seeds per group "
-            f"in batches of {batch}; fixed-N rows informational"
+            f"in batches of {batch}; fixed-N statistical rows informational"
         ),
-        reasons=((TEST_NAME, "max E >= 1/alpha"),) if stop.crossed else (),
+        reasons=(((TEST_NAME, "max E >= 1/alpha"),) if stop.crossed else ())
+        + tuple((r.test, r.reason or "deterministic check failed") for r in certain),
         schema=fixed.verdict.schema,
     )
     return Evaluation((row, *info), verdict)
@@ -139,6 +149,10 @@ def eprocess_row(stop: StoppingPoint, alpha: float, budget: int, batch: int, fam
         deciding=True,
         reason="max E >= 1/alpha" if stop.crossed else "",
     )
+
+
+def _still_deciding(row: TestRow) -> bool:
+    return row.deciding and row.test in DETERMINISTIC_ROWS
 
 
 def _informational(row: TestRow) -> TestRow:
