@@ -16,8 +16,10 @@ rejections are Bernoulli(TV_j) given the past; a fixed layout ignores only the
 dependence of the layout on earlier outcomes.
 
 Bugs (``--power-replications``): the sampler's planted bugs (a) tempered_position1,
-(b) rounds_reuse, (c) shared_requests, (d) reject_position2; the kill rate of the
-verdict and of each test.
+(b) rounds_reuse, (c) shared_requests, (d) reject_position2, (e) residual_from_p,
+(f) draft_raw_q, (g) late_round_residual, (h) shared_uniform; the kill rate of the
+verdict and of each targeted test (the mechanism bugs: the mechanism_pit tests and the
+out_of_support row, which holds the mechanism-out-of-support rule).
 
 Prints Markdown tables with 99% Clopper-Pearson intervals (scipy's binomtest):
 
@@ -168,11 +170,16 @@ def targets_of(protocol: dict) -> dict[str, list[str]]:
     for t in protocol["tests"]:
         key = t["type"] if t["type"] != "pit_independence" else f"pairs:{t['pairs']}"
         by_type.setdefault(key, []).append(t["name"])
+    mechanism = [*by_type.get("mechanism_pit", []), "out_of_support"]
     return {
         "tempered_position1": by_type.get("pit_uniformity", []),
         "rounds_reuse": by_type.get("pairs:rounds", []),
         "shared_requests": by_type.get("pairs:requests", []),
         "reject_position2": by_type.get("acceptance_all", []),
+        "residual_from_p": mechanism,
+        "draft_raw_q": mechanism,
+        "late_round_residual": mechanism,
+        "shared_uniform": mechanism,
     }
 
 
