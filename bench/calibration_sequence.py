@@ -132,12 +132,15 @@ def null_table(runs: pd.DataFrame, alpha: float, family_alpha: float) -> str:
         "| KS p of the p-values | no evidence |",
         "|---|---|---|---|---|---|",
     ]
+    deterministic = []
     for test, g in runs.groupby("test", sort=False):
         p = g["pvalue"].dropna().to_numpy()
-        if p.size == 0:
-            continue
         n = len(g)
         fails = int((g["status"] == "FAIL").sum())
+        if p.size == 0:
+            if g["deciding"].any():  # out_of_support, engine_errors, the checks
+                deterministic.append(f"{test} {fails}/{n}")
+            continue
         ks = sps.kstest(p, "uniform").pvalue
         lines.append(
             f"| {test} | {g['role'].iloc[0]} | {_ci(fails, n)} | {_ci(int((p < alpha).sum()), n)} "
@@ -146,6 +149,8 @@ def null_table(runs: pd.DataFrame, alpha: float, family_alpha: float) -> str:
     v = runs.drop_duplicates("replication")
     k = int((v["verdict"] == "FAIL").sum())
     lines.append(f"| **verdict** | family α = {family_alpha:g} | {_ci(k, len(v))} | | | |")
+    lines.append("")
+    lines.append("Deterministic deciding rows, FAIL count: " + ", ".join(deterministic))
     return "\n".join(lines)
 
 
