@@ -16,8 +16,10 @@ rejections are Bernoulli(TV_j) given the past; a fixed layout ignores only the
 dependence of the layout on earlier outcomes.
 
 Bugs (``--power-replications``): the sampler's planted bugs (a) tempered_position1,
-(b) rounds_reuse, (c) shared_requests, (d) reject_position2; the kill rate of the
-verdict and of each test.
+(b) rounds_reuse, (c) shared_requests, (d) reject_position2, (e) residual_from_p,
+(f) draft_raw_q, (g) late_round_residual, (h) shared_uniform; the kill rate of the
+verdict and of each targeted test (the mechanism bugs: the mechanism_pit tests and the
+out_of_support row, which holds the mechanism-out-of-support rule).
 
 Prints Markdown tables with 99% Clopper-Pearson intervals (scipy's binomtest):
 
@@ -130,12 +132,15 @@ def null_table(runs: pd.DataFrame, alpha: float, family_alpha: float) -> str:
         "| KS p of the p-values | no evidence |",
         "|---|---|---|---|---|---|",
     ]
+    deterministic = []
     for test, g in runs.groupby("test", sort=False):
         p = g["pvalue"].dropna().to_numpy()
-        if p.size == 0:
-            continue
         n = len(g)
         fails = int((g["status"] == "FAIL").sum())
+        if p.size == 0:
+            if g["deciding"].any():  # out_of_support, engine_errors, the checks
+                deterministic.append(f"{test} {fails}/{n}")
+            continue
         ks = sps.kstest(p, "uniform").pvalue
         lines.append(
             f"| {test} | {g['role'].iloc[0]} | {_ci(fails, n)} | {_ci(int((p < alpha).sum()), n)} "
@@ -144,6 +149,8 @@ def null_table(runs: pd.DataFrame, alpha: float, family_alpha: float) -> str:
     v = runs.drop_duplicates("replication")
     k = int((v["verdict"] == "FAIL").sum())
     lines.append(f"| **verdict** | family α = {family_alpha:g} | {_ci(k, len(v))} | | | |")
+    lines.append("")
+    lines.append("Deterministic deciding rows, FAIL count: " + ", ".join(deterministic))
     return "\n".join(lines)
 
 
@@ -168,11 +175,16 @@ def targets_of(protocol: dict) -> dict[str, list[str]]:
     for t in protocol["tests"]:
         key = t["type"] if t["type"] != "pit_independence" else f"pairs:{t['pairs']}"
         by_type.setdefault(key, []).append(t["name"])
+    mechanism = [*by_type.get("mechanism_pit", []), "out_of_support"]
     return {
         "tempered_position1": by_type.get("pit_uniformity", []),
         "rounds_reuse": by_type.get("pairs:rounds", []),
         "shared_requests": by_type.get("pairs:requests", []),
         "reject_position2": by_type.get("acceptance_all", []),
+        "residual_from_p": mechanism,
+        "draft_raw_q": mechanism,
+        "late_round_residual": mechanism,
+        "shared_uniform": mechanism,
     }
 
 

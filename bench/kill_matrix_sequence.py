@@ -33,12 +33,13 @@ import torch
 from scipy.stats import binomtest
 
 from specconform.kinds.sequence import evaluate_frames
-from specconform.kinds.sequence.raw import REQUEST_COLUMNS, TOKEN_COLUMNS
+from specconform.kinds.sequence.raw import MECH_COLUMNS, REQUEST_COLUMNS, TOKEN_COLUMNS
 from specconform.protocol.load import apply_overrides, load_protocol
 from specconform.protocol.schema import SeedPlan
 from specconform.protocol.schema_sequence import STOCHASTIC_TYPES
 from specconform.runner.sequence_laws import DRAFTED_KINDS, token_slots
 from specconform.runner.sequence_requests import build_requests, resolve_prompts
+from specconform.stats.mechanism import mechanism_columns
 
 STRIDE = 1_000_000  # seed distance between replications (groups use seed_offset < it)
 CHUNK = 256  # sequences per batched forward
@@ -64,16 +65,18 @@ def batched_logits(model, seqs: list[list[int]], loops: int) -> torch.Tensor:
 
 def law_columns(model, specs, records, depth: int | None):
     """Per token of every request (in request order): cdf_below, p_token, tv (NaN off
-    drafted positions), from batched teacher forcing. Returns three float64 arrays."""
+    drafted positions), mech_cdf_below, mech_p_token (the runner's mechanism columns:
+    specconform.stats.mechanism on the same float64 p and q), from batched teacher
+    forcing. Returns five float64 arrays."""
     from engine_under_test.sampling import batched_probabilities
 
-    out_cdf, out_p, out_tv = [], [], []
+    out_cdf, out_p, out_tv, out_mc, out_mp = [], [], [], [], []
     for lo in range(0, len(specs), CHUNK):
         sp, rec = specs[lo : lo + CHUNK], records[lo : lo + CHUNK]
         seqs = [list(s.prompt) + list(r.tokens[:-1]) for s, r in zip(sp, rec, strict=True)]
         full = batched_logits(model, seqs, model.num_loops)
         draft = batched_logits(model, seqs, depth) if depth is not None else None
-        sel_b, sel_t, x, temp, topk, topp, drafted = [], [], [], [], [], [], []
+        sel_b, sel_t, x, temp, topk, topp, drafted, corrected = [], [], [], [], [], [], [], []
         for b, (s, r) in enumerate(zip(sp, rec, strict=True)):
             n = len(r.tokens)
             start = len(s.prompt) - 1
@@ -84,6 +87,7 @@ def law_columns(model, specs, records, depth: int | None):
             topk += [s.top_k] * n
             topp += [s.top_p] * n
             drafted += [slot.kind in DRAFTED_KINDS for slot in token_slots(r)]
+            corrected += [slot.kind == "correction" for slot in token_slots(r)]
         dev = full.device
         bi = torch.as_tensor(sel_b, device=dev)
         ti = torch.as_tensor(sel_t, device=dev)
@@ -98,22 +102,35 @@ def law_columns(model, specs, records, depth: int | None):
         p_token = p.gather(-1, xt)[:, 0]
         cdf_below = p.cumsum(-1).gather(-1, xt)[:, 0] - p_token
         tv = torch.full_like(p_token, float("nan"))
+        mech_c = np.full(p_token.shape[0], np.nan)
+        mech_p = np.full(p_token.shape[0], np.nan)
         if draft is not None:
             q = batched_probabilities(draft[bi, ti], *args).double()
             q = q / q.sum(-1, keepdim=True)
             mask = torch.as_tensor(drafted, device=dev)
             tv = torch.where(mask, 0.5 * (p - q).abs().sum(-1), tv)
+            at = np.flatnonzero(drafted)
+            if at.size:
+                sel = torch.as_tensor(at, device=dev)
+                mech_c[at], mech_p[at] = mechanism_columns(
+                    p[sel].cpu().numpy(),  # [D, V] float64
+                    q[sel].cpu().numpy(),  # [D, V] float64
+                    np.asarray(x)[at],
+                    np.asarray(corrected)[at],
+                )
         out_cdf.append(cdf_below.clamp_min(0.0).cpu().numpy())
         out_p.append(p_token.cpu().numpy())
         out_tv.append(tv.cpu().numpy())
-    return np.concatenate(out_cdf), np.concatenate(out_p), np.concatenate(out_tv)
+        out_mc.append(mech_c)
+        out_mp.append(mech_p)
+    return tuple(np.concatenate(a) for a in (out_cdf, out_p, out_tv, out_mc, out_mp))
 
 
 def frames(protocol, group, specs, records, laws, offsets, n: int, rep: int):
     """requests.csv and tokens.csv frames of replication `rep` of one group (its
     requests are specs[rep * n:(rep + 1) * n]; offsets[j] is request j's first token
     row in the law arrays)."""
-    cdf, p_tok, tv = laws
+    cdf, p_tok, tv, mech_c, mech_p = laws
     req_rows, tok_rows = [], []
     for i in range(n):
         j = rep * n + i
@@ -128,10 +145,11 @@ def frames(protocol, group, specs, records, laws, offsets, n: int, rep: int):
             tok_rows.append(
                 (group.name, i, t, int(x), slot.round, slot.position, slot.kind)
                 + (slot.drafted, cdf[k + t], p_tok[k + t], tv[k + t])
+                + (mech_c[k + t], mech_p[k + t])
             )
     return (
         pd.DataFrame(req_rows, columns=list(REQUEST_COLUMNS)),
-        pd.DataFrame(tok_rows, columns=list(TOKEN_COLUMNS)),
+        pd.DataFrame(tok_rows, columns=list(TOKEN_COLUMNS + MECH_COLUMNS)),
     )
 
 

@@ -11,7 +11,10 @@ Test types:
 - stochastic (a p-value, exact or asymptotic, size stated in docs/calibration.md):
   ``pit_uniformity`` (U_t ~ Uniform(0, 1) per stratum of what is known before the token
   is drawn), ``pit_independence`` (pairs of U's: ``pairs: lag1 | rounds | requests``),
-  ``acceptance_all`` (rejections at every drafted position against sum TV(p_j, q_j));
+  ``acceptance_all`` (rejections at every drafted position against sum TV(p_j, q_j)),
+  ``mechanism_pit`` (the PIT of each correction under (p_j - q_j)+ / TV and of each
+  accepted draft under min(p_j, q_j) / (1 - TV), per law, draft position and round
+  band: ``law: correction | accepted | both``);
 - deterministic (no sample size; a correct engine never breaks them): ``oracle`` (the
   reference law against the independent numpy oracle of the sampling semantics),
   ``teacher_forcing`` (batched teacher-forced laws against the incremental serial
@@ -93,9 +96,14 @@ class SequenceGroup(Strict):
         return self
 
 
-StochasticType = Literal["pit_uniformity", "pit_independence", "acceptance_all"]
+StochasticType = Literal["pit_uniformity", "pit_independence", "acceptance_all", "mechanism_pit"]
 DeterministicType = Literal["oracle", "teacher_forcing", "trace", "isolation", "greedy_equality"]
-STOCHASTIC_TYPES: tuple[str, ...] = ("pit_uniformity", "pit_independence", "acceptance_all")
+STOCHASTIC_TYPES: tuple[str, ...] = (
+    "pit_uniformity",
+    "pit_independence",
+    "acceptance_all",
+    "mechanism_pit",
+)
 DETERMINISTIC_TYPES: tuple[str, ...] = (
     "oracle",
     "teacher_forcing",
@@ -115,6 +123,11 @@ class SequenceTest(Strict):
     # rounds: the same draft position in consecutive rounds of one request; requests:
     # the same step of requests i and i+1 of one group).
     pairs: Literal["lag1", "rounds", "requests"] | None = None
+    # mechanism_pit: which conditional law(s) (None: both); its own strata sizes (None:
+    # the protocol's strata.bins / strata.min_samples; round bands always the protocol's).
+    law: Literal["correction", "accepted", "both"] | None = None
+    bins: Annotated[int, Field(ge=2, le=100)] | None = None
+    min_samples: Annotated[int, Field(ge=1)] | None = None
     # greedy_equality: the greedy nospec group the speculative groups are compared with.
     against: Name | None = None
     # Deterministic checks: max |Δp| allowed (oracle, teacher_forcing, trace).
@@ -184,7 +197,13 @@ class SequenceProtocol(Strict):
                     raise ValueError(f"test {test.name!r}: against must name a nospec group")
             elif test.against is not None:
                 raise ValueError(f"test {test.name!r}: against applies to greedy_equality only")
-            if test.type in ("acceptance_all", "trace"):
+            if test.type != "mechanism_pit" and (
+                test.law is not None or test.bins is not None or test.min_samples is not None
+            ):
+                raise ValueError(
+                    f"test {test.name!r}: law, bins and min_samples apply to mechanism_pit only"
+                )
+            if test.type in ("acceptance_all", "trace", "mechanism_pit"):
                 for g in test.groups:
                     if by_name[g].mode == "nospec":
                         raise ValueError(

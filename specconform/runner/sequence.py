@@ -23,6 +23,7 @@ from specconform.adapters.sequence import SequenceRecord
 from specconform.errors import UsageError
 from specconform.kinds.sequence.raw import (
     CHECKS,
+    MECH_COLUMNS,
     REQUEST_COLUMNS,
     REQUESTS,
     TOKEN_COLUMNS,
@@ -304,7 +305,7 @@ def _requests_csv(protocol, specs, records) -> bytes:
 
 
 def _tokens_csv(rows: list[tuple]) -> bytes:
-    frame = pd.DataFrame(rows, columns=list(TOKEN_COLUMNS))
+    frame = pd.DataFrame(rows, columns=list(TOKEN_COLUMNS + MECH_COLUMNS))
     frame = frame.sort_values(["group", "request", "step"], kind="stable")
     return _csv(frame)
 

@@ -5,7 +5,10 @@ One request at a time (the laws of one request are [T, V]; V is 49,152 on the GP
 preset, so all requests' laws at once would not fit): for token x_t at prefix
 prompt + tokens[:t], ``cdf_below`` = sum of p_t(v) over v < x_t and ``p_token`` =
 p_t(x_t), both in float64, and ``tv`` = TV(p_t, q_t) at drafted positions (events
-accepted or correction), q at the group's draft depth.
+accepted or correction), q at the group's draft depth; there too ``mech_cdf_below`` and
+``mech_p_token``, the token's F(x - 1) and f(x) under its conditional law given the
+accept decision (specconform/stats/mechanism.py: (p - q)+ / TV for a correction,
+min(p, q) / (1 - TV) for an accepted draft).
 
 Laws come from teacher forcing (`sequence_laws`: one forward for every prefix) when the
 run trusts it -- its ``teacher_forcing`` test compared a pre-registered sample of
@@ -22,6 +25,7 @@ import numpy as np
 
 from specconform.adapters.sequence import RequestSpec, SequenceRecord
 from specconform.kinds.sequence.raw import NO_EVENTS
+from specconform.stats.mechanism import mechanism_columns
 
 DRAFTED_KINDS = ("accepted", "correction")  # tokens that sat at a drafted position
 
@@ -94,8 +98,11 @@ def normalized(law: np.ndarray) -> np.ndarray:
 
 
 def token_rows(group: str, request: int, record: SequenceRecord, laws: RequestLaws) -> list[tuple]:
-    """The tokens.csv rows of one request (columns of raw.TOKEN_COLUMNS)."""
+    """The tokens.csv rows of one request (columns of raw.TOKEN_COLUMNS, then
+    raw.MECH_COLUMNS). The mechanism columns of all drafted tokens come from one
+    vectorized call (a call per token would cost more than the rest of the row)."""
     rows = []
+    mech_at, mech_p, mech_q, mech_x, mech_fix = [], [], [], [], []
     for t, (x, slot) in enumerate(zip(record.tokens, token_slots(record), strict=True)):
         p = normalized(laws.p[t])
         cdf_below = float(np.sum(p[:x]))
@@ -104,12 +111,23 @@ def token_rows(group: str, request: int, record: SequenceRecord, laws: RequestLa
         if slot.kind in DRAFTED_KINDS:
             q = laws.q_at(t)
             if q is not None:
-                tv = 0.5 * float(np.abs(p - normalized(q)).sum())
+                q = normalized(q)
+                tv = 0.5 * float(np.abs(p - q).sum())
+                mech_at.append(t)
+                mech_p.append(p)
+                mech_q.append(q)
+                mech_x.append(int(x))
+                mech_fix.append(slot.kind == "correction")
         rows.append(
             (group, request, t, int(x), slot.round, slot.position, slot.kind, slot.drafted)
             + (cdf_below, p_token, tv)
         )
-    return rows
+    mech = [(float("nan"), float("nan"))] * len(rows)
+    if mech_at:
+        c, f = mechanism_columns(np.stack(mech_p), np.stack(mech_q), mech_x, mech_fix)
+        for i, t in enumerate(mech_at):
+            mech[t] = (float(c[i]), float(f[i]))
+    return [row + m for row, m in zip(rows, mech, strict=True)]
 
 
 def drafted_steps(record: SequenceRecord) -> list[int]:

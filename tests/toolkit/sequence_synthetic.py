@@ -16,7 +16,19 @@ Planted bugs (``mutant``), each a real bug class:
   at the wrong temperature at one position);
 - ``rounds_reuse``: each request reuses the same uniforms in every round;
 - ``shared_requests``: requests 2i and 2i + 1 share their uniforms in every round;
-- ``reject_position2``: the draft at position 2 is rejected with probability TV + 0.05.
+- ``reject_position2``: the draft at position 2 is rejected with probability TV + 0.05;
+- ``residual_from_p``: the correction is drawn from p instead of (p - q)+ (the engine's
+  kernel mutant of that name);
+- ``draft_raw_q``: drafts come from q (the request's parameters on the draft logits)
+  but the accept rule and the residual use the raw draft law (temperature 1, no
+  top-k/top-p), as the engine mutant of that name;
+- ``late_round_residual``: from a request's third round (round index 2) on, the
+  correction is drawn from p (the engine mutant of that name);
+- ``shared_uniform``: the correction reuses the accept coin that rejected the draft
+  (the kernel mutant of that name): its support stays the residual's, its law does not.
+
+Every frame has the mechanism columns (specconform/stats/mechanism.py) from the
+reported p and q at drafted positions.
 
 Vectorized over the requests of a group (a Python loop over rounds and positions only).
 """
@@ -28,9 +40,19 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from specconform.kinds.sequence.raw import REQUEST_COLUMNS, TOKEN_COLUMNS
+from specconform.kinds.sequence.raw import MECH_COLUMNS, REQUEST_COLUMNS, TOKEN_COLUMNS
+from specconform.stats.mechanism import mechanism_columns
 
-MUTANTS = ("tempered_position1", "rounds_reuse", "shared_requests", "reject_position2")
+MUTANTS = (
+    "tempered_position1",
+    "rounds_reuse",
+    "shared_requests",
+    "reject_position2",
+    "residual_from_p",
+    "draft_raw_q",
+    "late_round_residual",
+    "shared_uniform",
+)
 VOCAB = 32
 EXTRA_REJECTION = 0.05
 BUG_TEMPERATURE = 0.7
@@ -98,9 +120,14 @@ class _Recorder:
     def __init__(self):
         self.parts: list[dict[str, np.ndarray]] = []
 
-    def add(self, req, step, token, rnd, pos, kind, drafted, p_rows, tv):
+    def add(self, req, step, token, rnd, pos, kind, drafted, p_rows, tv, q_rows=None):
         cdf = np.cumsum(p_rows, axis=1)
         p_tok = p_rows[np.arange(token.size), token]
+        if q_rows is None:  # not a drafted position: no mechanism law
+            mech_cdf = mech_p = np.full(token.size, np.nan)
+        else:
+            corrected = np.full(token.size, kind == "correction")
+            mech_cdf, mech_p = mechanism_columns(p_rows, q_rows, token, corrected)
         self.parts.append(
             {
                 "request": req,
@@ -113,6 +140,8 @@ class _Recorder:
                 "cdf_below": cdf[np.arange(token.size), token] - p_tok,
                 "p_token": p_tok,
                 "tv": tv,
+                "mech_cdf_below": mech_cdf,
+                "mech_p_token": mech_p,
             }
         )
 
@@ -155,6 +184,10 @@ def simulate_group(
     d = group.get("draft_loops")
     p_tab = np.stack([law(world.target, *c) for c in configs])  # [C, V, V]
     q_tab = None if d is None else np.stack([law(world.draft[d], *c) for c in configs])
+    # draft_raw_q: the accept rule's q is the raw draft law, whatever the parameters.
+    q_acc_tab = q_tab
+    if mutant == "draft_raw_q" and d is not None:
+        q_acc_tab = np.stack([law(world.draft[d], 1.0, 0, 1.0) for _ in configs])
     p_eng1 = np.stack([_tempered(p) for p in p_tab]) if mutant == "tempered_position1" else p_tab
     rec = _Recorder()
     # Prefill: the first token is a plain target sample.
@@ -209,14 +242,20 @@ def simulate_group(
             xd = _inverse_cdf(q, u[at, 2 * j])
             rows = np.arange(at.size)
             tv = 0.5 * np.abs(p - q).sum(axis=1)
-            accept = u[at, 2 * j + 1] * q[rows, xd] < p_eng[rows, xd]
+            q_acc = q_acc_tab[cc, ss]
+            accept = u[at, 2 * j + 1] * q_acc[rows, xd] < p_eng[rows, xd]
             if mutant == "reject_position2" and j == 2:
                 extra = EXTRA_REJECTION / np.maximum(1.0 - tv, EXTRA_REJECTION)
                 accept &= u[at, 2 * k + 1] >= extra
-            resid = np.maximum(p_eng - q, 0.0)
+            resid = np.maximum(p_eng - q_acc, 0.0)
             mass = resid.sum(axis=1, keepdims=True)
             resid = np.where(mass > 0, resid / np.where(mass > 0, mass, 1.0), p_eng)
-            xc = _inverse_cdf(resid, u[at, 2 * k])
+            if mutant == "residual_from_p":
+                resid = p_eng
+            elif mutant == "late_round_residual":
+                resid = np.where((rounds[live[at]] >= 2)[:, None], p_eng, resid)
+            coin = u[at, 2 * j + 1] if mutant == "shared_uniform" else u[at, 2 * k]
+            xc = _inverse_cdf(resid, coin)
             token = np.where(accept, xd, xc)
             who = live[at]
             for flag, kind in ((accept, "accepted"), (~accept, "correction")):
@@ -231,6 +270,7 @@ def simulate_group(
                     budget[at][sel],
                     p[sel],
                     tv[sel],
+                    q[sel],
                 )
             steps[who] += 1
             s[at] = token
@@ -273,7 +313,7 @@ def simulate_group(
             "finish_reason": "length",
         }
     )
-    return requests[list(REQUEST_COLUMNS)], tokens[list(TOKEN_COLUMNS)]
+    return requests[list(REQUEST_COLUMNS)], tokens[list(TOKEN_COLUMNS + MECH_COLUMNS)]
 
 
 def _share_pairs(live: np.ndarray, u: np.ndarray) -> np.ndarray:

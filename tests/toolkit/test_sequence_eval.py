@@ -191,6 +191,7 @@ def test_an_engine_without_events_has_one_stratum(protocol, clean):
     tokens = tokens.copy()
     tokens["kind"], tokens["round"], tokens["position"], tokens["drafted"] = "unknown", -2, -2, -1
     tokens["tv"] = np.nan
+    tokens["mech_cdf_below"] = tokens["mech_p_token"] = np.nan  # no drafted position
     rows = _rows(evaluate_frames(protocol, requests, tokens, checks))
     assert [s["slot"] for s in rows["pit_async"].detail["strata"]] == ["all"]
     assert rows["pit_async"].status == PASS

@@ -22,7 +22,14 @@ import yaml
 
 from specconform.adapters.sequence import RequestSpec, RoundTrace, SequenceRecord
 from specconform.errors import UsageError
-from specconform.kinds.sequence.raw import CHECKS, REQUEST_COLUMNS, REQUESTS, TOKEN_COLUMNS, TOKENS
+from specconform.kinds.sequence.raw import (
+    CHECKS,
+    MECH_COLUMNS,
+    REQUEST_COLUMNS,
+    REQUESTS,
+    TOKEN_COLUMNS,
+    TOKENS,
+)
 from specconform.progress import silent
 from specconform.protocol.load import load_protocol
 from specconform.runner import sequence as runner
@@ -129,7 +136,8 @@ def test_raw_files_follow_the_contract(small_run):
     assert sorted(raw) == sorted([REQUESTS, TOKENS, CHECKS])
     req = pd.read_csv(io.BytesIO(raw[REQUESTS]), keep_default_na=False)
     tok = pd.read_csv(io.BytesIO(raw[TOKENS]))
-    assert tuple(req.columns) == REQUEST_COLUMNS and tuple(tok.columns) == TOKEN_COLUMNS
+    assert tuple(req.columns) == REQUEST_COLUMNS
+    assert tuple(tok.columns) == TOKEN_COLUMNS + MECH_COLUMNS
     # Sorted by (group, request[, step]); one token row per committed token.
     assert list(req["group"]) == sorted(req["group"])
     assert tok.equals(tok.sort_values(["group", "request", "step"], kind="stable"))
@@ -142,6 +150,13 @@ def test_raw_files_follow_the_contract(small_run):
     assert ((tok["p_token"] > 0) & (tok["cdf_below"] + tok["p_token"] <= 1 + 1e-6)).all()
     drafted = tok["kind"].isin(["accepted", "correction"])
     assert tok.loc[drafted, "tv"].between(0, 1).all() and tok.loc[~drafted, "tv"].isna().all()
+    # Mechanism columns: only at drafted positions; there a clean engine's token has
+    # positive conditional mass (a boundary case, both empty, is possible but has
+    # probability ~1e-4 per token: none at these seeds).
+    assert tok.loc[~drafted, list(MECH_COLUMNS)].isna().all().all()
+    mech = tok.loc[drafted]
+    assert (mech["mech_p_token"] > 0).all()
+    assert (mech["mech_cdf_below"] + mech["mech_p_token"] <= 1 + 1e-9).all()
     assert set(tok.loc[tok["group"] == "nospec_greedy", "kind"]) == {"target"}
     # Greedy rows: the committed token is the argmax, p_token 1.
     greedy = tok.merge(req[req["temperature"] == 0][["group", "request"]])

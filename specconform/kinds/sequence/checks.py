@@ -87,25 +87,36 @@ def check_row(ctx: Context, spec: dict, checks: dict) -> TestRow:
 
 
 def support_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
-    """Tokens of reference probability 0 (random or greedy requests): one in a group a
-    deciding test reads is fatal."""
+    """Tokens of reference probability 0 (random or greedy requests), and, when the
+    archive has the mechanism columns, drafted tokens of conditional probability 0 given
+    the accept decision (specconform/stats/mechanism.py: beyond its rounding tolerance):
+    one in a group a deciding test reads is fatal."""
     tok = ctx.tokens
-    bad = ~tok.in_support
-    per = {g: int((bad & (tok.group == i)).sum()) for i, g in enumerate(tok.groups)}
-    first = {}
-    for g in sorted(deciding_groups):
-        hits = np.flatnonzero(bad & (tok.group == tok.groups.index(g)))
-        if hits.size:
-            i = int(hits[0])
-            first[g] = {"request": int(tok.request[i]), "step": int(tok.step[i])}
+    marginal = ~tok.in_support
+    mech = tok.mech_p == 0  # NaN (empty, boundary, old archive) compares False
+    per, first = _offenders(tok, marginal, deciding_groups)
     total = sum(per[g] for g in deciding_groups if g in per)
-    ok = total == 0
     detail = {
         "per_group": per,
         "deciding_groups": sorted(deciding_groups),
         "first": first,
         "rule": "any committed token with reference probability 0 in a deciding group fails",
     }
+    reason = "out of support" if total else ""
+    if tok.has_mech:
+        mech_per, mech_first = _offenders(tok, mech & ~marginal, deciding_groups)
+        mech_total = sum(mech_per[g] for g in deciding_groups if g in mech_per)
+        detail["mechanism_per_group"] = mech_per
+        detail["mechanism_first"] = mech_first
+        detail["mechanism_rule"] = (
+            "and any drafted token of probability 0 under its conditional law given the "
+            "accept decision (a correction where q - p > 1e-4 q, an accepted draft where "
+            "min(p, q) = 0)"
+        )
+        if mech_total and not total:
+            reason = "mechanism out of support"
+        total += mech_total
+    ok = total == 0
     return TestRow(
         "out_of_support",
         "primary",
@@ -118,8 +129,20 @@ def support_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
         detail,
         status=PASS if ok else FAIL,
         pvalue_method="none (deterministic: impossible under the null)",
-        reason="" if ok else "out of support",
+        reason=reason,
     )
+
+
+def _offenders(tok, bad: np.ndarray, deciding_groups: set[str]) -> tuple[dict, dict]:
+    """Offending tokens per group, and the first offender of each deciding group."""
+    per = {g: int((bad & (tok.group == i)).sum()) for i, g in enumerate(tok.groups)}
+    first = {}
+    for g in sorted(deciding_groups):
+        hits = np.flatnonzero(bad & (tok.group == tok.groups.index(g)))
+        if hits.size:
+            i = int(hits[0])
+            first[g] = {"request": int(tok.request[i]), "step": int(tok.step[i])}
+    return per, first
 
 
 def engine_errors_row(ctx: Context, deciding_groups: set[str]) -> TestRow:

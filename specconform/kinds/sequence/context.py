@@ -19,6 +19,7 @@ STOCHASTIC_APPLIES = {  # group modes each stochastic type reads when it names n
     "pit_uniformity": ("nospec", "sync", "async"),
     "pit_independence": ("nospec", "sync", "async"),
     "acceptance_all": ("sync", "async"),
+    "mechanism_pit": ("sync", "async"),
 }
 
 
@@ -61,14 +62,29 @@ class Context:
         codes = [self.tokens.groups.index(g) for g in names]
         return np.isin(self.tokens.group, codes)
 
-    def row(self, spec: dict, statistic, df, pvalue, n: int, detail: dict, method: str) -> TestRow:
+    def row(
+        self,
+        spec: dict,
+        statistic,
+        df,
+        pvalue,
+        n: int,
+        detail: dict,
+        method: str,
+        why_none: str | None = None,
+    ) -> TestRow:
         """A stochastic row at the per-test level; :func:`family_verdict` re-decides
-        deciding rows. NaN/None p-value or n 0: no evidence (never a pass)."""
+        deciding rows. NaN/None p-value or n 0: no evidence (never a pass); ``why_none``,
+        when given, says why in the reason."""
         role = spec["role"]
         evidence = n > 0 and pvalue is not None and bool(np.isfinite(pvalue))
         if not evidence:
-            status, passed, reason = NO_EVIDENCE, False, "no evidence"
-            detail = {**detail, "no_evidence": "nothing testable: no stratum, pair row or cell"}
+            status, passed = NO_EVIDENCE, False
+            reason = "no evidence" if why_none is None else f"no evidence: {why_none}"
+            detail = {
+                **detail,
+                "no_evidence": why_none or "nothing testable: no stratum, pair row or cell",
+            }
         elif role == "exploratory":
             status, passed, reason = INFO, None, ""
         else:

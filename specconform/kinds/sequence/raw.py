@@ -32,6 +32,18 @@ prompt + tokens[:step]:
     p_token         float p_t(x_t) (float64); 0 is an out-of-support token
     tv              float TV(p_t, q_t) when the token sits at a drafted position
                           (kind accepted or correction) and q is available; empty else
+    mech_cdf_below  float F(x_t - 1) under the token's conditional law given the accept
+                          decision (float64): r = (p_t - q_t)+ / TV for a correction,
+                          a = min(p_t, q_t) / (1 - TV) for an accepted draft
+                          (specconform/stats/mechanism.py); empty where tv is empty,
+                          off drafted positions, and at a *boundary* correction (r(x_t)
+                          = 0 only within rounding: 0 <= q - p <= 1e-4 q at x_t)
+    mech_p_token    float f(x_t) under that law (float64); 0 is a mechanism-out-of-
+                          support token (fatal); empty as mech_cdf_below
+
+The two mech_* columns are optional for the evaluator: archives written before they
+existed verify unchanged (their protocols have no mechanism_pit test; a mechanism_pit
+test run on such an archive reads NO_EVIDENCE "archive predates the column").
 
 ``raw/sequence/checks.json`` -- the deterministic checks, one entry per check type that
 the protocol's tests use (``oracle``, ``teacher_forcing``, ``trace``, ``isolation``,
@@ -44,7 +56,11 @@ the protocol's tests use (``oracle``, ``teacher_forcing``, ``trace``, ``isolatio
 
 The randomisation V_t of the PIT is not raw data: the evaluator draws it from
 ``numpy.random.default_rng(protocol["pit_seed"]).random(len(tokens))`` in the file's
-row order, so the U_t = cdf_below + V_t * p_token are reproducible by ``verify``.
+row order, so the U_t = cdf_below + V_t * p_token are reproducible by ``verify``. The
+mechanism PIT draws its own W_t from a second stream,
+``numpy.random.default_rng([protocol["pit_seed"], MECH_STREAM]).random(len(tokens))``
+(MECH_STREAM below), and forms M_t = mech_cdf_below + W_t * mech_p_token: the V_t
+stream, and so every marginal verdict, is unchanged by the new columns.
 """
 
 from __future__ import annotations
@@ -79,5 +95,8 @@ TOKEN_COLUMNS: tuple[str, ...] = (
     "p_token",
     "tv",
 )
+# Optional columns (written by runners since the mechanism PIT; absent in older archives).
+MECH_COLUMNS: tuple[str, ...] = ("mech_cdf_below", "mech_p_token")
+MECH_STREAM = 0x6D656368  # "mech": the second SeedSequence word of the W_t stream
 TOKEN_KINDS: tuple[str, ...] = ("accepted", "correction", "bonus", "target", "unknown")
 NO_EVENTS = -2  # round/position of a token whose engine gives no events

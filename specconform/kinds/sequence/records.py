@@ -16,7 +16,7 @@ import numpy as np
 
 from specconform.stats.pit import randomized_pit
 
-from .raw import REQUEST_COLUMNS, TOKEN_COLUMNS, TOKEN_KINDS
+from .raw import MECH_COLUMNS, MECH_STREAM, REQUEST_COLUMNS, TOKEN_COLUMNS, TOKEN_KINDS
 
 KIND_CODES = {k: i for i, k in enumerate(TOKEN_KINDS)}
 ACCEPTED, CORRECTION, BONUS, TARGET, UNKNOWN = (KIND_CODES[k] for k in TOKEN_KINDS)
@@ -50,6 +50,11 @@ class Tokens:
     tv: np.ndarray  # float64, NaN where empty
     u: np.ndarray  # float64, the randomized PIT (meaningless where p_token == 0)
     greedy: np.ndarray  # bool: the token's request is greedy
+    # The mechanism columns (NaN where empty, everywhere when the archive lacks them)
+    # and the mechanism PIT M_t under the conditional law given the accept decision.
+    has_mech: bool  # tokens.csv has the mech_* columns
+    mech_p: np.ndarray  # float64 f(x_t) under r or a; 0: mechanism out of support
+    mech_u: np.ndarray  # float64 M_t (meaningless where mech_p is 0 or NaN)
 
     @property
     def in_support(self) -> np.ndarray:
@@ -93,7 +98,10 @@ def read_frames(protocol: dict, requests_df, tokens_df) -> tuple[Requests, Token
         )
     if np.any(np.isfinite(tv) & ((tv < 0) | (tv > 1 + PROB_SLACK))):
         raise ValueError("tokens.csv: a tv lies outside [0, 1]")
-    v = np.random.default_rng(int(protocol.get("pit_seed", 0))).random(p.size)
+    seed = int(protocol.get("pit_seed", 0))
+    v = np.random.default_rng(seed).random(p.size)
+    has_mech, mech_cdf, mech_p = _mech_columns(tokens_df, kind)
+    w = np.random.default_rng([seed, MECH_STREAM]).random(p.size)
     tokens = Tokens(
         groups=groups,
         group=g,
@@ -107,8 +115,38 @@ def read_frames(protocol: dict, requests_df, tokens_df) -> tuple[Requests, Token
         tv=tv,
         u=randomized_pit(cdf, p, v),
         greedy=requests.greedy[at],
+        has_mech=has_mech,
+        mech_p=mech_p,
+        mech_u=randomized_pit(np.nan_to_num(mech_cdf), np.nan_to_num(mech_p), w),
     )
     return requests, tokens
+
+
+def _mech_columns(frame, kind: np.ndarray) -> tuple[bool, np.ndarray, np.ndarray]:
+    """(present, mech_cdf_below, mech_p_token) as float64 [N], NaN where empty. Both
+    columns or neither; a value only at a drafted token; both empty or both set;
+    probabilities with cdf + p <= 1."""
+    present = [c for c in MECH_COLUMNS if c in frame.columns]
+    n = int(kind.size)
+    if not present:
+        return False, np.full(n, np.nan), np.full(n, np.nan)
+    if len(present) != len(MECH_COLUMNS):
+        raise ValueError(f"tokens.csv: has {present} without the rest of {list(MECH_COLUMNS)}")
+    cdf = frame["mech_cdf_below"].to_numpy(dtype=np.float64)
+    p = frame["mech_p_token"].to_numpy(dtype=np.float64)
+    set_c, set_p = ~np.isnan(cdf), ~np.isnan(p)
+    drafted = (kind == ACCEPTED) | (kind == CORRECTION)
+    bad = (set_c != set_p) | (set_p & ~drafted)
+    with np.errstate(invalid="ignore"):
+        bad |= set_p & (~np.isfinite(cdf) | ~np.isfinite(p) | (cdf < 0) | (p < 0))
+        bad |= set_p & (cdf + p > 1 + PROB_SLACK)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"tokens.csv row {i}: mech_cdf_below {cdf[i]!r} and mech_p_token {p[i]!r} are "
+            "not both empty, or not probabilities with sum <= 1 at a drafted token"
+        )
+    return True, cdf, p
 
 
 def _requests(protocol: dict, frame, index: dict[str, int]) -> Requests:

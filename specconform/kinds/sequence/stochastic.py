@@ -1,5 +1,6 @@
 """The stochastic tests of a sequence protocol: PIT uniformity per stratum, PIT
-independence of pairs, acceptance at every drafted position (docs/sequence.md).
+independence of pairs, acceptance at every drafted position, and the mechanism PIT
+(:mod:`.mechanism`) (docs/sequence.md).
 
 Only *random* tokens enter the U statistics: tokens of non-greedy requests with
 p_token > 0. A greedy request's reference law is one-hot, so its U is just V -- no
@@ -17,6 +18,7 @@ from specconform.stats import sum_chi2
 from specconform.stats.pit import acceptance_counts, pair_independence, uniformity
 
 from .context import MIN_EXPECTED, PAIR_GRID, Context
+from .mechanism import mechanism_pit
 from .records import ACCEPTED, CORRECTION
 from .strata import lag1_pairs, request_pairs, round_pairs, uniformity_strata
 
@@ -177,4 +179,5 @@ TESTS = {
     "pit_uniformity": pit_uniformity,
     "pit_independence": pit_independence,
     "acceptance_all": acceptance_all,
+    "mechanism_pit": mechanism_pit,
 }
