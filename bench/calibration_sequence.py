@@ -175,7 +175,11 @@ def targets_of(protocol: dict) -> dict[str, list[str]]:
     for t in protocol["tests"]:
         key = t["type"] if t["type"] != "pit_independence" else f"pairs:{t['pairs']}"
         by_type.setdefault(key, []).append(t["name"])
-    mechanism = [*by_type.get("mechanism_pit", []), "out_of_support"]
+    mechanism = [
+        *by_type.get("mechanism_pit", []),
+        *by_type.get("mechanism_mean", []),
+        "out_of_support",
+    ]
     return {
         "tempered_position1": by_type.get("pit_uniformity", []),
         "rounds_reuse": by_type.get("pairs:rounds", []),

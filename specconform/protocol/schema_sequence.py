@@ -96,13 +96,16 @@ class SequenceGroup(Strict):
         return self
 
 
-StochasticType = Literal["pit_uniformity", "pit_independence", "acceptance_all", "mechanism_pit"]
+StochasticType = Literal[
+    "pit_uniformity", "pit_independence", "acceptance_all", "mechanism_pit", "mechanism_mean"
+]
 DeterministicType = Literal["oracle", "teacher_forcing", "trace", "isolation", "greedy_equality"]
 STOCHASTIC_TYPES: tuple[str, ...] = (
     "pit_uniformity",
     "pit_independence",
     "acceptance_all",
     "mechanism_pit",
+    "mechanism_mean",
 )
 DETERMINISTIC_TYPES: tuple[str, ...] = (
     "oracle",
@@ -125,6 +128,7 @@ class SequenceTest(Strict):
     pairs: Literal["lag1", "rounds", "requests"] | None = None
     # mechanism_pit: which conditional law(s) (None: both); its own strata sizes (None:
     # the protocol's strata.bins / strata.min_samples; round bands always the protocol's).
+    # mechanism_mean: law (None: correction) and min_samples per group (no bins).
     law: Literal["correction", "accepted", "both"] | None = None
     bins: Annotated[int, Field(ge=2, le=100)] | None = None
     min_samples: Annotated[int, Field(ge=1)] | None = None
@@ -197,13 +201,17 @@ class SequenceProtocol(Strict):
                     raise ValueError(f"test {test.name!r}: against must name a nospec group")
             elif test.against is not None:
                 raise ValueError(f"test {test.name!r}: against applies to greedy_equality only")
-            if test.type != "mechanism_pit" and (
+            mechanism = ("mechanism_pit", "mechanism_mean")
+            if test.type not in mechanism and (
                 test.law is not None or test.bins is not None or test.min_samples is not None
             ):
                 raise ValueError(
-                    f"test {test.name!r}: law, bins and min_samples apply to mechanism_pit only"
+                    f"test {test.name!r}: law, bins and min_samples apply to "
+                    "mechanism_pit and mechanism_mean only"
                 )
-            if test.type in ("acceptance_all", "trace", "mechanism_pit"):
+            if test.type == "mechanism_mean" and test.bins is not None:
+                raise ValueError(f"test {test.name!r}: mechanism_mean has no bins")
+            if test.type in ("acceptance_all", "trace", *mechanism):
                 for g in test.groups:
                     if by_name[g].mode == "nospec":
                         raise ValueError(

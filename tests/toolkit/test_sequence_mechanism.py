@@ -53,7 +53,10 @@ def test_clean_run_passes_the_mechanism_tests(protocol, clean):
     ev = evaluate_frames(protocol, *clean)
     rows = _rows(ev)
     assert ev.verdict.verdict == "PASS", ev.verdict.reasons
-    assert ev.verdict.family_size == 9
+    assert ev.verdict.family_size == 10
+    mean = rows["mechanism_mean"]
+    assert mean.status == PASS and mean.deciding and mean.df == 2
+    assert all(g["tested"] and g["law"] == "correction" for g in mean.detail["per_group"])
     for name in MECHANISM:
         row = rows[name]
         assert row.status == PASS and row.deciding and row.df > 0
@@ -104,12 +107,33 @@ def test_a_reused_coin_is_killed_by_the_mechanism_chi2(protocol):
     assert {s["law"] for s in rows["mech_corr"].detail["strata"]} == {"correction"}
 
 
+def test_a_reused_coin_shifts_the_corrections_mean_pit_up(protocol):
+    # mechanism_mean is the 1-df test for this bug: a rejection leaves the reused coin
+    # in [p/q, 1), so the correction lands high in its CDF (z > 0 in every group). Its
+    # power at this layout is 1.00 over 200 replications (docs/calibration.md), against
+    # a size of 0.01 per row; the seed is fixed.
+    rows = _rows(evaluate_frames(protocol, *simulate(protocol, 1, "shared_uniform")))
+    mean = rows["mechanism_mean"]
+    assert mean.status == FAIL and mean.pvalue < 1e-6
+    assert all(g["z"] > 3 for g in mean.detail["per_group"])
+    # The accepted drafts keep their law: the same statistic on them is a null test.
+    proto = _with_test(protocol, type="mechanism_mean", law="accepted")
+    extra = _rows(evaluate_frames(proto, *simulate(protocol, 1, "shared_uniform")))
+    assert extra["mech_extra"].status == PASS
+
+
+def test_mechanism_mean_without_enough_corrections_is_no_evidence(protocol, clean):
+    proto = _with_test(protocol, type="mechanism_mean", min_samples=10**6)
+    row = _rows(evaluate_frames(proto, *clean))["mech_extra"]
+    assert row.status == NO_EVIDENCE and "no group has 1000000" in row.reason
+
+
 def test_an_archive_without_the_columns_reads_no_evidence(protocol, clean):
     requests, tokens, checks = clean
     old = tokens.drop(columns=list(MECH_COLUMNS))
     ev = evaluate_frames(protocol, requests, old, checks)
     rows = _rows(ev)
-    for name in MECHANISM:
+    for name in (*MECHANISM, "mechanism_mean"):
         assert rows[name].status == NO_EVIDENCE and rows[name].passed is False
         assert rows[name].reason == f"no evidence: {PREDATES}"
     assert ev.verdict.verdict == "FAIL"  # a deciding row without evidence fails
@@ -189,8 +213,10 @@ def test_mechanism_columns_that_do_not_fit_are_refused(protocol, clean, edit, me
 def test_the_schema_places_the_mechanism_fields():
     data = load_protocol(ROOT / "protocols" / "ci_sequence.yaml").data
     bad_law = _with_test(data, type="acceptance_all", law="correction")
-    with pytest.raises(ValueError, match="mechanism_pit only"):
+    with pytest.raises(ValueError, match="mechanism_pit and mechanism_mean only"):
         SequenceProtocol.model_validate(bad_law)
+    with pytest.raises(ValueError, match="mechanism_mean has no bins"):
+        SequenceProtocol.model_validate(_with_test(data, type="mechanism_mean", bins=5))
     nospec = _with_test(data, groups=["nospec_greedy"])
     with pytest.raises(ValueError, match="speculative groups"):
         SequenceProtocol.model_validate(nospec)

@@ -26,7 +26,7 @@ from specconform.stats.mechanism import (
     mechanism_columns,
     residual_law,
 )
-from specconform.stats.pit import randomized_pit, uniformity
+from specconform.stats.pit import mean_test, randomized_pit, uniformity
 
 P = np.array([0.5, 0.3, 0.2, 0.0])
 Q = np.array([0.2, 0.3, 0.1, 0.4])
@@ -131,3 +131,19 @@ def test_token_rows_write_the_mechanism_columns():
     # Without q (an adapter without draft laws) the drafted rows have no mechanism law.
     rows = token_rows("g", 0, rec, RequestLaws(laws.p, None))
     assert all(np.isnan(r[-1]) and np.isnan(r[-2]) for r in rows)
+
+
+def test_mean_test_has_its_size_and_sees_a_shift():
+    # Size: 2,000 null samples of n = 100 uniforms at alpha = 0.01: the rejection count
+    # is Binomial(2000, 0.01) (mean 20; its 99.9 % range is [8, 36]) when the normal tail
+    # of the Irwin-Hall sum holds. Power: a shift of the mean by 0.05 at n = 2,000 gives
+    # z ~ 6 (power ~1); the coin-reuse bug shifts it by ~0.06 (docs/sequence.md).
+    rng = np.random.default_rng(20261201)
+    rejected = sum(mean_test(rng.random(100)).pvalue < 0.01 for _ in range(2000))
+    assert 8 <= rejected <= 36
+    shifted = mean_test(0.1 + 0.9 * rng.random(2000))  # mean 0.55
+    assert shifted.z > 5 and shifted.pvalue < 1e-6 and shifted.n == 2000
+    low = mean_test(0.9 * rng.random(2000))  # mean 0.45: two-sided
+    assert low.z < -5 and low.pvalue < 1e-6
+    empty = mean_test([])
+    assert empty.n == 0 and np.isnan(empty.pvalue)

@@ -20,6 +20,7 @@ STOCHASTIC_APPLIES = {  # group modes each stochastic type reads when it names n
     "pit_independence": ("nospec", "sync", "async"),
     "acceptance_all": ("sync", "async"),
     "mechanism_pit": ("sync", "async"),
+    "mechanism_mean": ("sync", "async"),
 }
 
 

@@ -1,5 +1,6 @@
-"""``mechanism_pit``: the PIT of each drafted token under its conditional law given the
-accept decision (docs/sequence.md; the laws in specconform/stats/mechanism.py).
+"""``mechanism_pit`` and ``mechanism_mean``: the PIT of each drafted token under its
+conditional law given the accept decision (docs/sequence.md; the laws in
+specconform/stats/mechanism.py).
 
 A correction at draft position j has law r = (p_j - q_j)+ / TV given the rejection, an
 accepted draft a = min(p_j, q_j) / (1 - TV) given the acceptance; the decision is known
@@ -13,6 +14,13 @@ equiprobable bins per stratum, summed over strata, laws and groups.
 This does not stratify the *marginal* PIT by accepted vs corrected (which would be
 wrong: against p, the kind is decided together with the token); it tests each kind
 against the law *that kind* has.
+
+``mechanism_mean`` is the low-df companion: per group, the mean of every tested M of the
+law (default: corrections) against 1/2, z² ~ χ²(1), summed over groups. It is the
+pre-registered statistic for *reused randomness*: when the accept coin u is reused to
+draw the correction, a rejection (u ≥ p(x)/q(x)) leaves u in the upper part of [0, 1),
+and an inverse-CDF draw from r lands high in r's CDF -- a shift of M that the χ² sum of
+``mechanism_pit`` spreads over ~100 df.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import numpy as np
 from specconform.evidence.jsonio import json_number
 from specconform.results import TestRow
 from specconform.stats import sum_chi2
-from specconform.stats.pit import uniformity
+from specconform.stats.pit import mean_test, uniformity
 
 from .context import Context
 from .raw import MECH_COLUMNS
@@ -37,20 +45,31 @@ LAW_TEXT = {
 PREDATES = f"archive predates the column(s) {', '.join(MECH_COLUMNS)}"
 
 
+def _law_names(spec: dict, default: str) -> list[str]:
+    law = spec.get("law") or default
+    return ["correction", "accepted"] if law == "both" else [law]
+
+
+def _tested(ctx: Context, group: str, law: str) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens of the group and law in a random request, those with a PIT): a NaN
+    mech_p (boundary) compares False and is left out, as is a token without q."""
+    tok = ctx.tokens
+    of_law = ctx.in_groups([group]) & ~tok.greedy & (tok.kind == LAWS[law])
+    return of_law, of_law & np.isfinite(tok.tv) & (tok.mech_p > 0)
+
+
 def mechanism_pit(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
     groups = ctx.groups_of(spec)
-    law_names = ["correction", "accepted"] if spec.get("law") in (None, "both") else [spec["law"]]
+    law_names = _law_names(spec, "both")
     bins = int(spec.get("bins") or ctx.bins)
     min_samples = int(spec.get("min_samples") or ctx.min_samples)
     tok = ctx.tokens
     results, per, untested = [], [], {}
     counts: list[dict[str, int | str]] = []
     for name in groups:
-        in_group = ctx.in_groups([name]) & ~tok.greedy
         for law in law_names:
-            of_law = in_group & (tok.kind == LAWS[law])
+            of_law, tested = _tested(ctx, name, law)
             with_q = of_law & np.isfinite(tok.tv)
-            tested = with_q & (tok.mech_p > 0)  # NaN compares False: boundary left out
             counts.append(
                 {
                     "group": name,
@@ -106,3 +125,52 @@ def mechanism_pit(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
         )
     eligible = sum(int(c["eligible"]) for c in counts)
     return row, {"strata": agg.strata, "n_covered": agg.n, "n_eligible": eligible}
+
+
+def mechanism_mean(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
+    """Per group (and law): z of the mean M against 1/2 over every tested token, once
+    the group has min_samples of them; the statistic Σ z² on as many df as groups
+    tested (independent requests per group; groups on disjoint seeds)."""
+    from scipy.stats import chi2
+
+    groups = ctx.groups_of(spec)
+    law_names = _law_names(spec, "correction")
+    min_samples = int(spec.get("min_samples") or ctx.min_samples)
+    per, eligible, statistic, df, n = [], 0, 0.0, 0, 0
+    for name in groups:
+        for law in law_names:
+            _, tested = _tested(ctx, name, law)
+            res = mean_test(ctx.tokens.mech_u[tested])
+            eligible += res.n
+            used = res.n >= min_samples
+            if used:
+                statistic, df, n = statistic + res.z**2, df + 1, n + res.n
+            per.append(
+                {
+                    "group": name,
+                    "law": law,
+                    "n": res.n,
+                    "mean": json_number(res.mean),
+                    "z": json_number(res.z),
+                    "pvalue": json_number(res.pvalue),
+                    "tested": used,
+                }
+            )
+    detail = {
+        "groups": groups,
+        "laws": {law: LAW_TEXT[law] for law in law_names},
+        "min_samples": min_samples,
+        "per_group": per,
+        "statistic_text": "sum over groups of z^2, z = (sum M - n/2) / sqrt(n/12): the "
+        "mean of the mechanism PIT against 1/2",
+    }
+    method = "chi2 of summed z^2"
+    if not ctx.tokens.has_mech:
+        row = ctx.row(spec, None, 0, None, 0, detail, method, PREDATES)
+    elif df == 0:
+        why = f"no group has {min_samples} tokens of the law"
+        row = ctx.row(spec, None, 0, None, 0, detail, method, why)
+    else:
+        pvalue = float(chi2.sf(statistic, df))
+        row = ctx.row(spec, float(statistic), df, pvalue, n, detail, method)
+    return row, {"strata": df, "n_covered": n, "n_eligible": eligible}

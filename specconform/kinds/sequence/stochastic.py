@@ -18,7 +18,7 @@ from specconform.stats import sum_chi2
 from specconform.stats.pit import acceptance_counts, pair_independence, uniformity
 
 from .context import MIN_EXPECTED, PAIR_GRID, Context
-from .mechanism import mechanism_pit
+from .mechanism import mechanism_mean, mechanism_pit
 from .records import ACCEPTED, CORRECTION
 from .strata import lag1_pairs, request_pairs, round_pairs, uniformity_strata
 
@@ -180,4 +180,5 @@ TESTS = {
     "pit_independence": pit_independence,
     "acceptance_all": acceptance_all,
     "mechanism_pit": mechanism_pit,
+    "mechanism_mean": mechanism_mean,
 }
