@@ -6,6 +6,9 @@
 # Usage: bash bench/gpu_session.sh [part...]
 #   parts: env tests bench sweep fp32 shard kill kill2 bonus killci engine engine_small engine_ouro
 #          perf (the performance kind's A/B: protocols/performance.yaml, ~9 min)
+#          sequence (protocols/sequence.yaml to a verdict, ~6 min estimated)
+#          seqkill (the ci_sequence kill matrix, bench/gpu_kill_sequence.sh, ~9 min)
+#          fp32seq (fp32_t2 --sequential at 5,000 seeds)
 #          (sweep: launch configurations of the probabilities kernel, SWEEP_CONFIGS)
 #          (kill2: the kill matrix in 2 processes; bonus: extra kill rows, BONUS_MUTANTS)
 #          tests+kill   GPU tests and the fp32_t2 kill matrix side by side (neither is
@@ -128,6 +131,27 @@ part_perf() {
   python3 -m specconform report --pr "$zip" --out "$OUT/perf-report.md"
   cp "${zip%.zip}"/plots/*.svg "$OUT/" 2>/dev/null
 }
+part_sequence() {
+  # Every committed token on the small preset (issue 12): the grid of 12 sampling
+  # configurations, the mechanism tests; --verbose prints the timing: breakdown.
+  LIMIT_sequence=${LIMIT_sequence:-570}
+  lim python3 -m specconform run protocols/sequence.yaml --no-sign --out "$OUT/sequence" \
+    --verbose
+  local zip; zip=$(ls "$OUT"/sequence/sequence-*.zip 2>/dev/null | head -1)
+  [ -n "$zip" ] && python3 -m specconform verify "$zip" --skip-signature
+}
+part_seqkill() {
+  LIMIT_seqkill=${LIMIT_seqkill:-570}
+  lim bash bench/gpu_kill_sequence.sh "$((LIMIT_seqkill - 30))"
+}
+part_fp32seq() {
+  # The anytime-valid mode on the GPU protocol (issue 10): clean engine, then one bug.
+  lim python3 -m specconform run protocols/fp32_t2.yaml --sequential --seeds 5000 \
+    --offset 2e6 --out "$OUT/seq" --ledger "$OUT/seq-ledger.jsonl" --no-sign --verbose
+  lim python3 -m specconform run protocols/fp32_t2.yaml --sequential --seeds 5000 \
+    --offset 3e6 --mutant draft_raw_q --out "$OUT/seq" --ledger "$OUT/seq-ledger.jsonl" \
+    --no-sign
+}
 part_engine_small() { engine_preset small; }
 # ouro-1.4b at 1,024 requests: 48 GiB of per-depth KV per mode, so one mode at a time.
 part_engine_ouro() { engine_preset ouro-1.4b --one-engine-from 1024; }
@@ -142,7 +166,7 @@ for part in ${*:-env tests bench fp32 kill}; do
       tests_pid=$!
       part_kill
       wait $tests_pid; cat "$OUT/.tests.log"; rm -f "$OUT/.tests.log" ;;
-    env|tests|bench|sweep|fp32|shard|kill|kill2|bonus|killci|engine|engine_small|engine_ouro|perf) "part_$part" ;;
+    env|tests|bench|sweep|fp32|shard|kill|kill2|bonus|killci|engine|engine_small|engine_ouro|perf|sequence|seqkill|fp32seq) "part_$part" ;;
     *) echo "unknown part: $part"; exit 2 ;;
   esac
 done
