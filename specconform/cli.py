@@ -209,13 +209,26 @@ def _run_and_print(nproc: int | None, options: dict):
     the table. Returns the leader's (or the only process's) RunOutcome."""
     from specconform.runner.execute import print_table
 
-    if nproc is not None and options.get("sequential"):
+    if nproc is not None and (options.get("sequential") or _pre_registers_sequential(options)):
         raise UsageError("--sequential: batches run in one process; drop --nproc")
     _launch_shards(nproc)
     outcome = _execute(**options)
     _exit_follower(outcome)
     print_table(outcome.evaluation)
     return outcome
+
+
+def _pre_registers_sequential(options: dict) -> bool:
+    """Whether the protocol file itself says `sequential:` (checked before torchrun
+    launches ranks that would each refuse it). A file that does not load is refused by
+    the run itself, with its own one-line error."""
+    from specconform.protocol.load import load_protocol
+
+    try:
+        loaded = load_protocol(options["protocol"])
+    except UsageError:  # ProtocolError too
+        return False
+    return getattr(loaded.model, "sequential", None) is not None
 
 
 def _launch_shards(nproc: int | None) -> None:

@@ -230,6 +230,7 @@ def test_tampered_stopping_point_is_caught(bug, tmp_path):
         ([PROTOCOL, "--sequential", "--batch", "301"], "between 1 and the budget"),
         (["protocols/ci_gate.yaml", "--batch", "10"], "applies only with --sequential"),
         ([PROTOCOL, "--sequential", "--nproc", "2"], "drop --nproc"),
+        ([PROTOCOL, "--nproc", "2"], "drop --nproc"),  # pre-registered, no flag
         ([PROTOCOL, "--sequential", "--resume", "somewhere"], "does not resume"),
     ],
 )
