@@ -78,19 +78,7 @@ def mutant_power(
                 d,
                 lambda i, d=d, bug=bug, mode=g["mode"]: _group_law(w, i, d, bug, mode)[2],
             )
-            chi = chi2_power(df, lam, level).power if df >= 1 else 0.0
-            out.append(
-                MutantPower(
-                    spec["name"],
-                    spec["name"] in deciding,
-                    seeds,
-                    df,
-                    lam,
-                    oos_p,
-                    1 - (1 - oos_p) * (1 - chi),
-                    mutant is not None,
-                )
-            )
+            out.append(_combined(spec, deciding, seeds, df, lam, oos_p, level, mutant))
             continue
         shared = (
             kind == "t2_homogeneity"
@@ -131,20 +119,17 @@ def mutant_power(
                 pn, pa = pooling.apply(null), pooling.apply(alt)
                 lam += n_s * float(np.sum((pa - pn) ** 2 / pn))
         oos_p = float(-np.expm1(log_clean))
-        chi = chi2_power(df, lam, level).power if df >= 1 else 0.0
-        out.append(
-            MutantPower(
-                spec["name"],
-                spec["name"] in deciding,
-                seeds,
-                df,
-                lam,
-                oos_p,
-                1 - (1 - oos_p) * (1 - chi),
-                mutant is not None,
-            )
-        )
+        out.append(_combined(spec, deciding, seeds, df, lam, oos_p, level, mutant))
     return out
+
+
+def _combined(spec: dict, deciding: set, seeds, df, lam, oos, level, mutant) -> MutantPower:
+    """A test's χ² power at (df, lam) combined with its out-of-support probability."""
+    chi = chi2_power(df, lam, level).power if df >= 1 else 0.0
+    power = 1 - (1 - oos) * (1 - chi)
+    return MutantPower(
+        spec["name"], spec["name"] in deciding, seeds, df, lam, oos, power, mutant is not None
+    )
 
 
 def _mutant_for(mutant: str | None, mode: str) -> str | None:

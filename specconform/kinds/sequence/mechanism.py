@@ -35,7 +35,7 @@ from specconform.stats.pit import mean_test, uniformity
 from .context import Context
 from .raw import MECH_COLUMNS
 from .records import ACCEPTED, CORRECTION
-from .strata import uniformity_strata
+from .strata import uniformity_record, uniformity_strata
 
 LAWS = {"correction": CORRECTION, "accepted": ACCEPTED}
 LAW_TEXT = {
@@ -92,14 +92,7 @@ def mechanism_pit(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
                         "group": name,
                         "law": law,
                         **s.label(ctx.round_bands),
-                        "n": res.n,
-                        "statistic": json_number(res.statistic),
-                        "df": res.df,
-                        "pvalue": json_number(res.pvalue),
-                        "observed": list(res.observed),
-                        "expected": [res.expected] * len(res.observed),
-                        "ks_statistic": res.ks_statistic,
-                        "ks_pvalue": res.ks_pvalue,
+                        **uniformity_record(res),
                     }
                 )
     agg = sum_chi2(results)

@@ -20,7 +20,13 @@ from specconform.stats.pit import acceptance_counts, pair_independence, uniformi
 from .context import MIN_EXPECTED, PAIR_GRID, Context
 from .mechanism import mechanism_mean, mechanism_pit
 from .records import ACCEPTED, CORRECTION
-from .strata import lag1_pairs, request_pairs, round_pairs, uniformity_strata
+from .strata import (
+    lag1_pairs,
+    request_pairs,
+    round_pairs,
+    uniformity_record,
+    uniformity_strata,
+)
 
 PAIRS = {"lag1": lag1_pairs, "rounds": round_pairs, "requests": request_pairs}
 PAIR_TEXT = {
@@ -48,14 +54,7 @@ def pit_uniformity(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
                 {
                     "group": name,
                     **s.label(ctx.round_bands),
-                    "n": res.n,
-                    "statistic": json_number(res.statistic),
-                    "df": res.df,
-                    "pvalue": json_number(res.pvalue),
-                    "observed": list(res.observed),
-                    "expected": [res.expected] * len(res.observed),
-                    "ks_statistic": res.ks_statistic,
-                    "ks_pvalue": res.ks_pvalue,
+                    **uniformity_record(res),
                 }
             )
     agg = sum_chi2(results)

@@ -22,6 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specconform.evidence.jsonio import json_number
+from specconform.stats.pit import UniformityResult
+
 from .records import ACCEPTED, BONUS, CORRECTION, TARGET, UNKNOWN, Tokens
 
 SLOT_TARGET, SLOT_ALL, SLOT_BONUS = -1, -2, -3  # draft positions are slots 0, 1, ...
@@ -157,3 +160,18 @@ def _match_two(idx_a, key_a, idx_b, key_b) -> tuple[np.ndarray, np.ndarray]:
     at = np.minimum(np.searchsorted(sorted_b, key_a), sorted_b.size - 1)
     hit = sorted_b[at] == key_a
     return idx_a[hit], idx_b[order[at[hit]]]
+
+
+def uniformity_record(res: UniformityResult) -> dict:
+    """One stratum's χ² of U's on equiprobable bins, in its JSON form (the caller puts
+    the group and stratum label in front)."""
+    return {
+        "n": res.n,
+        "statistic": json_number(res.statistic),
+        "df": res.df,
+        "pvalue": json_number(res.pvalue),
+        "observed": list(res.observed),
+        "expected": [res.expected] * len(res.observed),
+        "ks_statistic": res.ks_statistic,
+        "ks_pvalue": res.ks_pvalue,
+    }
