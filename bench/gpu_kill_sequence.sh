@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The ci_sequence kill matrix on one GPU: 8 processes of bench/kill_matrix_sequence.py
 # side by side (the tiny model leaves the H200 mostly idle), 200 replications per bug,
-# one JSON line per bug in $OUT/km-<i>.jsonl; then the Markdown table from all lines.
+# one JSON line per bug in $OUT/km-<i>.jsonl; then the Markdown table from all lines, and
+# every line in one file ($OUT/kill-ci_sequence.jsonl, the logs in kill-ci_sequence.log):
+# the device tool brings back at most 8 files, so the 16 per-process files are merged.
 # Usage (device tool, repository root): bash bench/gpu_kill_sequence.sh [limit_s]
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; LIMIT=${1:-540}; REPS=${REPS:-200}
@@ -21,3 +23,6 @@ mk 7 --no-clean --mutants slot_stale_params target_default_params top_p_drop_cro
 wait
 python3 bench/kill_matrix_sequence.py protocols/ci_sequence.yaml --device cuda \
   --from-jsonl "$OUT"/km-*.jsonl --out "$OUT/kill-ci_sequence.md"
+cat "$OUT"/km-*.jsonl > "$OUT/kill-ci_sequence.jsonl"
+tail -n +1 "$OUT"/km-*.log > "$OUT/kill-ci_sequence.log"
+rm -f "$OUT"/km-*.jsonl "$OUT"/km-*.log

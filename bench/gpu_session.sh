@@ -6,6 +6,7 @@
 # Usage: bash bench/gpu_session.sh [part...]
 #   parts: env tests bench sweep fp32 shard kill kill2 bonus killci engine engine_small engine_ouro
 #          perf (the performance kind's A/B: protocols/performance.yaml, ~9 min)
+#          seqtol (what sequence.yaml's tolerances rest on: bench/sequence_tolerances.py, ~1 min)
 #          sequence (protocols/sequence.yaml to a verdict, ~6 min estimated)
 #          seqkill (the ci_sequence kill matrix, bench/gpu_kill_sequence.sh, ~9 min)
 #          fp32seq (fp32_t2 --sequential at 5,000 seeds)
@@ -140,6 +141,13 @@ part_sequence() {
   local zip; zip=$(ls "$OUT"/sequence/sequence-*.zip 2>/dev/null | head -1)
   [ -n "$zip" ] && python3 -m specconform verify "$zip" --skip-signature
 }
+part_seqtol() {
+  # Teacher forcing, trace and oracle differences of the correct engine on the GPU preset
+  # (tolerances lifted, nothing falls back): run before sequence.yaml's first run.
+  LIMIT_seqtol=${LIMIT_seqtol:-240}
+  lim python3 bench/sequence_tolerances.py protocols/sequence.yaml --requests 4 \
+    --max-tokens ${SEQTOL_TOKENS:-384}
+}
 part_seqkill() {
   LIMIT_seqkill=${LIMIT_seqkill:-570}
   lim bash bench/gpu_kill_sequence.sh "$((LIMIT_seqkill - 30))"
@@ -166,7 +174,7 @@ for part in ${*:-env tests bench fp32 kill}; do
       tests_pid=$!
       part_kill
       wait $tests_pid; cat "$OUT/.tests.log"; rm -f "$OUT/.tests.log" ;;
-    env|tests|bench|sweep|fp32|shard|kill|kill2|bonus|killci|engine|engine_small|engine_ouro|perf|sequence|seqkill|fp32seq) "part_$part" ;;
+    env|tests|bench|sweep|fp32|shard|kill|kill2|bonus|killci|engine|engine_small|engine_ouro|perf|seqtol|sequence|seqkill|fp32seq) "part_$part" ;;
     *) echo "unknown part: $part"; exit 2 ;;
   esac
 done

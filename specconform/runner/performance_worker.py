@@ -160,14 +160,18 @@ ENGINE_DIR = "engine_under_test/"
 
 
 NO_STACK = "(no Python stack: the profiler could not decode its frames)"
+NO_FRAME = "(no Python frame recorded)"
 
 
 def _location(evt, with_stack: bool = True) -> str:
     """The innermost engine source line an event ran under: the event itself or the
     nearest enclosing Python function event (``with_stack`` records them, named
     ``file.py(line): function``) inside the engine, else an engine frame of its stack;
-    failing both, the innermost Python function (torch's own code, say). A window
-    profiled without stack (the fallback of ``profile``) has no location at all."""
+    failing both, the innermost Python function (torch's own code, say), and failing
+    that NO_FRAME: the trace linked no Python frame to the event at all (seen on the
+    H200 with torch 2.11, docs/gpu-runs.md), which is not the same as "outside the
+    engine". A window profiled without stack (the fallback of ``profile``) has no
+    location at all."""
     if not with_stack:
         return NO_STACK
     outside = None
@@ -181,7 +185,7 @@ def _location(evt, with_stack: bool = True) -> str:
     for frame in getattr(evt, "stack", None) or []:
         if ENGINE_DIR in frame:
             return ENGINE_DIR + frame.split(ENGINE_DIR, 1)[1]
-    return outside or "(outside engine_under_test)"
+    return outside or NO_FRAME
 
 
 def _is_device(evt) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 import time
 
 import pandas as pd
@@ -148,6 +149,17 @@ def law_pass(engine, protocol, specs, records, tf_tests, tallies, *, teacher, pr
     return rows
 
 
+def teacher_forcing_summary(name: str, tally) -> str:
+    """One line on a teacher_forcing check: comparisons, mismatches, how many differ in
+    support, the largest |Δp| against the tolerance."""
+    worst = "none" if tally.max_abs_diff is None else f"{tally.max_abs_diff:.3g}"
+    return (
+        f"{name}: {tally.checked} comparisons, {tally.mismatches} mismatches "
+        f"({tally.support_differences} in support), max |dp| {worst} "
+        f"(tolerance {tally.tolerance:g})"
+    )
+
+
 # --- the run --------------------------------------------------------------------------
 
 
@@ -205,10 +217,19 @@ def _collect(protocol, engine, *, progress, log, context) -> dict[str, bytes]:
     rows = law_pass(
         engine, protocol, specs, records, tf_tests, tallies, teacher=teacher, progress=progress
     )
+    for test in tf_tests if teacher else []:
+        timing(teacher_forcing_summary(test.name, tallies[test.name]))
     if teacher and any(tallies[t.name].mismatches for t in tf_tests):  # type: ignore[union-attr]
         # The sample found teacher forcing unequal to the serial replay: no law of it is
         # trusted; every row comes from the incremental path (the check records FAIL).
-        log("teacher forcing differs from the serial replay: laws recomputed serially")
+        # Said on stderr too, whatever the verbosity: the replay can take many minutes.
+        found = "; ".join(teacher_forcing_summary(t.name, tallies[t.name]) for t in tf_tests)
+        message = (
+            f"teacher forcing differs from the serial replay ({found}): every law is "
+            f"recomputed serially, {len(rows)} prefixes of one forward each"
+        )
+        log(message)
+        print(f"warning: {message}", file=sys.stderr, flush=True)
         rows = law_pass(
             engine, protocol, specs, records, [], tallies, teacher=False, progress=progress
         )

@@ -45,6 +45,7 @@ class CheckTally:
     mismatches: int = 0
     max_abs_diff: float | None = None
     examples: list[dict] = field(default_factory=list)
+    support_differences: int = 0  # law comparisons whose supports differ (not in record())
 
     def add(self, ok: bool, example: dict, diff: float | None = None) -> None:
         self.checked += 1
@@ -60,6 +61,7 @@ class CheckTally:
         c = compare_laws(a, b)
         tol = self.tolerance if self.tolerance is not None else 0.0
         ok = c.same_support and c.max_abs_diff <= tol
+        self.support_differences += int(not c.same_support)
         detail = {
             **example,
             "same_support": c.same_support,

@@ -330,3 +330,27 @@ def test_base_ref_runs_the_candidate_configuration_in_the_base_tree(monkeypatch)
     assert raw["sides"]["base"]["commit"] == "b" * 40 and raw["sides"]["base"]["ref"] == "HEAD~1"
     assert context["extra_run_fields"]["performance_sides"]["base"].startswith("async d=2 @ bbbb")
     assert "plots/timeline-greedy-c1.svg" in files
+
+
+def test_location_tells_no_python_frame_from_outside_the_engine():
+    """An operator under an engine frame reads that line; under torch's own Python code,
+    that function; with no Python frame linked at all (the H200 trace of torch 2.11),
+    NO_FRAME -- never "outside the engine", which would claim a frame was seen."""
+    from types import SimpleNamespace
+
+    from specconform.runner.performance_worker import NO_FRAME, NO_STACK, _location
+
+    def op(parent=None, stack=()):
+        return SimpleNamespace(name="aten::mm", cpu_parent=parent, stack=list(stack))
+
+    engine = SimpleNamespace(
+        name="/x/engine_under_test/model/layers.py(152): forward", cpu_parent=None
+    )
+    torch_fn = SimpleNamespace(name="torch/nn/functional.py(88): linear", cpu_parent=None)
+    assert _location(op(engine)) == "engine_under_test/model/layers.py(152): forward"
+    assert _location(op(stack=["/y/engine_under_test/llm.py(9): step"])) == (
+        "engine_under_test/llm.py(9): step"
+    )
+    assert _location(op(torch_fn)) == "torch/nn/functional.py(88): linear"
+    assert _location(op()) == NO_FRAME
+    assert _location(op(engine), with_stack=False) == NO_STACK

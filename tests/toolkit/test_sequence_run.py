@@ -183,11 +183,12 @@ def test_two_runs_give_identical_bytes(small_run):
     assert _collect(path) == raw
 
 
-def test_teacher_forcing_mismatch_falls_back_to_the_serial_replay(tmp_path, small_run):
+def test_teacher_forcing_mismatch_falls_back_to_the_serial_replay(tmp_path, small_run, capsys):
     """A wrong sequence_laws (q as p): the check records mismatches and every row comes
     from the incremental replay, so tokens.csv equals the correct run's up to float32
     rounding (the teacher-forced and incremental forwards differ by a few ulps; the
-    wrong laws would differ by ~0.1)."""
+    wrong laws would differ by ~0.1). The slow fallback is announced on stderr with the
+    comparison's numbers, whatever the verbosity."""
     _, raw = small_run
     data = json.loads(json.dumps(SMALL))
     data["engine"]["adapter"] = "tests.toolkit.test_sequence_run:wrong_teacher_factory"
@@ -197,6 +198,10 @@ def test_teacher_forcing_mismatch_falls_back_to_the_serial_replay(tmp_path, smal
     pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=0, atol=1e-5)
     tf = json.loads(got[CHECKS])["tf"]
     assert tf["applicable"] and tf["mismatches"] > 0 and tf["examples"]
+    warning = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
+    assert len(warning) == 1, warning
+    assert f"tf: {tf['checked']} comparisons, {tf['mismatches']} mismatches" in warning[0]
+    assert f"recomputed serially, {len(a)} prefixes" in warning[0]
 
 
 def wrong_teacher_factory(spec, *, mutant=None, log=print):
