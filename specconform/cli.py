@@ -123,9 +123,14 @@ def _execute(
         },
     )
     loaded = _sequential_override(loaded, protocol, sequential, batch, resume)
-    if loaded.kind != "distribution" and (ledger or resume):
+    if loaded.kind not in ("distribution", "sequence") and ledger:
         raise UsageError(
-            f"{protocol}: --ledger and --resume apply to distribution protocols, not {loaded.kind}"
+            f"{protocol}: --ledger applies to distribution and sequence protocols, "
+            f"not {loaded.kind}"
+        )
+    if loaded.kind != "distribution" and resume:
+        raise UsageError(
+            f"{protocol}: --resume applies to distribution protocols, not {loaded.kind}"
         )
     signing_key = _signing_key(key, no_sign)
     context = {

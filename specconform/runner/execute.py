@@ -30,9 +30,9 @@ from specconform.evidence.results_io import (
 from specconform.kinds import reevaluate
 from specconform.protocol.load import LoadedProtocol, canonical_json
 from specconform.results import Evaluation, RawData
-from specconform.runner.collect import collect_raw
-from specconform.runner.ledger import new_attempt_id, release
-from specconform.runner.preflight import ledger_path, preflight
+from specconform.runner.ledger import new_attempt_id
+from specconform.runner.preflight import preflight
+from specconform.runner.reserve import collect_reserved
 from specconform.runner.runlock import run_lock
 
 
@@ -199,27 +199,6 @@ def _sharding(loaded: LoadedProtocol):
     return shard, Coordinator(shard)
 
 
-def _collect_or_release(loaded, *, mutant, progress, log, run_context) -> dict[str, bytes]:
-    """collect_raw; a distribution run refused before its checkpoint folder exists (a
-    lost reservation race, say) gives back any seeds it reserved."""
-    try:
-        return collect_raw(
-            loaded, mutant=mutant, progress=progress, log=log, run_context=run_context
-        )
-    except UsageError:
-        out_dir = Path(run_context["out_dir"])
-        coord = run_context.get("coordinator")
-        leader = coord is None or coord.shard.is_leader
-        if (
-            leader
-            and loaded.kind == "distribution"
-            and run_context.get("resume") is None
-            and not (out_dir / f"{run_context['run_id']}.inprogress").exists()
-        ):
-            release(ledger_path(run_context, out_dir), run_context["attempt"])
-        raise
-
-
 def _execute_locked(
     loaded: LoadedProtocol,
     *,
@@ -241,7 +220,7 @@ def _execute_locked(
     log(f"protocol {loaded.path} sha256 {loaded.hash}")
     if loaded.overrides:
         log(f"overrides {json.dumps(loaded.overrides, sort_keys=True)}")
-    raw = _collect_or_release(
+    raw = collect_reserved(
         loaded, mutant=mutant, progress=progress, log=log, run_context=run_context
     )
     if raw is None:  # a follower rank of a sharded run: the leader seals the archive

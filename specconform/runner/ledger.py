@@ -128,11 +128,17 @@ def _locked(path: Path, exclusive: bool) -> Iterator[None]:
 
 
 def check_overlaps(
-    path: Path, new: list[LedgerEntry], expansion=None, offset: int | None = None
+    path: Path,
+    new: list[LedgerEntry],
+    expansion=None,
+    offset: int | None = None,
+    resumable: bool = True,
 ) -> None:
     """Refuse (UsageError) if `new` overlaps an earlier clean run; writes nothing.
 
     Used before any work starts (preflight) and again under the lock at reservation.
+    ``resumable``: whether the refusal may offer --resume and an expansion (distribution
+    runs); a sequence run has neither, so its refusal names only the free --offset.
     """
     earlier = read_ledger(path)
     mine = {e.run_id for e in new}
@@ -148,23 +154,31 @@ def check_overlaps(
                 if offset is not None
                 else f"an --offset {shift} higher"
             )
+            more = (
+                ", --resume an interrupted run, or declare the protocol an expansion of that run"
+                if resumable
+                else ""
+            )
             raise UsageError(
                 f"seeds [{entry.start}, {entry.stop}) of group {entry.group!r} overlap "
                 f"[{old.start}, {old.stop}) of {describe_attempt(old.run_id, path.parent)} "
                 f"in the seed ledger {path}: a replication needs disjoint seeds; use {how} "
-                "(the next free seeds), --resume an interrupted run, or declare the "
-                "protocol an expansion of that run"
+                f"(the next free seeds){more}"
             )
 
 
 def check_and_reserve(
-    path: Path, new: list[LedgerEntry], expansion=None, offset: int | None = None
+    path: Path,
+    new: list[LedgerEntry],
+    expansion=None,
+    offset: int | None = None,
+    resumable: bool = True,
 ) -> None:
     """Atomically (across processes): refuse overlaps with earlier clean runs, then
     append `new` durably. `offset`, when given, lets the refusal name a free --offset."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(path, exclusive=True):
-        check_overlaps(path, new, expansion, offset)
+        check_overlaps(path, new, expansion, offset, resumable)
         already = {(e.run_id, e.group) for e in read_ledger(path)}
         fresh = [e for e in new if (e.run_id, e.group) not in already]
         if not fresh:

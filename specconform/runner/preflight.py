@@ -20,8 +20,8 @@ no `.inprogress`, no ledger entry, no lock file).
 5. the signing key loads now (not at sealing, minutes later);
 6. the run folder: an `OUT/<run-id>.inprogress` of the same inputs is refused as live
    (its run lock is held: pid and host named) or as resumable (`--resume` it);
-7. the ledger is readable and the new ranges overlap no earlier clean run (checked again
-   atomically at reservation).
+7. the ledger (distribution and sequence runs) is readable and the new ranges overlap no
+   earlier clean run (checked again atomically at reservation).
 
 The run lock that tells a live run from an interrupted one is in `runner.runlock`.
 """
@@ -352,18 +352,21 @@ def preflight(
         check_model(loaded, model_facts(loaded.model.engine))
     check_writable_folder(out_dir, f"--out {out_dir}")
     ledger = ledger_path(context, out_dir)
-    if distribution:
+    ledgered = loaded.kind in LEDGERED_KINDS
+    if ledgered:
         check_ledger_file(ledger)
     check_key(key, sign)
     if distribution:
         check_run_folder(out_dir, run_id, context.get("resume"))
+    if ledgered:
         from specconform.runner.ledger import check_overlaps
 
         check_overlaps(
             ledger,
             ledger_entries(loaded, context["attempt"], mutant),
-            loaded.model.expansion,
+            getattr(loaded.model, "expansion", None),
             loaded.model.seeds.offset,
+            resumable=distribution,
         )
 
 
@@ -371,18 +374,21 @@ def ledger_path(context: dict, out_dir: Path) -> Path:
     return Path(context.get("ledger") or Path(out_dir) / "seed-ledger.jsonl")
 
 
+LEDGERED_KINDS = ("distribution", "sequence")  # kinds whose runs draw seeds from a plan
+
+
 def ledger_entries(loaded, attempt: str, mutant: str | None) -> list:
-    """The entries the run will reserve: group seeds are offset + seed_offset + [0, count)
-    (`distribution.group_seeds`, not imported here: it pulls in pandas)."""
+    """The entries the run will reserve: group seeds are offset + seed_offset + [0, n),
+    n the seed count of a distribution group (`distribution.group_seeds`, not imported
+    here: it pulls in pandas) or the number of requests of a sequence group."""
     from specconform.runner.ledger import LedgerEntry
 
     model = loaded.model
     entries = []
     for g in model.groups:
         start = model.seeds.offset + g.seed_offset
+        count = model.group_requests(g) if loaded.kind == "sequence" else model.seeds.count
         entries.append(
-            LedgerEntry(
-                loaded.name, loaded.hash, attempt, g.name, start, start + model.seeds.count, mutant
-            )
+            LedgerEntry(loaded.name, loaded.hash, attempt, g.name, start, start + count, mutant)
         )
     return entries

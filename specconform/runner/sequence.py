@@ -186,6 +186,9 @@ def _collect(protocol, engine, *, progress, log, context) -> dict[str, bytes]:
     prompts = resolve_prompts(protocol, engine)
     specs = {g.name: build_requests(protocol, g, prompts) for g in protocol.groups}
     pairs = greedy_plan(protocol, specs)
+    reserve_seeds = context.get("reserve_seeds")
+    if reserve_seeds is not None:
+        reserve_seeds()  # the seed ledger (runner.reserve), now that the inputs are good
     tallies: dict[str, sc.CheckTally | None] = {}
     for test in protocol.tests:
         if test.type in sc.DEFAULT_SAMPLE or test.type == "greedy_equality":

@@ -1,0 +1,76 @@
+"""Collection under the seed ledger: the raw data of a run, with its seeds reserved.
+
+A distribution run reserves its seeds when it opens its checkpoint folder
+(`runner.distribution`) and keeps them through an interruption, for `--resume`; refused
+before that folder exists (a lost reservation race, say), it gives them back here. A
+sequence run has no checkpoint: its seeds are reserved once its engine is built and its
+inputs checked, atomically (of two runs at once, one is refused naming the other), and
+given back when collection ends without raw data (an error, Ctrl-C) -- a run that recorded nothing is no evidence, so its seeds
+may be drawn again. Other kinds draw no seeds from a plan and are not ledgered.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specconform.errors import UsageError
+from specconform.runner.collect import collect_raw
+from specconform.runner.ledger import check_and_reserve, release
+from specconform.runner.preflight import ledger_entries, ledger_path
+
+
+def collect_reserved(loaded, *, mutant, progress, log, run_context) -> dict[str, bytes]:
+    """collect_raw with the run's seed reservation handled for its kind."""
+    if loaded.kind == "sequence":
+        return _collect_sequence(
+            loaded, mutant=mutant, progress=progress, log=log, run_context=run_context
+        )
+    try:
+        return collect_raw(
+            loaded, mutant=mutant, progress=progress, log=log, run_context=run_context
+        )
+    except UsageError:
+        out_dir = Path(run_context["out_dir"])
+        coord = run_context.get("coordinator")
+        leader = coord is None or coord.shard.is_leader
+        if (
+            leader
+            and loaded.kind == "distribution"
+            and run_context.get("resume") is None
+            and not (out_dir / f"{run_context['run_id']}.inprogress").exists()
+        ):
+            release(ledger_path(run_context, out_dir), run_context["attempt"])
+        raise
+
+
+def _collect_sequence(loaded, *, mutant, progress, log, run_context) -> dict[str, bytes]:
+    """The sequence runner reserves through ``run_context["reserve_seeds"]`` once the
+    engine is built and the inputs are checked (`runner.sequence`), so that bad input
+    found there still leaves nothing behind, not even a ledger."""
+    path = ledger_path(run_context, Path(run_context["out_dir"]))
+    attempt = run_context["attempt"]
+    reserved: list[bool] = []
+
+    def reserve_seeds() -> None:
+        check_and_reserve(
+            path,
+            ledger_entries(loaded, attempt, mutant),
+            offset=loaded.model.seeds.offset,
+            resumable=False,
+        )
+        reserved.append(True)
+
+    run_context["reserve_seeds"] = reserve_seeds
+    try:
+        raw = collect_raw(
+            loaded, mutant=mutant, progress=progress, log=log, run_context=run_context
+        )
+    except BaseException:
+        if reserved:
+            release(path, attempt)
+        raise
+    finally:
+        run_context.pop("reserve_seeds", None)
+    if not reserved:  # a runner that skipped the reservation must not pass unledgered
+        raise RuntimeError("the sequence runner collected without reserving its seeds")
+    return raw
