@@ -80,7 +80,6 @@ def main(argv=None) -> int:
                 key=None,
                 sign=False,
                 progress=progress,
-                run_context={"out_dir": Path(tmp) / "x"},
             )
             ev = out.evaluation
             failed = ", ".join(ev.verdict.failed) or "—"

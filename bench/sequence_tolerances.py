@@ -36,6 +36,7 @@ from specconform.kinds.sequence.raw import CHECKS  # noqa: E402
 from specconform.progress import progress  # noqa: E402
 from specconform.protocol.load import load_protocol  # noqa: E402
 from specconform.runner import sequence as runner  # noqa: E402
+from specconform.runner.context import RunContext  # noqa: E402
 
 COMPARED = ("teacher_forcing", "trace", "oracle")  # the checks that compare two laws
 
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
             mutant=None,
             progress=progress,
             log=lambda line: None,
-            context={},
+            context=RunContext.standalone(),
         )
     seconds = time.perf_counter() - t0
     checks = json.loads(raw[CHECKS])

@@ -143,7 +143,6 @@ def run(
             key=signing_key,
             sign=sign,
             progress=_progress() if progress else silent,
-            run_context={"ledger": None, "resume": None, "out_dir": out_dir},
         )
     if outcome.archive is None or outcome.evaluation is None or outcome.run_dir is None:
         # execute seals every one-process run; a follower rank of a sharded run seals none

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -133,21 +134,17 @@ def _execute(
             f"{protocol}: --resume applies to distribution protocols, not {loaded.kind}"
         )
     signing_key = _signing_key(key, no_sign)
-    context = {
-        "ledger": ledger,
-        "resume": resume,
-        "out_dir": out_dir,
-        "max_archive_size": max_archive_size,
-    }
+    from specconform.runner.context import RunOptions
+
+    options = RunOptions(ledger=ledger, resume=resume, max_archive_size=max_archive_size)
     if resume is not None:
         from specconform.runner.distribution import read_checkpoint
 
         # The resumed run keeps its id and folder; protocol, overrides and mutant are
         # checked against the checkpoint before anything runs.
         saved = read_checkpoint(resume)
-        context["run_id"], context["attempt"] = saved["run_id"], saved["attempt"]
+        options = replace(options, run_id=saved["run_id"], attempt=saved["attempt"])
         out_dir = resume.parent
-        context["out_dir"] = out_dir
     from specconform.extras import missing_extra
 
     with missing_extra(f"running protocol {loaded.name}"):  # no torch: name the extra, exit 2
@@ -159,7 +156,7 @@ def _execute(
             key=signing_key,
             sign=not no_sign,
             progress=progress,
-            run_context=context,
+            options=options,
         )
 
 

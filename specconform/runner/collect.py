@@ -12,6 +12,7 @@ import importlib
 
 from specconform.errors import UsageError
 from specconform.protocol.load import LoadedProtocol
+from specconform.runner.context import RunContext
 
 # Kinds that drive an engine adapter (planted bugs allowed: ``--mutant``).
 _ENGINE_KINDS = ("distribution", "sequence", "mcnemar")
@@ -20,7 +21,7 @@ _SOURCE_KINDS = ("equality", "performance")
 
 
 def collect_raw(
-    loaded: LoadedProtocol, *, mutant: str | None, progress, log, run_context: dict
+    loaded: LoadedProtocol, *, mutant: str | None, progress, log, run_context: RunContext
 ) -> dict[str, bytes]:
     kind = loaded.kind
     model = loaded.model
@@ -29,7 +30,7 @@ def collect_raw(
 
         kernel = load_kernel(model.sampler.adapter, model.device, mutant)
         log(f"kernel: {kernel.name} on {model.device}")
-        run_context.setdefault("extra_run_fields", {})["sampler_adapter"] = kernel.describe()
+        run_context.outputs.add_run_fields(sampler_adapter=kernel.describe())
         return _runner(kind).collect(model, kernel, progress)
     if kind in _ENGINE_KINDS:
         return _runner(kind).collect(

@@ -67,14 +67,14 @@ def open_checkpoint(loaded, *, mutant, context) -> Path:
     """Create (new run) or validate (--resume) the checkpoint folder; returns it."""
     model = loaded.model
     state = {
-        "run_id": context["run_id"],
-        "attempt": context["attempt"],
+        "run_id": context.run_id,
+        "attempt": context.attempt,
         "protocol_hash": loaded.hash,
         "overrides": loaded.overrides,
         "mutant": mutant,
         "plan": batch_plan(model),
     }
-    resume = context.get("resume")
+    resume = context.resume
     if resume is not None:
         folder = Path(resume)
         saved = read_checkpoint(folder)
@@ -87,7 +87,7 @@ def open_checkpoint(loaded, *, mutant, context) -> Path:
         if [list(x) for x in saved["plan"]] != [list(x) for x in state["plan"]]:
             raise UsageError(f"--resume {folder}: batch plan differs from the interrupted run")
         return folder
-    folder = Path(context["out_dir"]) / f"{context['run_id']}.inprogress"
+    folder = Path(context.out_dir) / f"{context.run_id}.inprogress"
     if folder.exists():
         raise UsageError(
             f"{folder}: an interrupted run with the same inputs is there; "
@@ -149,7 +149,7 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes] | Non
     from specconform.runner import sharding
 
     model = loaded.model
-    coord = context.get("coordinator") or sharding.Coordinator(sharding.Shard())
+    coord = context.coordinator or sharding.Coordinator(sharding.Shard())
     shard = coord.shard
     if model.sequential is not None and shard.distributed:
         raise UsageError(f"{loaded.path}: a sequential run runs in one process, not sharded")
@@ -160,7 +160,7 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes] | Non
     engine, error = _load_engine(model, mutant=mutant, log=log)
     coord.agree(error)
     folder = None
-    undo = _Undo(Path(context["out_dir"]), _ledger(context), fresh=context.get("resume") is None)
+    undo = _Undo(Path(context.out_dir), context.ledger_path, fresh=context.resume is None)
     try:
         if shard.is_leader:
             log(
@@ -202,10 +202,6 @@ def _load_engine(model, *, mutant, log):
     return engine, None
 
 
-def _ledger(context) -> Path:
-    return Path(context.get("ledger") or Path(context["out_dir"]) / "seed-ledger.jsonl")
-
-
 def _collect(loaded, model, shard, coord, engine, folder, *, progress, log, context):
     groups = {g.name: g for g in model.groups}
     plan = batch_plan(model)
@@ -243,13 +239,16 @@ def _collect(loaded, model, shard, coord, engine, folder, *, progress, log, cont
     timing(f"reference replay in {time.perf_counter() - t0:.1f}s")
     buf = io.StringIO()
     samples.to_csv(buf, index=False, lineterminator="\n")
-    context.setdefault("on_success", []).append(lambda: _discard_checkpoint(folder))
-    context["extra_run_fields"] = {
-        "seed_ranges": {
-            g.name: [group_seeds(model, g).start, group_seeds(model, g).stop] for g in model.groups
-        },
-        "engine_adapter": engine.info.to_json(),
-    }
+    context.outputs.on_success.append(lambda: _discard_checkpoint(folder))
+    context.outputs.run_fields.update(
+        {
+            "seed_ranges": {
+                g.name: [group_seeds(model, g).start, group_seeds(model, g).stop]
+                for g in model.groups
+            },
+            "engine_adapter": engine.info.to_json(),
+        }
+    )
     return {
         "raw/samples.csv": buf.getvalue().encode(),
         "raw/reference.json": json.dumps(reference, sort_keys=True, separators=(",", ":")).encode(),
@@ -292,12 +291,12 @@ def _open_run(loaded, model, *, mutant, context) -> tuple[Path | None, str | Non
         # Reserve first: a refused reservation must leave no .inprogress folder behind.
         # (A sequential run reserves its whole budget: seeds it did not need stay used.)
         check_and_reserve(
-            _ledger(context),
+            context.ledger_path,
             [
                 LedgerEntry(
                     loaded.name,
                     loaded.hash,
-                    context["attempt"],
+                    context.attempt,
                     g.name,
                     group_seeds(model, g).start,
                     group_seeds(model, g).stop,

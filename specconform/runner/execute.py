@@ -30,6 +30,7 @@ from specconform.evidence.results_io import (
 from specconform.kinds import reevaluate
 from specconform.protocol.load import LoadedProtocol, canonical_json
 from specconform.results import Evaluation, RawData
+from specconform.runner.context import RunContext, RunOptions
 from specconform.runner.ledger import new_attempt_id
 from specconform.runner.preflight import preflight
 from specconform.runner.reserve import collect_reserved
@@ -125,17 +126,20 @@ def execute(
     sign: bool,
     progress,
     extra_run_fields: dict | None = None,
-    run_context: dict | None = None,
+    options: RunOptions | None = None,
 ) -> RunOutcome:
     started = datetime.now(timezone.utc)
-    run_context = dict(run_context or {})
-    run_id = run_context.get("run_id") or make_run_id(loaded, mutant)
-    run_context["run_id"] = run_id
-    run_context.setdefault("out_dir", out_dir)
-    # Unique per process: two simultaneous runs of the same inputs never share one.
-    run_context.setdefault("attempt", new_attempt_id(run_id))
+    options = options or RunOptions()
+    run_id = options.run_id or make_run_id(loaded, mutant)
     shard, coord = _sharding(loaded)
-    run_context["coordinator"] = coord
+    run_context = RunContext(
+        run_id=run_id,
+        # Unique per process: two simultaneous runs of the same inputs never share one.
+        attempt=options.attempt or new_attempt_id(run_id),
+        out_dir=out_dir,
+        options=options,
+        coordinator=coord,
+    )
     try:
         # Everything checkable is checked before any work or any file (exit 2, nothing
         # left). In a sharded run the leader checks and holds the lock; every rank
@@ -210,11 +214,11 @@ def _execute_locked(
     progress,
     started,
     extra_run_fields: dict | None,
-    run_context: dict,
+    run_context: RunContext,
 ) -> RunOutcome:
     from specconform import evidence
 
-    run_id = run_context["run_id"]
+    run_id = run_context.run_id
     log = RunLog()
     log(f"specconform {__version__} run {run_id}")
     log(f"protocol {loaded.path} sha256 {loaded.hash}")
@@ -241,7 +245,7 @@ def _execute_locked(
         "specconform_version": __version__,
     }
     run_json.update(extra_run_fields or {})
-    run_json.update(run_context.get("extra_run_fields", {}))
+    run_json.update(run_context.outputs.run_fields)
     files: dict[str, bytes] = {
         "protocol.yaml": loaded.source,
         "protocol.json": (canonical_json(loaded.data) + "\n").encode(),
@@ -277,16 +281,14 @@ def _execute_locked(
             path = staging / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        archive = evidence.seal(
-            staging, key=key, sign=sign, max_size=run_context.get("max_archive_size")
-        )
+        archive = evidence.seal(staging, key=key, sign=sign, max_size=run_context.max_archive_size)
         staging.rename(final)
         archive_final = zip_beside(final)
         archive.rename(archive_final)
         moved_out = external_dir_for(staging)
         if moved_out.exists():  # --max-archive-size: the files kept beside the archive
             moved_out.rename(external_dir_for(final))
-        for callback in run_context.get("on_success", []):
+        for callback in run_context.outputs.on_success:
             callback()
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

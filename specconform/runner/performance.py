@@ -65,9 +65,9 @@ def collect(loaded, *, progress, log, context) -> dict[str, bytes]:
             mode="json"
         ),
     }
-    context.setdefault("extra_run_fields", {})["performance_sides"] = {
-        side: _describe(configs[side], trees[side]) for side in SIDES
-    }
+    context.outputs.add_run_fields(
+        performance_sides={side: _describe(configs[side], trees[side]) for side in SIDES}
+    )
     engine = protocol.engine.model_dump(mode="json")
     prompts = make_prompts(protocol)
     cells = [

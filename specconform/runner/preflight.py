@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specconform.errors import UsageError
+from specconform.runner.context import RunContext
 from specconform.runner.runlock import lock_holder
 
 SEED_LIMIT = 2**63  # engine_under_test.params.SEED_LIMIT: seeds are int64 Philox keys
@@ -339,7 +340,7 @@ def preflight(
     mutant: str | None,
     out_dir: Path,
     run_id: str,
-    context: dict,
+    context: RunContext,
     key: Path | None,
     sign: bool,
 ) -> None:
@@ -351,27 +352,23 @@ def preflight(
     if distribution and _bundled_preset_or_checkpoint(loaded.model.engine):
         check_model(loaded, model_facts(loaded.model.engine))
     check_writable_folder(out_dir, f"--out {out_dir}")
-    ledger = ledger_path(context, out_dir)
+    ledger = context.ledger_path
     ledgered = loaded.kind in LEDGERED_KINDS
     if ledgered:
         check_ledger_file(ledger)
     check_key(key, sign)
     if distribution:
-        check_run_folder(out_dir, run_id, context.get("resume"))
+        check_run_folder(out_dir, run_id, context.resume)
     if ledgered:
         from specconform.runner.ledger import check_overlaps
 
         check_overlaps(
             ledger,
-            ledger_entries(loaded, context["attempt"], mutant),
+            ledger_entries(loaded, context.attempt, mutant),
             getattr(loaded.model, "expansion", None),
             loaded.model.seeds.offset,
             resumable=distribution,
         )
-
-
-def ledger_path(context: dict, out_dir: Path) -> Path:
-    return Path(context.get("ledger") or Path(out_dir) / "seed-ledger.jsonl")
 
 
 LEDGERED_KINDS = ("distribution", "sequence")  # kinds whose runs draw seeds from a plan

@@ -15,11 +15,14 @@ from pathlib import Path
 
 from specconform.errors import UsageError
 from specconform.runner.collect import collect_raw
+from specconform.runner.context import RunContext
 from specconform.runner.ledger import check_and_reserve, release
-from specconform.runner.preflight import ledger_entries, ledger_path
+from specconform.runner.preflight import ledger_entries
 
 
-def collect_reserved(loaded, *, mutant, progress, log, run_context) -> dict[str, bytes]:
+def collect_reserved(
+    loaded, *, mutant, progress, log, run_context: RunContext
+) -> dict[str, bytes] | None:
     """collect_raw with the run's seed reservation handled for its kind."""
     if loaded.kind == "sequence":
         return _collect_sequence(
@@ -30,25 +33,25 @@ def collect_reserved(loaded, *, mutant, progress, log, run_context) -> dict[str,
             loaded, mutant=mutant, progress=progress, log=log, run_context=run_context
         )
     except UsageError:
-        out_dir = Path(run_context["out_dir"])
-        coord = run_context.get("coordinator")
+        out_dir = Path(run_context.out_dir)
+        coord = run_context.coordinator
         leader = coord is None or coord.shard.is_leader
         if (
             leader
             and loaded.kind == "distribution"
-            and run_context.get("resume") is None
-            and not (out_dir / f"{run_context['run_id']}.inprogress").exists()
+            and run_context.resume is None
+            and not (out_dir / f"{run_context.run_id}.inprogress").exists()
         ):
-            release(ledger_path(run_context, out_dir), run_context["attempt"])
+            release(run_context.ledger_path, run_context.attempt)
         raise
 
 
-def _collect_sequence(loaded, *, mutant, progress, log, run_context) -> dict[str, bytes]:
-    """The sequence runner reserves through ``run_context["reserve_seeds"]`` once the
-    engine is built and the inputs are checked (`runner.sequence`), so that bad input
-    found there still leaves nothing behind, not even a ledger."""
-    path = ledger_path(run_context, Path(run_context["out_dir"]))
-    attempt = run_context["attempt"]
+def _collect_sequence(loaded, *, mutant, progress, log, run_context: RunContext):
+    """The sequence runner reserves through ``run_context.outputs.reserve_seeds`` once
+    the engine is built and the inputs are checked (`runner.sequence`), so that bad
+    input found there still leaves nothing behind, not even a ledger."""
+    path = run_context.ledger_path
+    attempt = run_context.attempt
     reserved: list[bool] = []
 
     def reserve_seeds() -> None:
@@ -60,7 +63,7 @@ def _collect_sequence(loaded, *, mutant, progress, log, run_context) -> dict[str
         )
         reserved.append(True)
 
-    run_context["reserve_seeds"] = reserve_seeds
+    run_context.outputs.reserve_seeds = reserve_seeds
     try:
         raw = collect_raw(
             loaded, mutant=mutant, progress=progress, log=log, run_context=run_context
@@ -70,7 +73,7 @@ def _collect_sequence(loaded, *, mutant, progress, log, run_context) -> dict[str
             release(path, attempt)
         raise
     finally:
-        run_context.pop("reserve_seeds", None)
+        run_context.outputs.reserve_seeds = None
     if not reserved:  # a runner that skipped the reservation must not pass unledgered
         raise RuntimeError("the sequence runner collected without reserving its seeds")
     return raw

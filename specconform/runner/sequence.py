@@ -186,9 +186,8 @@ def _collect(protocol, engine, *, progress, log, context) -> dict[str, bytes]:
     prompts = resolve_prompts(protocol, engine)
     specs = {g.name: build_requests(protocol, g, prompts) for g in protocol.groups}
     pairs = greedy_plan(protocol, specs)
-    reserve_seeds = context.get("reserve_seeds")
-    if reserve_seeds is not None:
-        reserve_seeds()  # the seed ledger (runner.reserve), now that the inputs are good
+    if context.outputs.reserve_seeds is not None:
+        context.outputs.reserve_seeds()  # the seed ledger (runner.reserve): inputs are good
     tallies: dict[str, sc.CheckTally | None] = {}
     for test in protocol.tests:
         if test.type in sc.DEFAULT_SAMPLE or test.type == "greedy_equality":
@@ -242,16 +241,18 @@ def _collect(protocol, engine, *, progress, log, context) -> dict[str, bytes]:
     _oracle_and_greedy(engine, protocol, specs, records, pairs, tallies)
     timing(f"oracle and greedy checks in {time.perf_counter() - t0:.1f}s")
     checks = _check_records(protocol, caps, tallies)
-    context["extra_run_fields"] = {
-        "engine_adapter": engine.info.to_json(),
-        "seed_ranges": {
-            g.name: [
-                protocol.seeds.offset + g.seed_offset,
-                protocol.seeds.offset + g.seed_offset + protocol.group_requests(g),
-            ]
-            for g in protocol.groups
-        },
-    }
+    context.outputs.run_fields.update(
+        {
+            "engine_adapter": engine.info.to_json(),
+            "seed_ranges": {
+                g.name: [
+                    protocol.seeds.offset + g.seed_offset,
+                    protocol.seeds.offset + g.seed_offset + protocol.group_requests(g),
+                ]
+                for g in protocol.groups
+            },
+        }
+    )
     return {
         REQUESTS: _requests_csv(protocol, specs, records),
         TOKENS: _tokens_csv(rows),

@@ -93,22 +93,24 @@ def collect_sequential(loaded, model, engine, folder: Path, *, progress, log, co
     replay_reference(engine, model, samples, progress, reference, t3=True)
     buf = io.StringIO()
     samples.to_csv(buf, index=False, lineterminator="\n")
-    context.setdefault("on_success", []).append(lambda: _discard_checkpoint(folder))
-    context["extra_run_fields"] = {
-        "seed_ranges": {
-            g.name: [group_seeds(model, g).start, group_seeds(model, g).start + stop.seeds]
-            for g in model.groups
-        },
-        "engine_adapter": engine.info.to_json(),
-        "sequential": {
-            "batch": batch,
-            "budget": budget,
-            "alpha": alpha,
-            "seeds_used": stop.seeds,
-            "batches_run": len(stop.trajectory),
-            "verdict": verdict,
-        },
-    }
+    context.outputs.on_success.append(lambda: _discard_checkpoint(folder))
+    context.outputs.run_fields.update(
+        {
+            "seed_ranges": {
+                g.name: [group_seeds(model, g).start, group_seeds(model, g).start + stop.seeds]
+                for g in model.groups
+            },
+            "engine_adapter": engine.info.to_json(),
+            "sequential": {
+                "batch": batch,
+                "budget": budget,
+                "alpha": alpha,
+                "seeds_used": stop.seeds,
+                "batches_run": len(stop.trajectory),
+                "verdict": verdict,
+            },
+        }
+    )
     return {
         "raw/samples.csv": buf.getvalue().encode(),
         "raw/reference.json": _reference_bytes(reference),

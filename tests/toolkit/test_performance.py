@@ -28,6 +28,7 @@ from specconform.kinds.performance.evaluate import RAW_FILE
 from specconform.kinds.performance.profile import phase_table, timeline_svg
 from specconform.protocol.load import validate
 from specconform.results import RawData
+from specconform.runner.context import RunContext
 from tests.toolkit.cli_helpers import ROOT
 
 PROTOCOL = ROOT / "protocols" / "ci_performance.yaml"
@@ -321,14 +322,14 @@ def test_base_ref_runs_the_candidate_configuration_in_the_base_tree(monkeypatch)
     data = loaded.model.model_dump(mode="json")
     data["base_ref"] = "HEAD~1"
     loaded = type(loaded)(loaded.path, loaded.source, validate(data, "t"), loaded.hash)
-    context: dict = {}
+    context = RunContext.standalone()
     files = runner.collect(loaded, progress=silent, log=lambda line: None, context=context)
     timed = [(side, config) for side, config, profiled in calls if not profiled]
     assert [side for side, _ in timed] == abba_order(2)
     assert all(config == {"mode": "async", "draft_loops": 2} for _, config in timed)
     raw = json.loads(files[RAW_FILE])
     assert raw["sides"]["base"]["commit"] == "b" * 40 and raw["sides"]["base"]["ref"] == "HEAD~1"
-    assert context["extra_run_fields"]["performance_sides"]["base"].startswith("async d=2 @ bbbb")
+    assert context.outputs.run_fields["performance_sides"]["base"].startswith("async d=2 @ bbbb")
     assert "plots/timeline-greedy-c1.svg" in files
 
 

@@ -35,6 +35,7 @@ from specconform.protocol.load import load_protocol
 from specconform.runner import sequence as runner
 from specconform.runner import sequence_checks as sc
 from specconform.runner import sequence_requests as requests_plan
+from specconform.runner.context import RunContext
 from tests.toolkit.cli_helpers import ROOT, run_cli
 
 SMALL = {
@@ -121,7 +122,11 @@ def _write(tmp_path: Path, data: dict, name="p.yaml") -> Path:
 
 def _collect(path: Path) -> dict[str, bytes]:
     return runner.collect(
-        load_protocol(path), mutant=None, progress=silent, log=lambda line: None, context={}
+        load_protocol(path),
+        mutant=None,
+        progress=silent,
+        log=lambda line: None,
+        context=RunContext.standalone(),
     )
 
 
@@ -446,7 +451,11 @@ def test_isolation_fails_shared_rng():
     with tempfile.TemporaryDirectory() as tmp:
         loaded = load_protocol(_write(Path(tmp), data))
         raw = runner.collect(
-            loaded, mutant="shared_rng", progress=silent, log=lambda line: None, context={}
+            loaded,
+            mutant="shared_rng",
+            progress=silent,
+            log=lambda line: None,
+            context=RunContext.standalone(),
         )
     iso = json.loads(raw[CHECKS])["iso"]
     assert iso["checked"] == 2 and iso["mismatches"] >= 1
