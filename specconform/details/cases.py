@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Json, Record, optional
+from .base import Record, optional
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,10 +42,23 @@ class Accuracy(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Detectable(Record):
+    """The smallest accuracy drop detected with ``power`` at ``level`` (α over the
+    ``pairs`` deciding pairs), by discordance rate; ``min_drop`` None: none at any."""
+
+    trials: int
+    power: float
+    level: float
+    pairs: int
+    alternative: str
+    drop_by_discordance: dict[str, float | None]
+    min_drop: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
 class McNemarPairDetail(Record):
     """One base/candidate pair: paired wins and losses, exact McNemar p-values, both
-    accuracies and the pre-registered detectable drop (``detectable``: plan.detectable's
-    table, as written)."""
+    accuracies and the pre-registered detectable drop."""
 
     metric: str
     base: str
@@ -63,7 +76,7 @@ class McNemarPairDetail(Record):
     accuracy_base: Accuracy
     accuracy_candidate: Accuracy
     accuracy_difference: float
-    detectable: dict[str, Json]
+    detectable: Detectable
     tie: str | None = optional()
 
 

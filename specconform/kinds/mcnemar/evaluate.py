@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from specconform.details.cases import (
     Accuracy,
+    Detectable,
     ErrorCountsDetail,
     GroupAccuracyDetail,
     McNemarPairDetail,
@@ -81,7 +82,7 @@ def pair_row(protocol: dict, pair: dict, metric: str, groups: dict[str, GroupSam
         accuracy_base=_accuracy(acc_b),
         accuracy_candidate=_accuracy(acc_c),
         accuracy_difference=acc_c.value - acc_b.value,
-        detectable=plan.detectable(protocol, res.n),
+        detectable=Detectable.from_json(plan.detectable(protocol, res.n)),
         tie=tie,
     )
     base_correct = res.both_right + res.losses

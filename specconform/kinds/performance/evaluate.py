@@ -131,7 +131,9 @@ def evaluate_cell(protocol: dict, raw: dict, concurrency: int, sampling: str) ->
         rule=crit["rule"],
         max_slowdown=crit["max_slowdown"],
         sides={side: {m: s.record() for m, s in summaries[side].items()} for side in SIDES},
-        per_process=measured,
+        per_process={
+            side: {m: tuple(values) for m, values in measured[side].items()} for side in SIDES
+        },
         welch_pvalue=_welch(
             measured["base"]["tokens_per_s"], measured["candidate"]["tokens_per_s"]
         ),

@@ -68,10 +68,25 @@ def phase_table(profile: dict) -> SideProfile:
         device=profile.get("device"),
         steps=int(profile.get("steps", 0)),
         phase_markers=bool(profile.get("phase_markers", False)),
-        phases={p: PhaseTotals(**entry) for p, entry in phases.items()},
+        phases={
+            p: PhaseTotals(
+                ops=int(e["ops"]),
+                kernels=int(e["kernels"]),
+                copies=int(e["copies"]),
+                self_cpu_us=e["self_cpu_us"],
+                self_device_us=e["self_device_us"],
+            )
+            for p, e in phases.items()
+        },
         ranked_by=rank_by,
         top=tuple(
-            LocationTotals(location=loc, **vals) for loc, vals in top[: int(profile.get("top", 10))]
+            LocationTotals(
+                location=loc,
+                self_cpu_us=vals["self_cpu_us"],
+                self_device_us=vals["self_device_us"],
+                count=int(vals["count"]),
+            )
+            for loc, vals in top[: int(profile.get("top", 10))]
         ),
     )
 
