@@ -70,9 +70,13 @@ class TestRow:
     reason: str = ""  # why a deciding row failed: "no evidence", "engine errors", ...
 
     def __post_init__(self):
-        if isinstance(self.detail, Mapping):
-            # A kind without typed records (see specconform.details) hands its JSON object.
-            object.__setattr__(self, "detail", JsonDetail(dict(self.detail)))
+        if isinstance(self.detail, Mapping) or not callable(getattr(self.detail, "to_json", None)):
+            # No untyped dict crosses a module boundary: a kind without records of its
+            # own wraps its JSON object in JsonDetail explicitly.
+            raise TypeError(
+                f"test {self.test}: detail is {type(self.detail).__name__}, not a detail "
+                "record (specconform.details; JsonDetail for a kind without records)"
+            )
         if not self.status:
             derived = INFO if self.passed is None else (PASS if self.passed else FAIL)
             object.__setattr__(self, "status", derived)

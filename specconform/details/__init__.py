@@ -7,8 +7,8 @@ existed. :func:`parse_detail` reads an archived object back: the kind's records 
 tried most specific first, and the first whose keys the object has is read, every key
 and value checked (:class:`DetailError` otherwise).
 
-A kind not in :data:`TYPED_KINDS` (the evidence tests' toy kind) carries
-:class:`JsonDetail`: the JSON object as written, read through ``.data``.
+A kind not in :data:`TYPED_KINDS` (a plug-in kind that registered no records with
+:func:`register_records`) carries :class:`JsonDetail`: the JSON object as written, read through ``.data``.
 Schema-1 distribution archives are read with :mod:`specconform.details.legacy`.
 """
 
@@ -21,7 +21,15 @@ from typing import Any
 from . import cases, distribution, legacy, runs, sequence
 from .base import Detail, DetailError, Record
 
-__all__ = ["Detail", "DetailError", "JsonDetail", "Record", "parse_detail", "records_of"]
+__all__ = [
+    "Detail",
+    "DetailError",
+    "JsonDetail",
+    "Record",
+    "parse_detail",
+    "records_of",
+    "register_records",
+]
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,12 @@ TYPED_KINDS: dict[str, tuple[type[Record], ...]] = {
 _EVERY_RECORD = tuple(r for records in TYPED_KINDS.values() for r in records) + legacy.RECORDS
 
 
+def register_records(kind: str, records: tuple[type[Record], ...]) -> None:
+    """Register the detail records of a kind defined outside specconform (a plug-in's,
+    the evidence tests' toy kind), so its archives read back typed."""
+    TYPED_KINDS[kind] = tuple(records)
+
+
 def records_of(kind: str | None, schema: int = 2) -> tuple[type[Record], ...]:
     """The records a row of ``kind`` may carry (none: the kind carries JsonDetail)."""
     if kind == "distribution" and schema < 2:
@@ -63,8 +77,8 @@ def parse_detail(obj: Any, kind: str | None = None, *, schema: int = 2) -> Detai
     Raises :class:`DetailError` when a typed kind's object fits none of its records."""
     if not isinstance(obj, Mapping):
         raise DetailError(f"detail is {type(obj).__name__}, not an object")
-    if kind is not None and kind not in TYPED_KINDS:
-        return JsonDetail(dict(obj))
+    if not obj or (kind is not None and kind not in TYPED_KINDS):
+        return JsonDetail(dict(obj))  # {}: a row without detail (TestRow's default)
     candidates = records_of(kind, schema) if kind is not None else _EVERY_RECORD
     for record in candidates:
         if record.fits(obj):

@@ -122,6 +122,19 @@ class AcceptanceAllDetail(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class LawCounts(Record):
+    """One group's drafted tokens of one law: how many the mechanism PIT could test."""
+
+    group: str
+    law: str
+    tokens: int
+    without_q: int
+    boundary: int
+    out_of_support: int
+    eligible: int
+
+
+@dataclass(frozen=True, kw_only=True)
 class MechanismPitDetail(Record):
     """mechanism_pit: the mechanism PIT's strata (law x position x round band)."""
 
@@ -132,7 +145,7 @@ class MechanismPitDetail(Record):
     round_bands: tuple[int, ...]
     strata_count: int
     strata: tuple[UniformityStratum, ...]
-    counts: tuple[dict[str, Json], ...]
+    counts: tuple[LawCounts, ...]
     untested_slots: dict[str, dict[str, int]]
     statistic_text: str
     no_evidence: str | None = optional()

@@ -109,7 +109,7 @@ def test_equal_sides_pass():
     row = _row(ev, "tokens_per_s_c1_greedy")
     assert row.status == "PASS" and row.deciding and ev.verdict.verdict == "PASS"
     assert row.statistic == pytest.approx(1.0)
-    assert row.detail["sides"]["candidate"]["tpot_ms"]["mean"] == pytest.approx(40.0, rel=0.01)
+    assert row.detail.sides["candidate"]["tpot_ms"].mean == pytest.approx(40.0, rel=0.01)
 
 
 def test_a_thirty_percent_slower_candidate_fails():

@@ -29,6 +29,7 @@ import numpy as np
 
 from specconform.details.distribution import CoverageRecord
 from specconform.details.sequence import (
+    LawCounts,
     MeanGroup,
     MechanismMeanDetail,
     MechanismPitDetail,
@@ -72,21 +73,21 @@ def mechanism_pit(ctx: Context, spec: dict) -> tuple[TestRow, CoverageRecord]:
     min_samples = int(spec.get("min_samples") or ctx.min_samples)
     tok = ctx.tokens
     results, per, untested = [], [], {}
-    counts: list[dict[str, int | str]] = []
+    counts: list[LawCounts] = []
     for name in groups:
         for law in law_names:
             of_law, tested = _tested(ctx, name, law)
             with_q = of_law & np.isfinite(tok.tv)
             counts.append(
-                {
-                    "group": name,
-                    "law": law,
-                    "tokens": int(of_law.sum()),
-                    "without_q": int((of_law & ~np.isfinite(tok.tv)).sum()),
-                    "boundary": int((with_q & np.isnan(tok.mech_p)).sum()),
-                    "out_of_support": int((with_q & (tok.mech_p == 0)).sum()),
-                    "eligible": int(tested.sum()),
-                }
+                LawCounts(
+                    group=name,
+                    law=law,
+                    tokens=int(of_law.sum()),
+                    without_q=int((of_law & ~np.isfinite(tok.tv)).sum()),
+                    boundary=int((with_q & np.isnan(tok.mech_p)).sum()),
+                    out_of_support=int((with_q & (tok.mech_p == 0)).sum()),
+                    eligible=int(tested.sum()),
+                )
             )
             strata, left = uniformity_strata(tok, tested, ctx.round_bands, min_samples)
             if left:
@@ -120,7 +121,7 @@ def mechanism_pit(ctx: Context, spec: dict) -> tuple[TestRow, CoverageRecord]:
         row = ctx.row(
             spec, agg.statistic, agg.df, agg.pvalue, agg.n, detail, "chi2 summed over strata"
         )
-    eligible = sum(int(c["eligible"]) for c in counts)
+    eligible = sum(c.eligible for c in counts)
     return row, CoverageRecord(strata=agg.strata, n_covered=agg.n, n_eligible=eligible)
 
 
