@@ -33,7 +33,6 @@ from specconform.details.sequence import (
     MeanGroup,
     MechanismMeanDetail,
     MechanismPitDetail,
-    UniformityStratum,
 )
 from specconform.evidence.jsonio import json_number
 from specconform.results import TestRow
@@ -43,7 +42,7 @@ from specconform.stats.pit import mean_test, uniformity
 from .context import Context
 from .raw import MECH_COLUMNS
 from .records import ACCEPTED, CORRECTION
-from .strata import uniformity_record, uniformity_strata
+from .strata import uniformity_strata, uniformity_stratum
 
 LAWS = {"correction": CORRECTION, "accepted": ACCEPTED}
 LAW_TEXT = {
@@ -95,11 +94,7 @@ def mechanism_pit(ctx: Context, spec: dict) -> tuple[TestRow, CoverageRecord]:
             for s in strata:
                 res = uniformity(tok.mech_u[s.members], bins)
                 results.append(res)
-                per.append(
-                    UniformityStratum(
-                        group=name, law=law, **s.label(ctx.round_bands), **uniformity_record(res)
-                    )
-                )
+                per.append(uniformity_stratum(res, s, ctx.round_bands, group=name, law=law))
     agg = sum_chi2(results)
     detail = MechanismPitDetail(
         groups=tuple(groups),

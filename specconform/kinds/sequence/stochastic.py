@@ -20,7 +20,6 @@ from specconform.details.sequence import (
     PairStratum,
     PositionCell,
     UniformityDetail,
-    UniformityStratum,
 )
 from specconform.evidence.jsonio import json_number
 from specconform.results import TestRow
@@ -34,8 +33,8 @@ from .strata import (
     lag1_pairs,
     request_pairs,
     round_pairs,
-    uniformity_record,
     uniformity_strata,
+    uniformity_stratum,
 )
 
 PAIRS = {"lag1": lag1_pairs, "rounds": round_pairs, "requests": request_pairs}
@@ -60,9 +59,7 @@ def pit_uniformity(ctx: Context, spec: dict) -> tuple[TestRow, CoverageRecord]:
             res = uniformity(tok.u[s.members], ctx.bins)
             results.append(res)
             covered += res.n
-            per.append(
-                UniformityStratum(group=name, **s.label(ctx.round_bands), **uniformity_record(res))
-            )
+            per.append(uniformity_stratum(res, s, ctx.round_bands, group=name))
     agg = sum_chi2(results)
     detail = UniformityDetail(
         groups=tuple(groups),
