@@ -159,7 +159,9 @@ def _coerce(tp: Any, value: Any, *, strict: bool, where: str) -> Any:
                     return _coerce(rec, value, strict=strict, where=where)
             raise DetailError(f"{where}: object fits none of {[r.__name__ for r in records]}")
         if isinstance(value, Record):
-            return value
+            if records and isinstance(value, tuple(records)):
+                return value
+            raise DetailError(f"{where}: a {type(value).__name__} where {tp} belongs")
         errors = []
         for member in members:
             try:
