@@ -31,7 +31,8 @@ R = TypeVar("R", bound="Record")
 
 
 class DetailError(ValueError):
-    """A detail object that is not the record it should be (bad input, exit 2)."""
+    """A detail object that is not the record it should be. The archive reader turns it
+    into an EvidenceError naming the test (a malformed archive: one line, exit 3)."""
 
 
 @runtime_checkable
