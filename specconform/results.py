@@ -3,8 +3,9 @@
 A test returns a frozen :class:`TestRow` in the scipy style: ``statistic``, ``df``,
 ``pvalue`` (the p-value the decision used, named by ``pvalue_method``), ``n``, a
 ``status`` and, for deciding tests, the family-adjusted p-value (``adjusted_pvalue``,
-e.g. Holm's). ``detail`` is the per-stratum record of the test, already in its JSON
-form (numbers finite or None): it is written to the archive as it is.
+e.g. Holm's). ``detail`` is the per-stratum record of the test: a typed frozen record
+of :mod:`specconform.details` (numbers finite or None) whose ``to_json()`` is written to
+the archive; reading a row back picks the record from the archive's kind.
 
 Status, one of :data:`STATUSES`:
 
@@ -25,8 +26,10 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+from specconform.details import Detail, JsonDetail, parse_detail
 
 ROLES = (
     "prerequisite",
@@ -58,7 +61,7 @@ class TestRow:
     n: int
     alpha: float
     passed: bool | None
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: Detail = field(default_factory=JsonDetail)
     status: str = ""  # derived from `passed` when empty (schema-1 rows)
     pvalue_method: str = ""  # what `pvalue` is: "chi2", "exact binomial", "Bonferroni ..."
     adjusted_pvalue: float | None = None  # family-adjusted p (deciding stochastic tests)
@@ -67,6 +70,13 @@ class TestRow:
     reason: str = ""  # why a deciding row failed: "no evidence", "engine errors", ...
 
     def __post_init__(self):
+        if isinstance(self.detail, Mapping) or not callable(getattr(self.detail, "to_json", None)):
+            # No untyped dict crosses a module boundary: a kind without records of its
+            # own wraps its JSON object in JsonDetail explicitly.
+            raise TypeError(
+                f"test {self.test}: detail is {type(self.detail).__name__}, not a detail "
+                "record (specconform.details; JsonDetail for a kind without records)"
+            )
         if not self.status:
             derived = INFO if self.passed is None else (PASS if self.passed else FAIL)
             object.__setattr__(self, "status", derived)
@@ -78,18 +88,24 @@ class TestRow:
         # every evidence file lives in jsonio).
         from specconform.evidence.jsonio import json_number
 
-        row = asdict(self)
+        row = {f.name: getattr(self, f.name) for f in fields(self)}
+        row["detail"] = self.detail.to_json()
         for key in ("statistic", "df", "pvalue", "adjusted_pvalue"):
             row[key] = json_number(row[key])
         return row
 
     @classmethod
-    def from_json(cls, row: Mapping[str, Any]) -> TestRow:
+    def from_json(
+        cls, row: Mapping[str, Any], kind: str | None = None, *, schema: int = 2
+    ) -> TestRow:
         """A row read back from results/tests.json (either schema); ``detail`` may be a
-        JSON string (tests.csv). Raises KeyError/TypeError/ValueError on a malformed row."""
-        detail = row.get("detail") or {}
-        if isinstance(detail, str):
-            detail = json.loads(detail)
+        JSON string (tests.csv) and is read as the record of the archive's ``kind`` (see
+        :func:`specconform.details.parse_detail`). Raises KeyError/TypeError/ValueError
+        (DetailError is one) on a malformed row."""
+        raw_detail = row.get("detail") or {}
+        if isinstance(raw_detail, str):
+            raw_detail = json.loads(raw_detail)
+        detail = parse_detail(raw_detail, kind, schema=schema)
         passed = row.get("passed")
         if passed is not None and not isinstance(passed, bool):
             raise TypeError(f"passed is {passed!r}, not a boolean")

@@ -94,9 +94,16 @@ class ArchiveContents:
         return rows
 
     def evaluation(self) -> Evaluation:
-        """The evaluation the archive states (results/tests.json and verdict.json)."""
+        """The evaluation the archive states (results/tests.json and verdict.json); each
+        row's detail read as the typed record of the archive's protocol kind."""
+        protocol = self.json_object("protocol.json") if "protocol.json" in self.files else {}
+        kind = protocol.get("kind") if isinstance(protocol.get("kind"), str) else None
+        schema = 1 if kind == "distribution" and "verdict" not in protocol else 2
         return Evaluation(
-            tuple(row_from_json(r, "results/tests.json") for r in self.stated_rows()),
+            tuple(
+                row_from_json(r, "results/tests.json", kind, schema=schema)
+                for r in self.stated_rows()
+            ),
             verdict_from_json(self.json_object("verdict.json")),
         )
 
@@ -228,11 +235,11 @@ def _read_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, budget: int) -> tupl
     return b"".join(chunks), digest.hexdigest()
 
 
-def row_from_json(row: dict, name: str) -> TestRow:
+def row_from_json(row: dict, name: str, kind: str | None = None, *, schema: int = 2) -> TestRow:
     """A TestRow from its JSON form (either results schema); `detail` may be an object or
-    a JSON string."""
+    a JSON string, read as a record of `kind` (specconform.details.parse_detail)."""
     try:
-        return TestRow.from_json(row)
+        return TestRow.from_json(row, kind, schema=schema)
     except (KeyError, TypeError, ValueError) as exc:
         raise EvidenceError(f"{name}: malformed test row {row.get('test')!r} ({exc})") from None
 

@@ -15,6 +15,7 @@ import csv
 import io
 from pathlib import Path
 
+from specconform.details.distribution import SequentialDetail
 from specconform.errors import EvidenceError
 from specconform.evidence.jsonio import canonical_json_bytes, compact_json, write_bytes_atomic
 from specconform.protocol.schema_sequential import SEQUENTIAL_TEST_NAME as SEQUENTIAL_TEST
@@ -128,12 +129,14 @@ def sequential_csv_bytes(tests: tuple[TestRow, ...] | list[TestRow]) -> bytes | 
     row = next((t for t in tests if t.test == SEQUENTIAL_TEST), None)
     if row is None:
         return None
+    if not isinstance(row.detail, SequentialDetail):
+        raise EvidenceError(f"test {SEQUENTIAL_TEST}: detail carries no e-process trajectory")
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(SEQUENTIAL_COLUMNS)
-    for k, point in enumerate(row.detail.get("trajectory", []), start=1):
+    for k, point in enumerate(row.detail.trajectory, start=1):
         writer.writerow(
-            [k, point["seeds"]]
-            + ["" if point[c] is None else repr(point[c]) for c in SEQUENTIAL_COLUMNS[2:]]
+            [k, point.seeds]
+            + ["" if x is None else repr(x) for x in (point.log_e, point.sup_log_e)]
         )
     return out.getvalue().encode()

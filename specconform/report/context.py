@@ -25,6 +25,7 @@ from specconform.report.model import (
     cross_archive_overlaps,
     format_range,
 )
+from specconform.report.readings import two_groups
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -194,17 +195,17 @@ def seed_lines(views: Sequence[ArchiveView], facts: Sequence[RunFacts]) -> list[
     for view, fact in zip(views, facts, strict=True):
         disjoint, split, overlap = [], [], []
         for row in view.evaluation.tests:
-            groups = row.detail.get("groups") if isinstance(row.detail, dict) else None
-            if not isinstance(groups, list) or len(groups) != 2:
+            pair_of = two_groups(row.detail)
+            if pair_of is None:
                 continue
-            ga, gb = (str(g) for g in groups)
+            ga, gb, seed_split = pair_of
             ra, rb = view.seed_ranges.get(ga), view.seed_ranges.get(gb)
             pair = f"{ga}/{gb}"
             if ra is None or rb is None:
                 continue
             if not _overlap(ra, rb):
                 disjoint.append(pair)
-            elif "disjoint seeds" in str(row.detail.get("seed_split", "")):
+            elif "disjoint seeds" in seed_split:
                 split.append(pair)  # shared range, split by the test (e.g. even/odd seeds)
             else:
                 overlap.append(f"{pair} {format_range(ra)} and {format_range(rb)}")

@@ -11,55 +11,52 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from specconform.details.cases import Accuracy, Detectable, McNemarPairDetail
 from specconform.results import Evaluation, TestRow
 
 
 def is_mcnemar_row(row: TestRow) -> bool:
-    return {"wins", "losses", "accuracy_base"} <= set(row.detail)
+    return isinstance(row.detail, McNemarPairDetail)
 
 
-def _acc(a: dict) -> str:
-    return (
-        f"{a['correct']}/{a['n']} = {a['accuracy']:.3f} "
-        f"[{a['wilson_low']:.3f}, {a['wilson_high']:.3f}]"
-    )
+def _acc(a: Accuracy) -> str:
+    return f"{a.correct}/{a.n} = {a.accuracy:.3f} [{a.wilson_low:.3f}, {a.wilson_high:.3f}]"
 
 
 def _p(x: float | None) -> str:
     return "—" if x is None else f"{x:.3g}"
 
 
-def _drop(detectable: dict) -> str:
-    d = detectable.get("min_drop")
-    level = detectable.get("level")
+def _drop(detectable: Detectable) -> str:
+    d = detectable.min_drop
     return (
         "none at any discordance"
         if d is None
-        else f"≥ {d:.3f} (power {detectable['power']:g}, α/m = {level:.3g})"
+        else f"≥ {d:.3f} (power {detectable.power:g}, α/m = {detectable.level:.3g})"
     )
 
 
 def mcnemar_rows(evaluation: Evaluation) -> list[list[str]]:
     out = []
     for r in evaluation.tests:
-        if not is_mcnemar_row(r):
-            continue
         d = r.detail
+        if not isinstance(d, McNemarPairDetail):
+            continue
         result = r.status if r.status != "NO_EVIDENCE" else "no evidence"
         out.append(
             [
                 r.test,
-                d["metric"],
-                f"{d['base']} → {d['candidate']}",
-                str(d["wins"]),
-                str(d["losses"]),
-                str(d["ties"]),
-                f"{_p(d['pvalue_worse'])} / {_p(d['pvalue_two_sided'])}",
+                d.metric,
+                f"{d.base} → {d.candidate}",
+                str(d.wins),
+                str(d.losses),
+                str(d.ties),
+                f"{_p(d.pvalue_worse)} / {_p(d.pvalue_two_sided)}",
                 _p(r.adjusted_pvalue),
                 "info" if result == "INFO" else result,
-                _acc(d["accuracy_base"]),
-                _acc(d["accuracy_candidate"]),
-                _drop(d["detectable"]),
+                _acc(d.accuracy_base),
+                _acc(d.accuracy_candidate),
+                _drop(d.detectable),
             ]
         )
     return out

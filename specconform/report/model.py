@@ -6,8 +6,10 @@ the report says so). They rely on these fields, all optional except the first th
 - run.json: `run_id`, `protocol_name`, `protocol_hash`; `kind`, `mutant`, `device`,
   `overrides`, and `seed_ranges` = {group: [start, stop)};
 - results/tests.json rows and verdict.json (contracts section 3);
-- a test row's `detail`: `group` (per-group tables), `coverage` (scope notes), and the
-  plot inputs read by `plots` (`observed`/`expected`, `strata`, `acceptance_ratio`).
+- a test row's typed `detail` record (specconform.details), read through the shapes
+  of :mod:`specconform.report.readings`: `group` (per-group tables), the coverage
+  row's `tests` (scope notes), and the plot inputs read by `plots`
+  (`observed`/`expected`, `strata`, `acceptance_ratio`).
 
 Typed readings of a row for every renderer: :func:`outcome` (from the row's status: a
 row without evidence reads "no evidence", never PASS), :func:`pvalue_text` (the raw p
@@ -28,6 +30,14 @@ from pathlib import Path
 from specconform.errors import EvidenceError
 from specconform.evidence.reader import read_archive
 from specconform.evidence.sha256sums import ATTESTATION_NAME
+from specconform.report.readings import (
+    acceptance_ratio,
+    coverage_of,
+    covered_tests,
+    group_of,
+    group_pvalues,
+    is_quadrature_case,
+)
 from specconform.results import FAIL, NO_EVIDENCE, PASS, Evaluation, TestRow, Verdict
 
 SeedRange = tuple[int, int]  # [start, stop)
@@ -153,7 +163,7 @@ def groups(views: Sequence[ArchiveView]) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for view in views:
         for row in view.evaluation.tests:
-            group = row.detail.get("group") if isinstance(row.detail, dict) else None
+            group = group_of(row.detail)
             if group is None:
                 continue
             tests = found.setdefault(str(group), [])
@@ -199,13 +209,9 @@ def pvalue_text(row: TestRow) -> str:
     it; ``p=n/a`` when there is none."""
     label = "p_Bonf" if row.pvalue_method.startswith("Bonferroni over") else "p"
     text = f"{label}={format_pvalue(row.pvalue)}"
-    per_group = row.detail.get("per_group") if isinstance(row.detail, dict) else None
-    if label == "p_Bonf" and isinstance(per_group, list):
-        groups = ", ".join(
-            f"{g.get('group')} p={format_pvalue(g.get('pvalue'))}"
-            for g in per_group
-            if isinstance(g, dict)
-        )
+    per_group = group_pvalues(row.detail)
+    if label == "p_Bonf" and per_group:
+        groups = ", ".join(f"{g} p={format_pvalue(p)}" for g, p in per_group)
         text += f" ({groups})"
     if row.adjusted_pvalue is not None:
         text += f", p_{row.adjusted_method or 'adj'}={format_pvalue(row.adjusted_pvalue)}"
@@ -214,7 +220,7 @@ def pvalue_text(row: TestRow) -> str:
 
 def statistic_text(row: TestRow) -> str:
     """``stat=…``, or for a quadrature case ``max err/bound=…`` (<= 1 is within bound)."""
-    is_case = isinstance(row.detail, dict) and "bound_first" in row.detail
+    is_case = is_quadrature_case(row.detail)
     return f"{'max err/bound' if is_case else 'stat'}={format_number(row.statistic)}"
 
 
@@ -228,16 +234,12 @@ class AcceptancePoint:
 
 
 def acceptance_point(row: TestRow) -> AcceptancePoint | None:
-    """From the `acceptance_ratio`/`expected_acceptance_ratio` keys of an acceptance row
+    """From the `acceptance_ratio`/`expected_acceptance_ratio` of an acceptance row
     (None for rows without them, e.g. schema-1 archives)."""
-    detail = row.detail if isinstance(row.detail, dict) else {}
-    observed = detail.get("acceptance_ratio")
-    if not isinstance(observed, (int, float)) or isinstance(observed, bool):
+    ratio = acceptance_ratio(row.detail)
+    if ratio is None:
         return None
-    expected = detail.get("expected_acceptance_ratio")
-    return AcceptancePoint(
-        row.test, float(observed), float(expected) if isinstance(expected, (int, float)) else None
-    )
+    return AcceptancePoint(row.test, *ratio)
 
 
 def check_cell(row: TestRow | None) -> str:
@@ -298,22 +300,20 @@ def disjointness_statement(views: Sequence[ArchiveView]) -> str:
 
 
 def coverage_notes(views: Sequence[ArchiveView]) -> list[str]:
-    """One line per test row that reports `coverage` in its detail."""
+    """One line per test row that reports a `coverage` in its detail, and one per test
+    of a coverage row (strata and share per stratified test)."""
     notes = []
     for view in views:
         for row in view.evaluation.tests:
-            detail = row.detail if isinstance(row.detail, dict) else {}
-            coverage = detail.get("coverage")
+            coverage = coverage_of(row.detail)
             if coverage is not None:
                 notes.append(f"{view.label}, {row.test}: {format_coverage(coverage)}")
-            if row.test == "coverage" and isinstance(detail.get("tests"), dict):
-                # The distribution evaluator's coverage row: strata and share per test.
-                for test, cov in sorted(detail["tests"].items()):
-                    notes.append(
-                        f"{view.label}, {test}: {cov.get('strata')} strata cover "
-                        f"{cov.get('n_covered')}/{cov.get('n_eligible')} samples "
-                        f"({100 * float(cov.get('share', 0)):.1f}%)"
-                    )
+            for test, cov in sorted(covered_tests(row.detail).items()):
+                share = cov.share if cov.share is not None else 0.0
+                notes.append(
+                    f"{view.label}, {test}: {cov.strata} strata cover "
+                    f"{cov.n_covered}/{cov.n_eligible} samples ({100 * share:.1f}%)"
+                )
     return notes
 
 

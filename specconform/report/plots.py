@@ -5,9 +5,10 @@ SVGs in one page never collide), the Date metadata is dropped, text stays text
 (`svg.fonttype` none: no glyph definitions with shared ids), and each plot is drawn on a
 fresh `Figure`. The same inputs and matplotlib version give the same SVG.
 
-Plot inputs come from test rows' `detail` (all optional):
-- `observed`, `expected`: equal-length lists of counts per cell (`labels` optional);
-- `strata`: a list of {"label", "observed", "expected"}: observed vs expected per cell of
+Plot inputs come from test rows' typed `detail` records, read by shape
+(specconform/report/readings.py; all optional):
+- `observed`, `expected`: equal-length counts per cell (`labels` optional);
+- `strata` whose records have `observed`, `expected`: observed vs expected per cell of
   every stratum, as one scatter with the y = x line;
 - `acceptance_ratio` (with optional `expected_acceptance_ratio`): one point per test.
 """
@@ -20,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from specconform.report.model import ArchiveView
+from specconform.report.readings import acceptance_ratio, count_pairs, labels_of, strata_of
 from specconform.results import TestRow
 
 if TYPE_CHECKING:  # matplotlib is imported when a plot is drawn, not with the package
@@ -113,23 +115,17 @@ def pvalue_plot(
 
 def observed_expected_plot(row: TestRow, plot_id: str) -> str | None:
     """Observed vs expected counts for one test row, or None if its detail has none."""
-    detail = row.detail if isinstance(row.detail, dict) else {}
-    strata = detail.get("strata")
-    if isinstance(strata, list) and strata:
-        cells = [
-            (o, e)
-            for s in strata
-            if isinstance(s, dict)
-            for o, e in _pairs(s.get("observed"), s.get("expected"))
-        ]
+    strata = strata_of(row.detail)
+    if strata:
+        cells = [pair for s in strata for pair in count_pairs(s)]
         return _scatter(cells, f"{row.test}: {len(strata)} strata", plot_id) if cells else None
-    pairs = _pairs(detail.get("observed"), detail.get("expected"))
+    pairs = count_pairs(row.detail)
     if not pairs:
         return None
     if len(pairs) > MAX_BAR_CELLS:
         return _scatter(pairs, row.test, plot_id)
-    labels = detail.get("labels")
-    if not (isinstance(labels, list) and len(labels) == len(pairs)):
+    labels = labels_of(row.detail)
+    if labels is None or len(labels) != len(pairs):
         labels = [str(i) for i in range(len(pairs))]
 
     def draw(figure: Figure) -> None:
@@ -147,22 +143,19 @@ def observed_expected_plot(row: TestRow, plot_id: str) -> str | None:
 
 def has_observed_expected(row: TestRow) -> bool:
     """Whether `observed_expected_plot` would draw something for this row."""
-    detail = row.detail if isinstance(row.detail, dict) else {}
-    strata = detail.get("strata")
-    if isinstance(strata, list) and strata:
-        return any(
-            isinstance(s, dict) and _pairs(s.get("observed"), s.get("expected")) for s in strata
-        )
-    return bool(_pairs(detail.get("observed"), detail.get("expected")))
+    strata = strata_of(row.detail)
+    if strata:
+        return any(count_pairs(s) for s in strata)
+    return bool(count_pairs(row.detail))
 
 
 def acceptance_plot(views: Sequence[ArchiveView]) -> str | None:
     """Observed (and expected) acceptance ratios of every row that reports one."""
     points = [
-        (view.label, row)
+        (view.label, row, ratio)
         for view in views
         for row in view.evaluation.tests
-        if isinstance(row.detail, dict) and _is_number(row.detail.get("acceptance_ratio"))
+        if (ratio := acceptance_ratio(row.detail)) is not None
     ]
     if not points:
         return None
@@ -170,12 +163,11 @@ def acceptance_plot(views: Sequence[ArchiveView]) -> str | None:
     def draw(figure: Figure) -> None:
         axes = figure.add_subplot()
         ys = range(len(points))
-        axes.plot([r.detail["acceptance_ratio"] for _, r in points], ys, "o", label="observed")
+        axes.plot([ratio[0] for _, _, ratio in points], ys, "o", label="observed")
         expected: list[tuple[float, int]] = []
-        for (_, r), y in zip(points, ys, strict=True):
-            x = r.detail.get("expected_acceptance_ratio")
-            if isinstance(x, (int, float)) and _is_number(x):
-                expected.append((float(x), y))
+        for (_, _, ratio), y in zip(points, ys, strict=True):
+            if ratio[1] is not None:
+                expected.append((ratio[1], y))
         if expected:
             axes.plot(
                 [x for x, _ in expected],
@@ -184,7 +176,7 @@ def acceptance_plot(views: Sequence[ArchiveView]) -> str | None:
                 color="black",
                 label="expected",
             )
-        axes.set_yticks(list(ys), labels=[f"{label}: {r.test}" for label, r in points])
+        axes.set_yticks(list(ys), labels=[f"{label}: {r.test}" for label, r, _ in points])
         axes.invert_yaxis()
         axes.set_xlabel("acceptance ratio")
         axes.margins(y=0.3)
@@ -207,14 +199,6 @@ def _scatter(pairs: list[tuple[float, float]], title: str, plot_id: str) -> str:
     return render_svg(draw, plot_id=plot_id, size=(4.2, 3.4))
 
 
-def _pairs(observed, expected) -> list[tuple[float, float]]:
-    if not (isinstance(observed, list) and isinstance(expected, list)):
-        return []
-    if len(observed) != len(expected) or not all(map(_is_number, observed + expected)):
-        return []
-    return [(float(o), float(e)) for o, e in zip(observed, expected, strict=True)]
-
-
 def _pvalue(row: TestRow | None) -> float | None:
     return None if row is None else row.pvalue
 
@@ -223,7 +207,3 @@ def _neg_log10(p: float | None) -> float:
     if p is None or not math.isfinite(p):
         return 0.0
     return -math.log10(max(p, P_FLOOR))
-
-
-def _is_number(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from specconform.details.runs import EqualityDetail
 from specconform.evidence.external import MANIFEST_NAME
 from specconform.evidence.reader import read_archive
 from specconform.report.context import RunFacts, run_facts
@@ -41,6 +42,7 @@ from specconform.report.model import (
     verdict_statement,
 )
 from specconform.report.pr_performance import performance_section
+from specconform.report.readings import scalar_facts
 from specconform.results import TestRow
 
 KERNEL_KINDS = ("quadrature", "montecarlo")
@@ -167,12 +169,14 @@ def _kernel_row(item: PrArchive) -> list[str]:
 
 def _equality_row(item: PrArchive, row: TestRow) -> list[str]:
     d = row.detail
+    if not isinstance(d, EqualityDetail):
+        return [f"greedy equality {row.test}", item.name, _facts(row), outcome(row)]
     what = (
-        f"{d.get('candidate')} vs {d.get('base')}: {d.get('prompts')} prompts, "
-        f"{d.get('tokens_compared')} tokens, {len(d.get('divergences') or [])} divergences"
+        f"{d.candidate} vs {d.base}: {d.prompts} prompts, "
+        f"{d.tokens_compared} tokens, {len(d.divergences)} divergences"
     )
-    if d.get("first"):
-        what += f"; first: {d['first']}"
+    if d.first:
+        what += f"; first: {d.first}"
     return [f"greedy equality {row.test}", item.name, what, outcome(row)]
 
 
@@ -249,12 +253,9 @@ def generic_section(kind: str, items: Sequence[PrArchive]) -> list[str]:
 def _facts(row: TestRow, limit: int = 5) -> str:
     """The first scalar entries of a row's detail (wins, losses, accuracy, ...): what a
     kind without its own section still says about each row."""
-    detail = row.detail if isinstance(row.detail, dict) else {}
     parts = []
-    for key, value in detail.items():
-        if isinstance(value, bool) or value is None:
-            continue
-        if isinstance(value, (int, float, str)) and len(str(value)) <= 40:
+    for key, value in scalar_facts(row.detail):
+        if len(str(value)) <= 40:
             parts.append(f"{key} {_num(value) if isinstance(value, float) else value}")
         if len(parts) == limit:
             break

@@ -7,27 +7,43 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from specconform.details.runs import (
+    LocationTotals,
+    MetricSummary,
+    PhaseTotals,
+    ProfileDetail,
+    ThroughputDetail,
+)
 from specconform.report.model import outcome, verdict_statement
+from specconform.results import TestRow
 
 SIDES = ("base", "candidate")
 PHASES = ("draft", "verify", "accept", "collect", "other")
 
 
-def _summary(s: dict | None, scale: float = 1.0, digits: int = 4) -> str:
-    if not s or s.get("mean") is None:
+def _summary(s: MetricSummary | None, scale: float = 1.0, digits: int = 4) -> str:
+    if s is None or s.mean is None or s.min is None or s.max is None:
         return "—"
-    sd = "n/a" if s.get("sd") is None else f"{s['sd'] / scale:.{digits}g}"
+    sd = "n/a" if s.sd is None else f"{s.sd / scale:.{digits}g}"
     return (
-        f"{s['mean'] / scale:.{digits}g} ± {sd} "
-        f"[{s['min'] / scale:.{digits}g}, {s['max'] / scale:.{digits}g}]"
+        f"{s.mean / scale:.{digits}g} ± {sd} "
+        f"[{s.min / scale:.{digits}g}, {s.max / scale:.{digits}g}]"
     )
 
 
-def _peak(s: dict | None) -> str:
+def _peak(s: MetricSummary | None) -> str:
     """GiB; a peak equal in every process (CPU RSS often is) reads as one number."""
-    if s and s.get("mean") is not None and s.get("min") == s.get("max"):
-        return f"{s['mean'] / 2**30:.3g} (all {s['n']})"
+    if s is not None and s.mean is not None and s.min == s.max:
+        return f"{s.mean / 2**30:.3g} (all {s.n})"
     return _summary(s, 2**30, 3)
+
+
+def _throughput(row: TestRow) -> ThroughputDetail | None:
+    return row.detail if isinstance(row.detail, ThroughputDetail) else None
+
+
+def _metric(d: ThroughputDetail, side: str, metric: str) -> MetricSummary | None:
+    return d.sides.get(side, {}).get(metric)
 
 
 def _sides(item) -> str:
@@ -43,10 +59,15 @@ def performance_section(items: Sequence, table: Callable) -> list[str]:
     out = ["", "### Performance", ""]
     for item in items:
         ev = item.view.evaluation
-        cells = [r for r in ev.tests if r.test.startswith("tokens_per_s_")]
+        cells = [
+            r
+            for r in ev.tests
+            if r.test.startswith("tokens_per_s_") and isinstance(r.detail, ThroughputDetail)
+        ]
         design = item.view.row("abba_order")
-        first = cells[0].detail if cells else {}
-        n = first.get("sides", {}).get("base", {}).get("tokens_per_s", {}).get("n", "?")
+        first = _throughput(cells[0]) if cells else None
+        base_n = None if first is None else _metric(first, "base", "tokens_per_s")
+        n = "?" if base_n is None else base_n.n
         out.append(
             f"`{item.name}`: {_sides(item)}: **{ev.verdict.verdict}**; {n} processes per side, order "
             f"{'ABBA ' + outcome(design) if design else 'not recorded'}; "
@@ -55,18 +76,19 @@ def performance_section(items: Sequence, table: Callable) -> list[str]:
         out.append("")
         rows = []
         for row in cells:
-            d = row.detail
-            s = d.get("sides", {})
+            d = _throughput(row)
+            if d is None:
+                continue
             rows.append(
                 [
-                    str(d.get("concurrency")),
-                    str(d.get("sampling")),
-                    _summary(s.get("base", {}).get("tokens_per_s")),
-                    _summary(s.get("candidate", {}).get("tokens_per_s")),
+                    str(d.concurrency),
+                    str(d.sampling),
+                    _summary(_metric(d, "base", "tokens_per_s")),
+                    _summary(_metric(d, "candidate", "tokens_per_s")),
                     "—" if row.statistic is None else f"{row.statistic:.3f}",
-                    _summary(s.get("base", {}).get("tpot_ms"), digits=3),
-                    _summary(s.get("candidate", {}).get("tpot_ms"), digits=3),
-                    " / ".join(_peak(s.get(side, {}).get("peak_memory_bytes")) for side in SIDES),
+                    _summary(_metric(d, "base", "tpot_ms"), digits=3),
+                    _summary(_metric(d, "candidate", "tpot_ms"), digits=3),
+                    " / ".join(_peak(_metric(d, side, "peak_memory_bytes")) for side in SIDES),
                     outcome(row) + ("" if row.deciding else " (not deciding)"),
                 ]
             )
@@ -94,13 +116,19 @@ def _profile_lines(item, table: Callable) -> list[str]:
     if row is None:
         return []
     detail = row.detail
-    sides = [s for s in SIDES if s in detail]
+    if not isinstance(detail, ProfileDetail):
+        return []
+    profiles = {s: prof for s in SIDES if (prof := detail.side(s)) is not None}
+    sides = list(profiles)
     if not sides:
         return []
-    cuda = any(detail[s].get("device") == "cuda" for s in sides)
+    cuda = any(p.device == "cuda" for p in profiles.values())
     unit = "device ms" if cuda else "CPU ms"
-    key = "self_device_us" if cuda else "self_cpu_us"
-    steps = ", ".join(f"{s} {detail[s].get('steps')}" for s in sides)
+
+    def own_time(t: PhaseTotals | LocationTotals) -> float:
+        return t.self_device_us if cuda else t.self_cpu_us
+
+    steps = ", ".join(f"{s} {p.steps}" for s, p in profiles.items())
     out = [
         "",
         f"Profiler attribution ({unit} per phase over a fixed window of steps: {steps}; "
@@ -112,19 +140,22 @@ def _profile_lines(item, table: Callable) -> list[str]:
     for phase in PHASES:
         cells = []
         for side in sides:
-            p = detail[side]["phases"].get(phase, {})
-            count = p.get("kernels") if cuda else p.get("ops")
-            cells.append(f"{p.get(key, 0.0) / 1e3:.2f} ({count} / {p.get('copies')})")
+            p = profiles[side].phases.get(phase)
+            if p is None:
+                cells.append("0.00 (None / None)")
+                continue
+            count = p.kernels if cuda else p.ops
+            cells.append(f"{own_time(p) / 1e3:.2f} ({count} / {p.copies})")
         rows.append([phase, *cells])
     out += table(["phase", *sides], rows)
-    for side in sides:
-        top = detail[side].get("top") or []
-        if not detail[side].get("phase_markers"):
+    for side, prof in profiles.items():
+        top = prof.top
+        if not prof.phase_markers:
             out.append(f"\n{side}: the tree has no phase ranges; everything reads as other.")
-        if not detail[side].get("with_stack", True):
+        if prof.with_stack is False:
             out.append(f"\n{side}: profiled without Python stack (decoding failed): no locations.")
         if top:
-            listed = "; ".join(f"`{t['location']}` {t.get(key, 0.0) / 1e3:.2f} ms" for t in top[:3])
+            listed = "; ".join(f"`{t.location}` {own_time(t) / 1e3:.2f} ms" for t in top[:3])
             out.append(f"\nTop {side} locations by self {unit[:-3]} time: {listed}.")
     timelines = [n for n in _members(item) if n.startswith("plots/timeline-")]
     if timelines:

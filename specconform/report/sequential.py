@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from specconform.details.distribution import SequentialDetail, TrajectoryPoint
 from specconform.evidence.results_io import SEQUENTIAL_TEST
 from specconform.report.model import ArchiveView
 from specconform.results import Evaluation, TestRow
@@ -37,19 +38,24 @@ def e_text(log_e: float | None) -> str:
 
 def summary_line(row: TestRow) -> str:
     d = row.detail
-    points = d.get("trajectory") or [{}]
-    last = points[-1]
+    if not isinstance(d, SequentialDetail):
+        return f"sequential: {row.test} carries no e-process trajectory"
+    last = d.trajectory[-1] if d.trajectory else None
     stop = "reached 1/alpha: FAIL" if row.status == "FAIL" else "never reached 1/alpha: PASS"
     return (
-        f"sequential: E = {e_text(last.get('log_e'))} at the stop (max "
-        f"{e_text(last.get('sup_log_e'))}; 1/alpha = {1 / row.alpha:g}, {stop}); "
-        f"{d.get('seeds_used')} of {d.get('budget')} seeds per group used, "
-        f"{d.get('batches_run')} batches of {d.get('batch')}"
+        f"sequential: E = {e_text(last.log_e if last else None)} at the stop (max "
+        f"{e_text(last.sup_log_e if last else None)}; 1/alpha = {1 / row.alpha:g}, {stop}); "
+        f"{d.seeds_used} of {d.budget} seeds per group used, "
+        f"{d.batches_run} batches of {d.batch}"
     )
 
 
+def _trajectory(row: TestRow) -> tuple[TrajectoryPoint, ...]:
+    return row.detail.trajectory if isinstance(row.detail, SequentialDetail) else ()
+
+
 def trajectory_rows(row: TestRow) -> list[list[str]]:
-    points = list(row.detail.get("trajectory") or [])
+    points = _trajectory(row)
     keep: list[int] = list(range(len(points)))
     if len(points) > MAX_TRAJECTORY_ROWS:
         step = (len(points) - 1) / (MAX_TRAJECTORY_ROWS - 1)
@@ -57,10 +63,10 @@ def trajectory_rows(row: TestRow) -> list[list[str]]:
     return [
         [
             str(i + 1),
-            str(points[i]["seeds"]),
-            _log(points[i]["log_e"]),
-            e_text(points[i]["log_e"]),
-            e_text(points[i]["sup_log_e"]),
+            str(points[i].seeds),
+            _log(points[i].log_e),
+            e_text(points[i].log_e),
+            e_text(points[i].sup_log_e),
         ]
         for i in keep
     ]
@@ -111,13 +117,17 @@ def _plot(row: TestRow, plot_id: str) -> str | None:
         return None
     from specconform.report.plots import render_svg
 
-    points = row.detail.get("trajectory") or []
-    threshold = float(row.detail.get("log_threshold", math.log(1 / row.alpha)))
-    seeds = [p["seeds"] for p in points]
+    points = _trajectory(row)
+    threshold = (
+        row.detail.log_threshold
+        if isinstance(row.detail, SequentialDetail)
+        else math.log(1 / row.alpha)
+    )
+    seeds = [p.seeds for p in points]
     # An infinite log E (impossible token) is drawn at the top edge.
-    finite = [p["log_e"] for p in points if p["log_e"] is not None]
+    finite = [p.log_e for p in points if p.log_e is not None]
     top = max([threshold, *finite]) + 1.0
-    values = [top if p["log_e"] is None else p["log_e"] for p in points]
+    values = [top if p.log_e is None else p.log_e for p in points]
 
     def draw(figure) -> None:
         axes = figure.add_subplot()

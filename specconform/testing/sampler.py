@@ -25,13 +25,13 @@ returning a tuple or any object with those three attributes (torch tensors are a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from specconform.api_stats import detectable_tv
+from specconform.details.cases import QuadratureCaseDetail
 from specconform.progress import silent
 from specconform.testing.records import COLLECTOR, CheckRecord, fail_message
 
@@ -209,15 +209,18 @@ def _run(model, kernel: _UserKernel, kind: str, seeds: str) -> list[CheckRecord]
     evaluation = reevaluate(model.model_dump(mode="json"), RawData(raw))
     out = []
     for row in evaluation.tests:
-        detail = row.detail if isinstance(row.detail, dict) else {}
+        detail = row.detail
         if kind == "quadrature":
             note = (
-                f"max |law error| first {detail.get('max_abs_error_first', math.nan):.3g} "
-                f"(bound {detail.get('bound_first', math.nan):.3g}), bonus "
-                f"{detail.get('max_abs_error_bonus', math.nan):.3g}, K=0 "
-                f"{detail.get('max_abs_error_k0', math.nan):.3g}; zero-mass commits "
-                f"{detail.get('zero_mass_commits')}, kernel errors "
-                f"{detail.get('kernel_errors')}"
+                (
+                    f"max |law error| first {detail.max_abs_error_first:.3g} "
+                    f"(bound {detail.bound_first:.3g}), bonus "
+                    f"{detail.max_abs_error_bonus:.3g}, K=0 "
+                    f"{detail.max_abs_error_k0:.3g}; zero-mass commits "
+                    f"{detail.zero_mass_commits}, kernel errors {detail.kernel_errors}"
+                )
+                if isinstance(detail, QuadratureCaseDetail)
+                else ""
             )
             dtv = None
         else:

@@ -88,7 +88,7 @@ def test_evaluate_reads_raw_files(world, ref):
 def test_stratified_detail_has_counts_for_plots(world, ref):
     rows, _ = _run(world, ref)
     row = rows["t2_async"]
-    stratum = row.detail["strata"][0]
+    stratum = row.detail.strata[0]
     assert {
         "t1",
         "n",
@@ -99,25 +99,25 @@ def test_stratified_detail_has_counts_for_plots(world, ref):
         "tokens",
         "observed",
         "expected",
-    } <= set(stratum)
-    assert sum(stratum["observed"]) == stratum["n"] >= PROTOCOL["strata"]["min_samples"]
-    assert sum(stratum["expected"]) == pytest.approx(stratum["n"])
-    assert row.df == sum(s["df"] for s in row.detail["strata"])
-    assert row.statistic == pytest.approx(sum(s["statistic"] for s in row.detail["strata"]))
-    cov = rows["coverage"].detail["tests"]["t2_async"]
-    assert cov["strata"] == len(row.detail["strata"]) and 0 < cov["share"] <= 1
+    } <= set(stratum.to_json())
+    assert sum(stratum.observed) == stratum.n >= PROTOCOL["strata"]["min_samples"]
+    assert sum(stratum.expected) == pytest.approx(stratum.n)
+    assert row.df == sum(s.df for s in row.detail.strata)
+    assert row.statistic == pytest.approx(sum(s.statistic for s in row.detail.strata))
+    cov = rows["coverage"].detail.tests["t2_async"]
+    assert cov.strata == len(row.detail.strata) and 0 < cov.share <= 1
 
 
 def test_t1_groups_are_combined_by_bonferroni(world, ref):
     rows, _ = _run(world, ref)
     row = rows["t1_speculative"]
-    ps = [g["pvalue"] for g in row.detail["per_group"]]
+    ps = [g.pvalue for g in row.detail.per_group]
     assert len(ps) == 4 and row.pvalue == pytest.approx(min(1.0, 4 * min(ps)))
-    assert "Bonferroni" in row.detail["combination"]
+    assert "Bonferroni" in row.detail.combination
     # A combined p has no single statistic: each group's own is in per_group.
     assert row.statistic is None and row.df is None
     assert row.pvalue_method == "Bonferroni over 4 groups"
-    assert all(g["statistic"] is not None and g["df"] > 0 for g in row.detail["per_group"])
+    assert all(g.statistic is not None and g.df > 0 for g in row.detail.per_group)
 
 
 def test_t1_fails_on_wrong_law(world, ref):
@@ -145,7 +145,7 @@ def test_t3_and_support_fail_on_bonus_off_by_one(world, ref):
     # t3 from the previous position's law: tokens outside p_t3's support appear at once.
     rows, _ = _run(world, ref, mutant="bonus_off_by_one")
     assert rows["out_of_support"].passed is False
-    assert rows["out_of_support"].detail["per_group"]["async"]["t3"] > 0
+    assert rows["out_of_support"].detail.per_group["async"].t3 > 0
     assert rows["t3_async"].pvalue < ALPHA  # exploratory: reported, never decides
 
 
@@ -161,27 +161,25 @@ def test_q_one_hot_is_a_mechanism_failure_only(world, ref):
         assert rows[name].passed is True
     ev = evaluate_frames(PROTOCOL, samples, ref)
     assert ev.verdict.verdict == "PASS"  # a mechanism failure, not a distribution failure
-    st = rows["acceptance_async"].detail["strata"][0]
-    assert st["observed_rejection_rate"] > st["expected_rejection_rate"] + 0.2
+    st = rows["acceptance_async"].detail.strata[0]
+    assert st.observed_rejection_rate > st.expected_rejection_rate + 0.2
 
 
 def test_acceptance_detail_reports_tv_and_rates(world, ref):
     rows, _ = _run(world, ref)
     row = rows["acceptance_async"]
-    assert 0 < row.detail["mean_accepted_per_drafted"] <= 1
-    for st in row.detail["strata"]:
-        p = world.reference["p_t2"][str(st["t1"])]
-        q = world.reference["q_t2"]["2"][str(st["t1"])]
+    assert 0 < row.detail.mean_accepted_per_drafted <= 1
+    for st in row.detail.strata:
+        p = world.reference["p_t2"][str(st.t1)]
+        q = world.reference["q_t2"]["2"][str(st.t1)]
         tv = 0.5 * sum(abs(p.get(k, 0) - q.get(k, 0)) for k in set(p) | set(q))
-        assert st["tv"] == pytest.approx(tv)
-        assert 0 <= st["binom_pvalue"] <= 1
-        assert st["chi2_df"] == 1  # both cells dense: reported beside, never decides
+        assert st.tv == pytest.approx(tv)
+        assert 0 <= st.binom_pvalue <= 1
+        assert st.chi2_df == 1  # both cells dense: reported beside, never decides
     # The decision is the exact binomial, Bonferroni over the strata.
-    m = len(row.detail["strata"])
+    m = len(row.detail.strata)
     assert row.df is None and row.pvalue_method.startswith("exact binomial")
-    assert row.pvalue == pytest.approx(
-        min(1.0, m * min(s["binom_pvalue"] for s in row.detail["strata"]))
-    )
+    assert row.pvalue == pytest.approx(min(1.0, m * min(s.binom_pvalue for s in row.detail.strata)))
 
 
 def test_residual_from_p_caught_by_joint_not_t2(world, ref):
@@ -189,10 +187,10 @@ def test_residual_from_p_caught_by_joint_not_t2(world, ref):
     # per sample (lambda ~6 on ~12 df: power ~0.1 at alpha 0.01), while corrections land on
     # cells where (p - q)+ = 0, which are out of support for `joint` (power ~1).
     rows, _ = _run(world, ref, n_seeds=800, seed=5, mutant="residual_from_p")
-    assert rows["t2_async"].detail["strata_count"] >= 1
+    assert rows["t2_async"].detail.strata_count >= 1
     assert rows["t2_async"].passed is True
     assert rows["joint_async"].passed is False
-    assert any(s["out_of_support"] > 0 for s in rows["joint_async"].detail["strata"])
+    assert any(s.out_of_support > 0 for s in rows["joint_async"].detail.strata)
 
 
 def test_out_of_support_observation_is_fatal(world, ref):
@@ -213,22 +211,22 @@ def test_out_of_range_token_is_out_of_support(world, ref):
     samples = simulate(world, 1000, np.random.default_rng(1))
     samples.loc[samples.index[samples["group"] == "nospec"][0], "t3"] = 10**6
     rows = _rows(evaluate_frames(PROTOCOL, samples, ref))
-    assert rows["out_of_support"].detail["per_group"]["nospec"]["t3"] == 1
+    assert rows["out_of_support"].detail.per_group["nospec"].t3 == 1
 
 
 def test_overlapping_seeds_split_even_odd(world, ref):
     rows, samples = _run(world, ref)
     row = rows["t2_async_vs_sync"]  # same seeds: sync and async samples are identical
-    assert "even seeds" in row.detail["seed_split"]
-    for st in row.detail["strata"]:
-        t1 = st["t1"]
+    assert "even seeds" in row.detail.seed_split
+    for st in row.detail.strata:
+        t1 = st.t1
         a = samples[(samples["group"] == "async") & (samples["t1"] == t1)]
         b = samples[(samples["group"] == "sync") & (samples["t1"] == t1)]
-        assert st["n_a"] == int((a["seed"] % 2 == 0).sum())
-        assert st["n_b"] == int((b["seed"] % 2 == 1).sum())
+        assert st.n_a == int((a["seed"] % 2 == 0).sum())
+        assert st.n_b == int((b["seed"] % 2 == 1).sum())
     disjoint = rows["t2_async_vs_nospec"]
-    assert disjoint.detail["seed_split"].startswith("seed sets disjoint")
-    assert disjoint.n == sum(s["n_a"] + s["n_b"] for s in disjoint.detail["strata"])
+    assert disjoint.detail.seed_split.startswith("seed sets disjoint")
+    assert disjoint.n == sum(s.n_a + s.n_b for s in disjoint.detail.strata)
 
 
 def test_test_without_strata_does_not_pass(world, ref):
@@ -263,6 +261,6 @@ def test_impossible_prefix_without_reference_is_skipped_not_crashed(world, ref):
     rows_async = samples.index[samples["group"] == "async"][:300]
     samples.loc[rows_async, "t1"] = impossible
     rows = _rows(evaluate_frames(PROTOCOL, samples, ref))
-    assert rows["out_of_support"].detail["per_group"]["async"]["t1"] == 300
-    assert rows["t2_async"].detail["skipped_impossible_strata"] == [{"t1": impossible}]
-    assert rows["joint_async"].detail["skipped_impossible_strata"] == [{"t1": impossible}]
+    assert rows["out_of_support"].detail.per_group["async"].t1 == 300
+    assert rows["t2_async"].detail.skipped_impossible_strata == ({"t1": impossible},)
+    assert rows["joint_async"].detail.skipped_impossible_strata == ({"t1": impossible},)

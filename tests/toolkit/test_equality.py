@@ -84,9 +84,9 @@ def test_near_tie_is_told_apart_and_allowed_only_when_preregistered():
     gaps = {"b_vs_a/0": {"base": [5, 6, 2e-4], "candidate": [6, 5, 1e-4]}}
     raw = _raw([[1, 5]], [[1, 6]], gaps)
     strict = evaluate_comparison(_protocol("fail"), spec, raw)
-    assert strict.status == "FAIL" and strict.detail["divergences"][0]["near_tie"]
+    assert strict.status == "FAIL" and strict.detail.divergences[0].near_tie
     allowed = evaluate_comparison(_protocol("allow"), spec, raw)
-    assert allowed.status == "PASS" and allowed.detail["near_ties"] == 1
+    assert allowed.status == "PASS" and allowed.detail.near_ties == 1
     real = {"b_vs_a/0": {"base": [5, 6, 3.0], "candidate": [6, 5, 2.5]}}
     assert (
         evaluate_comparison(_protocol("allow"), spec, _raw([[1, 5]], [[1, 6]], real)).status

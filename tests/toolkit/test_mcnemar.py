@@ -279,12 +279,12 @@ def test_negative_control_always_wrong_candidate_fails():
     rows = _rows(ev)
     assert ev.verdict.verdict == "FAIL"
     bad = rows["mcnemar_async_vs_nospec"]
-    assert bad.status == "FAIL" and bad.detail["losses"] == 12 and bad.detail["wins"] == 0
+    assert bad.status == "FAIL" and bad.detail.losses == 12 and bad.detail.wins == 0
     assert bad.pvalue == pytest.approx(2.0**-12)
     ok = rows["mcnemar_sync_vs_nospec"]  # identical answers: tied, p = 1, evidence
-    assert ok.status == "PASS" and ok.pvalue == 1.0 and "kept all 12" in ok.detail["tie"]
-    assert rows["accuracy_async_flexible"].detail["accuracy"] == 0.0
-    assert rows["accuracy_nospec_flexible"].detail["wilson_low"] > 0.7
+    assert ok.status == "PASS" and ok.pvalue == 1.0 and "kept all 12" in ok.detail.tie
+    assert rows["accuracy_async_flexible"].detail.accuracy == 0.0
+    assert rows["accuracy_nospec_flexible"].detail.wilson_low > 0.7
 
 
 def test_better_passes_worse_rule_and_fails_different_rule():

@@ -59,7 +59,7 @@ def test_without_q_they_are_not_applicable_never_pass(world_samples):
             checked += 1
             assert row.status == NO_EVIDENCE and row.passed is not True
             assert row.reason == NOT_APPLICABLE_NO_Q
-            assert row.detail["no_evidence"] == NOT_APPLICABLE_NO_Q
+            assert row.detail.no_evidence == NOT_APPLICABLE_NO_Q
             assert outcome(row) == f"no evidence ({NOT_APPLICABLE_NO_Q})"
         elif spec["role"] != "exploratory":
             assert row.status == PASS  # the tests that need only p are unaffected

@@ -110,7 +110,7 @@ def test_equal_sides_pass():
     row = _row(ev, "tokens_per_s_c1_greedy")
     assert row.status == "PASS" and row.deciding and ev.verdict.verdict == "PASS"
     assert row.statistic == pytest.approx(1.0)
-    assert row.detail["sides"]["candidate"]["tpot_ms"]["mean"] == pytest.approx(40.0, rel=0.01)
+    assert row.detail.sides["candidate"]["tpot_ms"].mean == pytest.approx(40.0, rel=0.01)
 
 
 def test_a_thirty_percent_slower_candidate_fails():
@@ -216,10 +216,10 @@ def test_profile_attributes_the_speculative_phases_in_a_fresh_process():
     assert profiles["candidate"]["with_stack"] and profiles["base"]["with_stack"]
     cand, base = (phase_table(profiles[s]) for s in ("candidate", "base"))
     for phase in ("draft", "verify", "accept", "collect"):
-        assert cand["phases"][phase]["self_cpu_us"] > 0, phase
-    assert cand["phases"]["draft"]["ops"] > 0 and base["phases"]["draft"]["ops"] == 0
-    assert cand["ranked_by"] == "self_cpu_us" and len(cand["top"]) == 5
-    assert any("engine_under_test/" in t["location"] for t in cand["top"])
+        assert cand.phases[phase].self_cpu_us > 0, phase
+    assert cand.phases["draft"].ops > 0 and base.phases["draft"].ops == 0
+    assert cand.ranked_by == "self_cpu_us" and len(cand.top) == 5
+    assert any("engine_under_test/" in t.location for t in cand.top)
     svg = ElementTree.fromstring(timeline_svg(profiles))
     titles = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}title")]
     assert any(t.startswith("draft") for t in titles) and any(

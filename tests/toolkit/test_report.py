@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from specconform.cli_evidence import report_command
+from specconform.details.cases import QuadratureCaseDetail
 from specconform.evidence import read_archive
 from specconform.report import (
     append_step_summary,
@@ -282,7 +283,22 @@ def test_a_deterministic_check_shows_its_statistic():
         n=10,
         alpha=0.0,
         passed=True,
-        detail={"bound_first": 0.006},
+        detail=QuadratureCaseDetail(
+            statistic="max error / bound",
+            grid=64,
+            bound_first=0.006,
+            bound_bonus=0.006,
+            bound_k0=0.003,
+            max_abs_error_first=0.0015,
+            max_abs_error_bonus=0.001,
+            max_abs_error_k0=0.0005,
+            zero_mass_commits=0,
+            kernel_errors=0,
+            tokens_out_of_range=0,
+            tv_pq=0.2,
+            expected=((0, 0.5),),
+            observed_first=(0.5,),
+        ),
     )
     assert check_cell(case) == "max err/bound=0.25 PASS"
     other = TestRow(

@@ -75,7 +75,7 @@ def test_joint_score_in_the_evaluator(gate):
         rows[mutant] = {r.test: r for r in ev.tests}
     clean, bug = rows[None]["score_async_d1"], rows["shared_uniform"]["score_async_d1"]
     assert clean.passed and clean.df == 5 and clean.pvalue > 0.01
-    assert clean.detail["strata_count"] >= 5  # every observed t1, no min_samples
+    assert clean.detail.strata_count >= 5  # every observed t1, no min_samples
     assert bug.passed is False and bug.pvalue <= 0.001
     assert rows["shared_uniform"]["joint_async_d1"].passed is not False
     # Deterministic: the Monte Carlo seed is the test's name (verify recomputes it).

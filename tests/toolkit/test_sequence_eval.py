@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from specconform.details.sequence import Offender
 from specconform.kinds import reevaluate
 from specconform.kinds.sequence import evaluate_frames
 from specconform.kinds.sequence.raw import CHECKS, REQUESTS, TOKENS
@@ -80,10 +81,10 @@ def test_greedy_requests_stay_out_of_the_u_statistics(protocol, clean):
 
 def test_strata_are_slots_and_round_bands_never_accept_versus_correct(protocol, clean):
     row = _rows(evaluate_frames(protocol, *clean))["pit_async"]
-    slots = {s["slot"] for s in row.detail["strata"]}
+    slots = {s.slot for s in row.detail.strata}
     assert slots == {"target", "draft_0", "draft_1", "draft_2", "bonus"}  # K = 3
-    assert row.df == row.detail["strata_count"] * (protocol["strata"]["bins"] - 1)
-    assert all(s["n"] >= protocol["strata"]["min_samples"] for s in row.detail["strata"])
+    assert row.df == row.detail.strata_count * (protocol["strata"]["bins"] - 1)
+    assert all(s.n >= protocol["strata"]["min_samples"] for s in row.detail.strata)
 
 
 def test_wrong_law_at_draft_position_1_fails_uniformity(protocol):
@@ -129,8 +130,8 @@ def test_rejection_rate_off_at_position_2_fails_acceptance(protocol):
     # replications (99% CI [0.97, 1]; calibration table); the largest z sits at j = 2.
     rows = _rows(evaluate_frames(protocol, *simulate(protocol, 1, "reject_position2")))
     assert rows["acceptance_async"].status == FAIL
-    cells = rows["acceptance_async"].detail["strata"][0]["positions"]
-    assert max(cells, key=lambda c: c["z"])["positions"] == [2]
+    cells = rows["acceptance_async"].detail.strata[0].positions
+    assert max(cells, key=lambda c: c.z).positions == (2,)
 
 
 def test_an_out_of_support_token_fails_the_verdict(protocol, clean):
@@ -141,10 +142,9 @@ def test_an_out_of_support_token_fails_the_verdict(protocol, clean):
     ev = evaluate_frames(protocol, requests, tokens, checks)
     row = _rows(ev)["out_of_support"]
     assert row.status == FAIL and row.reason == "out of support" and row.statistic == 1.0
-    assert row.detail["first"]["async_mixed"] == {
-        "request": int(tokens.loc[at, "request"]),
-        "step": 7,
-    }
+    assert row.detail.first["async_mixed"] == Offender(
+        request=int(tokens.loc[at, "request"]), step=7
+    )
     assert ev.verdict.verdict == "FAIL" and "out_of_support" in ev.verdict.failed
 
 
@@ -183,7 +183,7 @@ def test_engine_errors_over_tolerance_fail(protocol, clean):
     ev = evaluate_frames(protocol, requests, tokens, checks)
     row = _rows(ev)["engine_errors"]
     assert row.status == FAIL and row.reason == "engine errors"
-    assert row.detail["per_group"]["sync_d1"] == 1
+    assert row.detail.per_group["sync_d1"] == 1
 
 
 def test_an_engine_without_events_has_one_stratum(protocol, clean):
@@ -193,7 +193,7 @@ def test_an_engine_without_events_has_one_stratum(protocol, clean):
     tokens["tv"] = np.nan
     tokens["mech_cdf_below"] = tokens["mech_p_token"] = np.nan  # no drafted position
     rows = _rows(evaluate_frames(protocol, requests, tokens, checks))
-    assert [s["slot"] for s in rows["pit_async"].detail["strata"]] == ["all"]
+    assert [s.slot for s in rows["pit_async"].detail.strata] == ["all"]
     assert rows["pit_async"].status == PASS
     # No drafted position is known: acceptance has no evidence, never a pass.
     assert rows["acceptance_async"].status == NO_EVIDENCE
@@ -237,15 +237,15 @@ def test_short_strata_pool_into_their_slots_last_band_or_leave_the_slot_untested
     proto["strata"]["min_samples"] = 2500
     row = _rows(evaluate_frames(proto, *clean))["pit_async"]
     by_slot: dict[str, list] = {}
-    for s in row.detail["strata"]:
-        by_slot.setdefault(s["slot"], []).append(s)
-        assert s["n"] >= 2500
+    for s in row.detail.strata:
+        by_slot.setdefault(s.slot, []).append(s)
+        assert s.n >= 2500
     # The first draft position reaches 2,500 in several bands; the last band stands
     # pooled with the short ones: every band of the slot is in some stratum.
-    assert sum(len(s["rounds"]) for s in by_slot["draft_0"]) == len(proto["strata"]["round_bands"])
+    assert sum(len(s.rounds) for s in by_slot["draft_0"]) == len(proto["strata"]["round_bands"])
     # 72 prefill tokens (one per random request): far short, the slot is not tested.
-    assert row.detail["untested_slots"]["async_mixed"]["target"] == 72
-    assert row.detail["n_covered"] < row.detail["n_eligible"]
+    assert row.detail.untested_slots["async_mixed"]["target"] == 72
+    assert row.detail.n_covered < row.detail.n_eligible
     proto["strata"]["min_samples"] = 10**6
     row = _rows(evaluate_frames(proto, *clean))["pit_async"]
-    assert row.status == NO_EVIDENCE and row.deciding and row.detail["strata"] == []
+    assert row.status == NO_EVIDENCE and row.deciding and row.detail.strata == ()

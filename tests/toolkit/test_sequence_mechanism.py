@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from specconform.details.sequence import Offender
 from specconform.kinds.sequence import evaluate_frames
 from specconform.kinds.sequence.mechanism import PREDATES
 from specconform.kinds.sequence.raw import MECH_COLUMNS
@@ -56,17 +57,17 @@ def test_clean_run_passes_the_mechanism_tests(protocol, clean):
     assert ev.verdict.family_size == 10
     mean = rows["mechanism_mean"]
     assert mean.status == PASS and mean.deciding and mean.df == 2
-    assert all(g["tested"] and g["law"] == "correction" for g in mean.detail["per_group"])
+    assert all(g.tested and g.law == "correction" for g in mean.detail.per_group)
     for name in MECHANISM:
         row = rows[name]
         assert row.status == PASS and row.deciding and row.df > 0
-        laws = {s["law"] for s in row.detail["strata"]}
+        laws = {s.law for s in row.detail.strata}
         assert laws == {"correction", "accepted"}
         # Every drafted random token with a q is tested; none is fatal or a boundary.
-        for c in row.detail["counts"]:
-            assert c["eligible"] == c["tokens"] > 0 and c["boundary"] == c["out_of_support"] == 0
-        assert row.n == sum(c["eligible"] for c in row.detail["counts"])
-    assert rows["out_of_support"].detail["mechanism_per_group"]["async_mixed"] == 0
+        for c in row.detail.counts:
+            assert c.eligible == c.tokens > 0 and c.boundary == c.out_of_support == 0
+        assert row.n == sum(c.eligible for c in row.detail.counts)
+    assert rows["out_of_support"].detail.mechanism_per_group["async_mixed"] == 0
 
 
 def test_greedy_requests_stay_out_of_the_mechanism_pit(protocol, clean):
@@ -86,10 +87,10 @@ def test_residual_bugs_are_killed_by_the_mechanism_support_rule(protocol, mutant
     row = _rows(ev)["out_of_support"]
     assert ev.verdict.verdict == "FAIL" and row.status == FAIL
     assert row.reason == "mechanism out of support"
-    assert row.detail["mechanism_per_group"]["async_mixed"] > 0
-    assert "async_mixed" in row.detail["mechanism_first"]
+    assert row.detail.mechanism_per_group["async_mixed"] > 0
+    assert "async_mixed" in row.detail.mechanism_first
     # The marginal rule alone sees nothing: the committed tokens all have p > 0.
-    assert sum(row.detail["per_group"].values()) == 0
+    assert sum(row.detail.per_group.values()) == 0
 
 
 def test_a_reused_coin_is_killed_by_the_mechanism_chi2(protocol):
@@ -104,7 +105,7 @@ def test_a_reused_coin_is_killed_by_the_mechanism_chi2(protocol):
     for name in (*MECHANISM, "mech_corr"):
         assert rows[name].status == FAIL and rows[name].pvalue < 1e-10, name
     assert rows["mech_extra"].status == PASS
-    assert {s["law"] for s in rows["mech_corr"].detail["strata"]} == {"correction"}
+    assert {s.law for s in rows["mech_corr"].detail.strata} == {"correction"}
 
 
 def test_a_reused_coin_shifts_the_corrections_mean_pit_up(protocol):
@@ -115,7 +116,7 @@ def test_a_reused_coin_shifts_the_corrections_mean_pit_up(protocol):
     rows = _rows(evaluate_frames(protocol, *simulate(protocol, 1, "shared_uniform")))
     mean = rows["mechanism_mean"]
     assert mean.status == FAIL and mean.pvalue < 1e-6
-    assert all(g["z"] > 3 for g in mean.detail["per_group"])
+    assert all(g.z > 3 for g in mean.detail.per_group)
     # The accepted drafts keep their law: the same statistic on them is a null test.
     proto = _with_test(protocol, type="mechanism_mean", law="accepted")
     extra = _rows(evaluate_frames(proto, *simulate(protocol, 1, "shared_uniform")))
@@ -137,7 +138,7 @@ def test_an_archive_without_the_columns_reads_no_evidence(protocol, clean):
         assert rows[name].status == NO_EVIDENCE and rows[name].passed is False
         assert rows[name].reason == f"no evidence: {PREDATES}"
     assert ev.verdict.verdict == "FAIL"  # a deciding row without evidence fails
-    assert "mechanism_per_group" not in rows["out_of_support"].detail
+    assert rows["out_of_support"].detail.mechanism_per_group is None
 
 
 def test_old_protocols_recompute_identically_with_or_without_the_columns():
@@ -171,9 +172,9 @@ def test_a_boundary_correction_is_left_out_not_fatal(protocol, clean):
     i = _a_correction(edited)
     edited.loc[i, list(MECH_COLUMNS)] = np.nan  # what the runner writes within tolerance
     rows = _rows(evaluate_frames(protocol, requests, edited, checks))
-    counts = {c["law"]: c for c in rows["mechanism_async"].detail["counts"]}
-    assert counts["correction"]["boundary"] == 1
-    assert counts["correction"]["eligible"] == counts["correction"]["tokens"] - 1
+    counts = {c.law: c for c in rows["mechanism_async"].detail.counts}
+    assert counts["correction"].boundary == 1
+    assert counts["correction"].eligible == counts["correction"].tokens - 1
     assert rows["mechanism_async"].status == PASS and rows["out_of_support"].status == PASS
 
 
@@ -186,10 +187,9 @@ def test_a_mechanism_zero_is_fatal(protocol, clean):
     row = _rows(ev)["out_of_support"]
     assert ev.verdict.verdict == "FAIL" and row.reason == "mechanism out of support"
     assert row.statistic == 1.0
-    assert row.detail["mechanism_first"]["async_mixed"] == {
-        "request": int(edited.loc[i, "request"]),
-        "step": int(edited.loc[i, "step"]),
-    }
+    assert row.detail.mechanism_first["async_mixed"] == Offender(
+        request=int(edited.loc[i, "request"]), step=int(edited.loc[i, "step"])
+    )
 
 
 @pytest.mark.parametrize(

@@ -78,9 +78,9 @@ def test_clean_engine_passes_at_the_budget(clean):
     assert "result: PASS" in proc.stdout
     row = _eprocess(archive)
     assert row.status == "PASS" and row.deciding and row.n == BUDGET
-    assert row.detail["seeds_used"] == BUDGET and row.detail["batches_run"] == BUDGET // BATCH
+    assert row.detail.seeds_used == BUDGET and row.detail.batches_run == BUDGET // BATCH
     # Never reached 1/alpha at any batch end.
-    assert all(p["sup_log_e"] < math.log(100) for p in row.detail["trajectory"])
+    assert all(p.sup_log_e < math.log(100) for p in row.detail.trajectory)
     # Every fixed-N statistical row is informational and says why; the deterministic
     # rows (valid under any stopping) still decide, and pass.
     others = [t for t in _tests(archive) if t.test != "sequential_eprocess"]
@@ -118,7 +118,7 @@ def test_planted_bug_fails_before_the_budget(bug):
     assert "result: FAIL" in proc.stdout
     row = _eprocess(archive)
     assert row.status == "FAIL" and row.n < BUDGET
-    assert row.detail["seeds_used"] == row.n == BATCH  # the first batch end
+    assert row.detail.seeds_used == row.n == BATCH  # the first batch end
     assert row.pvalue == 0.0  # an impossible joint cell: E infinite
     samples = pd.read_csv(_run_dir(archive) / "raw/samples.csv")
     assert samples.groupby("group").size().eq(BATCH).all()

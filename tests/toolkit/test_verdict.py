@@ -151,8 +151,8 @@ def test_engine_errors_fail_the_verdict_by_their_own_reason(world, ref):
     ev = evaluate_frames(_protocol(), samples, ref)
     row = next(r for r in ev.tests if r.test == "engine_errors")
     assert row.status == "FAIL" and row.statistic == 2
-    assert row.detail["per_group"]["async"] == 2
-    assert row.detail["per_batch"]["async"] == {"0": 1, "2": 1}
+    assert row.detail.per_group["async"] == 2
+    assert row.detail.per_batch["async"] == {"0": 1, "2": 1}
     assert ev.verdict.verdict == "FAIL" and dict(ev.verdict.reasons) == {
         "engine_errors": "engine errors"
     }
@@ -166,7 +166,7 @@ def test_engine_errors_fail_the_verdict_by_their_own_reason(world, ref):
     samples.loc[only, "finish_reason"] = "error"
     ev = evaluate_frames(_protocol(decision_roles=["primary"]), samples, ref)
     row = next(r for r in ev.tests if r.test == "engine_errors")
-    assert row.status == "PASS" and row.detail["per_group"]["sync_d1"] == 1
+    assert row.status == "PASS" and row.detail.per_group["sync_d1"] == 1
     assert ev.verdict.verdict == "PASS"
 
 

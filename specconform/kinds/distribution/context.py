@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from specconform.details import Record
 from specconform.kinds.verdict import FamilyRule
 from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, TestRow
 
@@ -103,18 +104,19 @@ class Context:
             raise ValueError(f"test names unknown group {name!r}")
         return self.data.get(name, GroupData.empty())
 
-    def row(self, spec: dict, statistic, df, pvalue, n: int, detail: dict, method: str) -> TestRow:
+    def row(
+        self, spec: dict, statistic, df, pvalue, n: int, detail: Record, method: str
+    ) -> TestRow:
         """A row at the per-test level; :func:`family_verdict` re-decides deciding rows.
         NaN/None p-value or n 0: no evidence (never a pass)."""
         role = spec["role"]
         evidence = n > 0 and pvalue is not None and np.isfinite(pvalue)
         if not evidence:
             status, passed, reason = NO_EVIDENCE, False, "no evidence"
-            detail = {
-                **detail,
-                "no_evidence": "no stratum reached the strata threshold, "
+            detail = detail.replace(
+                no_evidence="no stratum reached the strata threshold, "
                 "or every cell pooled into one (df 0)",
-            }
+            )
         elif role == "exploratory":
             status, passed, reason = INFO, None, ""
         else:

@@ -17,6 +17,13 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from specconform.details import Record
+from specconform.details.distribution import CoverageDetail
+from specconform.details.legacy import (
+    LegacyAcceptanceDetail,
+    LegacyGroupsGofDetail,
+    LegacyStratifiedDetail,
+)
 from specconform.evidence.jsonio import json_number as _num
 from specconform.results import Evaluation, RawData, TestRow, decide
 from specconform.stats import bonferroni, sum_chi2
@@ -29,7 +36,7 @@ from specconform.stats.speculative import total_variation
 from .context import GroupData, split
 from .mechanism import first_position_strata, joint_strata
 from .reference import Reference
-from .rows import gof_detail, support_row
+from .rows import gof_stratum, support_row
 from .tokens import gof_strata
 
 
@@ -107,14 +114,14 @@ class _Context:
             raise ValueError(f"test names unknown group {name!r}")
         return self.data.get(name, GroupData.empty())
 
-    def row(self, spec: dict, statistic, df, pvalue, n: int, detail: dict) -> TestRow:
+    def row(self, spec: dict, statistic, df, pvalue, n: int, detail: Record) -> TestRow:
         role = spec["role"]
         if role == "exploratory":
             passed = None
         elif n == 0 or pvalue is None:
             # No stratum reached min_samples: there is no evidence, which is not a pass.
             passed = False
-            detail = {**detail, "reason": "no data reached the strata threshold"}
+            detail = detail.replace(reason="no data reached the strata threshold")
         else:
             passed = bool(pvalue >= self.alpha)
         return TestRow(
@@ -134,18 +141,18 @@ def _t1_gof(ctx: _Context, spec: dict):
         tokens, probs, counts = align(*ctx.ref.p1, t1)
         res = pearson_gof(counts, probs, min_expected=ctx.min_expected)
         results.append(res)
-        per_group.append({"group": name, **gof_detail(res, tokens, counts, probs)})
+        per_group.append(gof_stratum(res, tokens, counts, probs, group=name))
     comb = bonferroni([r.pvalue for r in results])
     decider = results[comb.argmin]
-    detail = {
-        "groups": list(spec["groups"]),
-        "per_group": per_group,
-        "combination": "single group"
+    detail = LegacyGroupsGofDetail(
+        groups=tuple(spec["groups"]),
+        per_group=tuple(per_group),
+        combination="single group"
         if comb.m == 1
         else f"Bonferroni over {comb.m} groups sharing seeds: p = min(1, m * min p_i); "
         "statistic and df are those of the group with the smallest p-value",
-        "deciding_group": spec["groups"][comb.argmin],
-    }
+        deciding_group=spec["groups"][comb.argmin],
+    )
     n = sum(r.n for r in results)
     return ctx.row(spec, decider.statistic, decider.df, comb.pvalue, n, detail), None
 
@@ -297,17 +304,18 @@ def _stratified_row(ctx: _Context, spec: dict, head: dict, results: list, per: l
     agg = sum_chi2(results)
     if agg.strata and math.isnan(agg.pvalue):
         agg = replace(agg, pvalue=1.0)
-    detail = {
+    record = LegacyAcceptanceDetail if "aggregate" in head else LegacyStratifiedDetail
+    detail = record(
         **head,
-        "min_samples": ctx.min_samples,
-        "min_expected": ctx.min_expected,
-        "strata_count": agg.strata,
-        "aggregate_df": agg.df,
-        "strata": per,
-    }
+        min_samples=ctx.min_samples,
+        min_expected=ctx.min_expected,
+        strata_count=agg.strata,
+        aggregate_df=agg.df,
+        strata=tuple(per),
+    )
     pvalue = _num(agg.pvalue) if agg.strata else None
     row = ctx.row(spec, agg.statistic, agg.df, pvalue, agg.n, detail)
-    keys = [{k: e[k] for k in ("t1", "t2") if k in e} for e in per]
+    keys = [{k: v for k, v in e.to_json().items() if k in ("t1", "t2")} for e in detail.strata]
     cov = {
         "strata": len(per),
         "keys": keys,
@@ -321,9 +329,8 @@ def _stratified_row(ctx: _Context, spec: dict, head: dict, results: list, per: l
 def _coverage_row(ctx: _Context, coverage: dict) -> TestRow:
     share = min((c["share"] for c in coverage.values()), default=1.0)
     n = sum(g.t1.size for g in ctx.data.values())
-    detail = {
-        "statistic": "smallest share of eligible samples covered by the strata of any "
-        "stratified test",
-        "tests": coverage,
-    }
+    detail = CoverageDetail(
+        statistic="smallest share of eligible samples covered by the strata of any stratified test",
+        tests=coverage,
+    )
     return TestRow("coverage", "exploratory", float(share), None, None, n, ctx.alpha, None, detail)

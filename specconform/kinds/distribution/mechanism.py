@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specconform.details.distribution import AcceptanceDetail, RejectionStratum
 from specconform.evidence.jsonio import json_number
 from specconform.stats import pearson_gof
 from specconform.stats.cells import dense_on, on_union, strata
@@ -20,7 +21,7 @@ from specconform.stats.rate import rate_test, stratified_rate_test
 from specconform.stats.speculative import joint_cells, total_variation
 
 from .context import Context, GroupData
-from .rows import NOT_APPLICABLE_NO_Q, Coverage, gof_detail, not_applicable_row, stratified_row
+from .rows import NOT_APPLICABLE_NO_Q, Coverage, gof_stratum, not_applicable_row, stratified_row
 
 
 def acceptance(ctx: Context, spec: dict):
@@ -35,54 +36,52 @@ def acceptance(ctx: Context, spec: dict):
         res = rate_test(int((fa == 0).sum()), fa.size, tv, min_expected=ctx.min_expected)
         results.append(res)
         per.append(
-            {
-                "t1": int(t1),
-                "n": res.n,
-                "tv": tv,
-                "rejected": res.k,
-                "expected_rejection_rate": tv,
-                "observed_rejection_rate": res.rate,
-                "binom_pvalue": json_number(res.pvalue),
-                "expected": [res.n * (1 - tv), res.n * tv],
-                "observed": [res.n - res.k, res.k],
-                "chi2_statistic": json_number(res.chi2_statistic),
-                "chi2_df": res.chi2_df,
-                "chi2_pvalue": json_number(res.chi2_pvalue),
-                "pooled": list(res.pooled),
-            }
+            RejectionStratum(
+                t1=int(t1),
+                n=res.n,
+                tv=tv,
+                rejected=res.k,
+                expected_rejection_rate=tv,
+                observed_rejection_rate=res.rate,
+                binom_pvalue=json_number(res.pvalue),
+                expected=(res.n * (1 - tv), res.n * tv),
+                observed=(res.n - res.k, res.k),
+                chi2_statistic=json_number(res.chi2_statistic),
+                chi2_df=res.chi2_df,
+                chi2_pvalue=json_number(res.chi2_pvalue),
+                pooled=tuple(res.pooled),
+            )
         )
     comb = stratified_rate_test(results)
     drafted = int(whole.drafted.clip(min=0).sum())
     accepted = int(whole.accepted.clip(min=0).sum())
     expected_rate = comb.expected_events / comb.n if comb.n else None
-    detail = {
-        "group": name,
-        "draft_loops": d,
-        "skipped_impossible_strata": skipped,
-        "min_samples": ctx.min_samples,
-        "strata_count": len(results),
-        "strata": per,
-        "decision": "exact binomial per stratum, Bonferroni over the strata",
-        "rejected": comb.k,
-        "observed_rejection_rate": comb.k / comb.n if comb.n else None,
-        "expected_rejection_rate": expected_rate,
+    detail = AcceptanceDetail(
+        group=name,
+        draft_loops=d,
+        skipped_impossible_strata=tuple(skipped),
+        min_samples=ctx.min_samples,
+        strata_count=len(results),
+        strata=tuple(per),
+        decision="exact binomial per stratum, Bonferroni over the strata",
+        rejected=comb.k,
+        observed_rejection_rate=comb.k / comb.n if comb.n else None,
+        expected_rejection_rate=expected_rate,
         # The first-position acceptance ratio and its exact value (1 - TV averaged
         # over the tested strata): what the report's acceptance figure plots.
-        "acceptance_ratio": 1 - comb.k / comb.n if comb.n else None,
-        "expected_acceptance_ratio": None if expected_rate is None else 1 - expected_rate,
-        "mean_accepted_per_drafted": accepted / drafted if drafted else None,
-        "mean_drafted": float(whole.drafted.mean()) if whole.drafted.size else None,
-        "mean_accepted": float(whole.accepted.mean()) if whole.accepted.size else None,
-    }
+        acceptance_ratio=1 - comb.k / comb.n if comb.n else None,
+        expected_acceptance_ratio=None if expected_rate is None else 1 - expected_rate,
+        mean_accepted_per_drafted=accepted / drafted if drafted else None,
+        mean_drafted=float(whole.drafted.mean()) if whole.drafted.size else None,
+        mean_accepted=float(whole.accepted.mean()) if whole.accepted.size else None,
+    )
     method = (
         "exact binomial"
         if len(results) == 1
         else f"exact binomial, Bonferroni over {len(results)} strata"
     )
-    row = ctx.row(
-        spec, detail["observed_rejection_rate"], None, comb.pvalue, comb.n, detail, method
-    )
-    keys = tuple(((("t1", int(e["t1"])),)) for e in per)
+    row = ctx.row(spec, detail.observed_rejection_rate, None, comb.pvalue, comb.n, detail, method)
+    keys = tuple(((("t1", e.t1),)) for e in per)
     return row, Coverage(len(per), keys, comb.n, int(g.t1.size))
 
 
@@ -117,9 +116,8 @@ def joint_strata(ctx, g: GroupData, tested, gof=pearson_gof) -> tuple[list, list
         res = gof(counts, probs, min_expected=ctx.min_expected)
         results.append(res)
         labels = [f"acc:{t}" for t in tokens.tolist()] + [f"rej:{t}" for t in tokens.tolist()]
-        entry = gof_detail(res, tokens, counts, probs, labels=labels)
-        entry["tv"] = total_variation(pp, qq)
-        per.append({"t1": int(t1), **entry})
+        tv = total_variation(pp, qq)
+        per.append(gof_stratum(res, tokens, counts, probs, labels=labels, t1=int(t1), tv=tv))
     return results, per
 
 

@@ -16,6 +16,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specconform.details.distribution import (
+    CoverageDetail,
+    CoverageRecord,
+    EngineErrorsDetail,
+    GofStratum,
+    NotApplicableDetail,
+    StratifiedDetail,
+    SupportCounts,
+    SupportDetail,
+)
 from specconform.evidence.jsonio import json_number
 from specconform.kinds.verdict import REASON_ENGINE_ERRORS
 from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, TestRow
@@ -37,31 +47,33 @@ class Coverage:
     def share(self) -> float:
         return self.n_covered / self.n_eligible if self.n_eligible else 0.0
 
-    def to_json(self) -> dict:
-        return {
-            "strata": self.strata,
-            "keys": [dict(k) for k in self.keys],
-            "n_covered": self.n_covered,
-            "n_eligible": self.n_eligible,
-            "share": self.share,
-        }
+    def record(self) -> CoverageRecord:
+        return CoverageRecord(
+            strata=self.strata,
+            keys=tuple(dict(k) for k in self.keys),
+            n_covered=self.n_covered,
+            n_eligible=self.n_eligible,
+            share=self.share,
+        )
 
 
-def gof_detail(res, tokens, counts, probs, labels=None) -> dict:
-    """A goodness-of-fit stratum's JSON record: counts per original cell, what pooled."""
+def gof_stratum(res, tokens, counts, probs, labels=None, **where) -> GofStratum:
+    """A goodness-of-fit stratum's record: counts per original cell, what pooled;
+    ``where`` names it (group=..., or t1=/t2=, tv= for a joint-cell stratum)."""
     names = labels if labels is not None else [int(t) for t in tokens]
-    return {
-        "n": res.n,
-        "statistic": json_number(res.statistic),
-        "df": res.df,
-        "pvalue": json_number(res.pvalue),
-        "cells": res.cells,
-        "out_of_support": res.out_of_support,
-        "pooled": [names[i] for i in res.pooled],
-        "tokens": list(names),
-        "observed": [int(c) for c in counts],
-        "expected": [float(res.n * p) for p in probs / probs.sum()],
-    }
+    return GofStratum(
+        **where,
+        n=res.n,
+        statistic=json_number(res.statistic),
+        df=res.df,
+        pvalue=json_number(res.pvalue),
+        cells=res.cells,
+        out_of_support=res.out_of_support,
+        pooled=tuple(names[i] for i in res.pooled),
+        tokens=tuple(names),
+        observed=tuple(int(c) for c in counts),
+        expected=tuple(float(res.n * p) for p in probs / probs.sum()),
+    )
 
 
 def stratified_row(
@@ -69,16 +81,21 @@ def stratified_row(
 ) -> tuple[TestRow, Coverage]:
     """Strata's χ² summed into one row (df 0 or no stratum: no evidence)."""
     agg = sum_chi2(results)
-    detail = {
+    detail = StratifiedDetail(
         **head,
-        "min_samples": ctx.min_samples,
-        "min_expected": ctx.min_expected,
-        "strata_count": agg.strata,
-        "aggregate_df": agg.df,
-        "strata": per,
-    }
+        min_samples=ctx.min_samples,
+        min_expected=ctx.min_expected,
+        strata_count=agg.strata,
+        aggregate_df=agg.df,
+        strata=tuple(per),
+    )
     row = ctx.row(spec, agg.statistic, agg.df, agg.pvalue, agg.n, detail, "chi2 summed over strata")
-    keys = tuple(tuple((k, int(e[k])) for k in ("t1", "t2") if k in e) for e in per)
+    keys = tuple(
+        tuple(
+            (k, int(v)) for k, v in (("t1", e.t1), ("t2", getattr(e, "t2", None))) if v is not None
+        )
+        for e in per
+    )
     return row, Coverage(len(per), keys, agg.n, int(eligible))
 
 
@@ -88,7 +105,7 @@ NOT_APPLICABLE_NO_Q = "not applicable: the adapter gives no draft law"
 def not_applicable_row(ctx: Context, spec: dict, why: str) -> TestRow:
     """A test the engine cannot be asked (e.g. acceptance without q): no evidence with
     ``why`` as its reason, never a pass; a deciding one fails the verdict for that reason."""
-    detail = {"group": spec["groups"][0], "no_evidence": why}
+    detail = NotApplicableDetail(group=spec["groups"][0], no_evidence=why)
     return TestRow(
         spec["name"],
         spec["role"],
@@ -108,11 +125,10 @@ def not_applicable_row(ctx: Context, spec: dict, why: str) -> TestRow:
 def coverage_row(ctx: Context, coverage: dict[str, Coverage]) -> TestRow:
     share = min((c.share for c in coverage.values()), default=1.0)
     n = sum(g.t1.size for g in ctx.data.values())
-    detail = {
-        "statistic": "smallest share of eligible samples covered by the strata of any "
-        "stratified test",
-        "tests": {name: c.to_json() for name, c in coverage.items()},
-    }
+    detail = CoverageDetail(
+        statistic="smallest share of eligible samples covered by the strata of any stratified test",
+        tests={name: c.record() for name, c in coverage.items()},
+    )
     return TestRow(
         "coverage",
         "exploratory",
@@ -144,10 +160,10 @@ def support_row(ctx: Context) -> TestRow:
         bad2 = ok2 & ~np.isin(pair, codes2)
         ok3 = ok2 & ~bad2 & (g.t3 >= 0) & np.isin(pair, keys3)
         bad3 = ok3 & ~np.isin(pair * w + g.t3, codes3)
-        per[name] = {"t1": int(bad1.sum()), "t2": int(bad2.sum()), "t3": int(bad3.sum())}
-        total += sum(per[name].values())
+        per[name] = SupportCounts(t1=int(bad1.sum()), t2=int(bad2.sum()), t3=int(bad3.sum()))
+        total += per[name].t1 + per[name].t2 + per[name].t3
         n += int(ok1.sum() + ok2.sum() + ok3.sum())
-    detail = {"per_group": per, "rule": "any observation with reference probability 0 fails"}
+    detail = SupportDetail(per_group=per, rule="any observation with reference probability 0 fails")
     ok = total == 0
     return TestRow(
         "out_of_support",
@@ -182,18 +198,20 @@ def engine_errors_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
     n = sum(g.t1.size for g in ctx.data.values())
     deciding = sorted(deciding_groups & set(per_group))
     over = [gname for gname in deciding if per_group[gname] > ctx.error_tolerance]
-    detail = {
-        "per_group": per_group,
-        "per_batch": per_batch,
-        "deciding_groups": deciding,
-        "tolerance": ctx.error_tolerance,
-        "batch": "(seed - group's first seed) // batch_size",
-        "over_tolerance": over,
-        "rule": "FAIL if a group read by a deciding test has more engine errors than the tolerance",
-    }
+    detail = EngineErrorsDetail(
+        per_group=per_group,
+        per_batch=per_batch,
+        deciding_groups=tuple(deciding),
+        tolerance=ctx.error_tolerance,
+        batch="(seed - group's first seed) // batch_size",
+        over_tolerance=tuple(over),
+        rule="FAIL if a group read by a deciding test has more engine errors than the tolerance",
+    )
     method = "none (deterministic: a correct engine raises no error on valid laws)"
     if not recorded:
-        detail["no_evidence"] = "samples carry no finish_reason: engine errors not counted"
+        detail = detail.replace(
+            no_evidence="samples carry no finish_reason: engine errors not counted"
+        )
         return TestRow(
             "engine_errors",
             "primary",

@@ -15,6 +15,7 @@ import zlib
 
 import numpy as np
 
+from specconform.details.distribution import ScoreDetail, ScoreStratumRecord
 from specconform.evidence.jsonio import json_number
 from specconform.stats.cells import dense_on, strata
 from specconform.stats.mutant_laws import score_directions
@@ -62,25 +63,25 @@ def joint_score(ctx: Context, spec: dict):
         cell = np.searchsorted(tokens, x) + np.where(acc == 1, 0, tokens.size)
         counts = np.bincount(cell, minlength=2 * tokens.size)
         cells.append(ScoreStratum(counts, joint_cells(pp, qq), dirs))
-        per.append({"t1": int(t1), "n": int(sel.sum())})
+        per.append(ScoreStratumRecord(t1=int(t1), n=int(sel.sum())))
     seed = mc_seed(spec["name"], cells)
     res = score_test(cells, replications=DEFAULT_REPLICATIONS, seed=seed)
-    detail = {
-        "group": name,
-        "draft_loops": d,
-        "directions": list(names),
-        "score": [json_number(s) for s in res.score],
-        "statistic": "score S^T V+ S on the joint cells along the directions",
-        "df": res.df,
-        "asymptotic_pvalue": json_number(res.asymptotic_pvalue),
-        "mc_replications": res.replications,
-        "mc_seed": seed,
-        "out_of_support": res.out_of_support,
-        "skipped_impossible_strata": skipped,
-        "strata_count": len(per),
-        "strata": per,
-    }
+    detail = ScoreDetail(
+        group=name,
+        draft_loops=d,
+        directions=tuple(names),
+        score=tuple(json_number(s) for s in res.score),
+        statistic="score S^T V+ S on the joint cells along the directions",
+        df=res.df,
+        asymptotic_pvalue=json_number(res.asymptotic_pvalue),
+        mc_replications=res.replications,
+        mc_seed=tuple(seed),
+        out_of_support=res.out_of_support,
+        skipped_impossible_strata=tuple(skipped),
+        strata_count=len(per),
+        strata=tuple(per),
+    )
     method = f"Monte Carlo under the exact null ({res.replications} draws), score test"
     row = ctx.row(spec, res.statistic, res.df, res.pvalue, res.n, detail, method)
-    cov_keys = tuple(((("t1", int(e["t1"])),)) for e in per)
+    cov_keys = tuple(((("t1", e.t1),)) for e in per)
     return row, Coverage(len(per), cov_keys, res.n, int(g.t1.size))

@@ -28,6 +28,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from specconform.details.distribution import SequentialDetail, TrajectoryPoint
 from specconform.kinds.verdict import FamilyRule
 from specconform.protocol.schema_sequential import SEQUENTIAL_TEST_NAME as TEST_NAME
 from specconform.results import FAIL, INFO, PASS, Evaluation, TestRow, Verdict
@@ -122,18 +123,18 @@ def eprocess_row(stop: StoppingPoint, alpha: float, budget: int, batch: int, fam
     observation of reference probability 0)."""
     last = stop.trajectory[-1] if stop.trajectory else None
     sup = last.sup_log_e if last else 0.0
-    detail = {
-        "budget": budget,
-        "batch": batch,
-        "seeds_used": stop.seeds,
-        "batches_run": len(stop.trajectory),
-        "log_threshold": math.log(1.0 / alpha),
-        "families": [list(f) for f in families],
-        "trajectory": [
-            {"seeds": p.seeds, "log_e": _finite(p.log_e), "sup_log_e": _finite(p.sup_log_e)}
+    detail = SequentialDetail(
+        budget=budget,
+        batch=batch,
+        seeds_used=stop.seeds,
+        batches_run=len(stop.trajectory),
+        log_threshold=math.log(1.0 / alpha),
+        families=tuple(tuple(f) for f in families),
+        trajectory=tuple(
+            TrajectoryPoint(seeds=p.seeds, log_e=_finite(p.log_e), sup_log_e=_finite(p.sup_log_e))
             for p in stop.trajectory
-        ],
-    }
+        ),
+    )
     return TestRow(
         TEST_NAME,
         "primary",

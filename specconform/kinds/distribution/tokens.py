@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from specconform.details.distribution import GroupsGofDetail, HomogeneityStratum
 from specconform.evidence.jsonio import json_number
 from specconform.results import TestRow
 from specconform.stats import bonferroni, pearson_gof, pearson_homogeneity
 from specconform.stats.cells import align, counts_on, strata
 
 from .context import Context
-from .rows import Coverage, gof_detail, stratified_row
+from .rows import Coverage, gof_stratum, stratified_row
 
 
 def t1_gof(ctx: Context, spec: dict) -> tuple[TestRow, Coverage | None]:
@@ -32,25 +33,23 @@ def t1_gof(ctx: Context, spec: dict) -> tuple[TestRow, Coverage | None]:
         tokens, probs, counts = align(*ctx.ref.p1, t1)
         res = pearson_gof(counts, probs, min_expected=ctx.min_expected)
         results.append(res)
-        per_group.append({"group": name, **gof_detail(res, tokens, counts, probs)})
+        per_group.append(gof_stratum(res, tokens, counts, probs, group=name))
     n = sum(r.n for r in results)
     if len(results) == 1:
         res = results[0]
-        detail = {
-            "groups": list(spec["groups"]),
-            "per_group": per_group,
-            "combination": "single group",
-        }
+        detail = GroupsGofDetail(
+            groups=tuple(spec["groups"]), per_group=tuple(per_group), combination="single group"
+        )
         return ctx.row(spec, res.statistic, res.df, res.pvalue, n, detail, "chi2"), None
     comb = bonferroni([r.pvalue for r in results])
-    detail = {
-        "groups": list(spec["groups"]),
-        "per_group": per_group,
-        "combination": f"Bonferroni over the {comb.m} groups with evidence (they "
+    detail = GroupsGofDetail(
+        groups=tuple(spec["groups"]),
+        per_group=tuple(per_group),
+        combination=f"Bonferroni over the {comb.m} groups with evidence (they "
         "share seeds): p_Bonf = min(1, m * min p_i); each group's "
         "statistic, df and p in per_group",
-        "smallest_p_group": spec["groups"][comb.argmin] if comb.argmin >= 0 else None,
-    }
+        smallest_p_group=spec["groups"][comb.argmin] if comb.argmin >= 0 else None,
+    )
     return ctx.row(
         spec, None, None, comb.pvalue, n, detail, f"Bonferroni over {comb.m} groups"
     ), None
@@ -97,7 +96,7 @@ def gof_strata(ctx, name: str, depth: int, gof=pearson_gof):
         tokens, probs, counts = align(*law, tested[key_of == key])
         res = gof(counts, probs, min_expected=ctx.min_expected)
         results.append(res)
-        per.append({**where, **gof_detail(res, tokens, counts, probs)})
+        per.append(gof_stratum(res, tokens, counts, probs, **where))
     return results, per, skipped, int(ok.sum())
 
 
@@ -125,26 +124,20 @@ def t2_homogeneity(ctx: Context, spec: dict):
         res = pearson_homogeneity(ca, cb, min_expected=ctx.min_expected)
         results.append(res)
         per.append(
-            {
-                "t1": int(t1),
-                "n": res.n,
-                "n_a": res.n_a,
-                "n_b": res.n_b,
-                **_numbers(res),
-                "cells": res.cells,
-                "pooled": [int(tokens[i]) for i in res.pooled],
-                "tokens": tokens.tolist(),
-                "observed_a": ca.tolist(),
-                "observed_b": cb.tolist(),
-            }
+            HomogeneityStratum(
+                t1=int(t1),
+                n=res.n,
+                n_a=res.n_a,
+                n_b=res.n_b,
+                statistic=json_number(res.statistic),
+                df=res.df,
+                pvalue=json_number(res.pvalue),
+                cells=res.cells,
+                pooled=tuple(int(tokens[i]) for i in res.pooled),
+                tokens=tuple(tokens.tolist()),
+                observed_a=tuple(ca.tolist()),
+                observed_b=tuple(cb.tolist()),
+            )
         )
-    head = {"groups": [name_a, name_b], "seed_split": split}
+    head = {"groups": (name_a, name_b), "seed_split": split}
     return stratified_row(ctx, spec, head, results, per, a.t1.size + b.t1.size)
-
-
-def _numbers(res) -> dict:
-    return {
-        "statistic": json_number(res.statistic),
-        "df": res.df,
-        "pvalue": json_number(res.pvalue),
-    }

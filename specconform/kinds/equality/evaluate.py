@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from specconform.details.runs import DivergenceRecord, EqualityDetail
 from specconform.kinds.verdict import FamilyRule, family_verdict
 from specconform.results import FAIL, PASS, Evaluation, RawData, TestRow
 
@@ -130,28 +131,26 @@ def evaluate_comparison(protocol: dict, spec: ComparisonSpec, raw: dict) -> Test
     passed = not counted
     tokens = sum(max(len(a), len(b)) for a, b in zip(base, cand, strict=True))
     first = divergences[0] if divergences else None
-    detail = {
-        "statistic": STATISTIC,
-        "base": "/".join(spec.base),
-        "candidate": "/".join(spec.candidate),
-        "prompts": n_prompts,
-        "tokens_compared": tokens,
-        "divergences": [d.to_json() for d in divergences],
-        "near_ties": sum(d.near_tie for d in divergences),
-        "near_tie_gap": tie_gap,
-        "near_ties_rule": protocol["near_ties"],
-        "first": None
+    detail = EqualityDetail(
+        statistic=STATISTIC,
+        base="/".join(spec.base),
+        candidate="/".join(spec.candidate),
+        prompts=n_prompts,
+        tokens_compared=tokens,
+        divergences=tuple(DivergenceRecord(**asdict(d)) for d in divergences),
+        near_ties=sum(d.near_tie for d in divergences),
+        near_tie_gap=tie_gap,
+        near_ties_rule=protocol["near_ties"],
+        first=None
         if first is None
         else (
             f"prompt {first.prompt} position {first.position}: base {first.base_token} vs "
             f"candidate {first.candidate_token} (top-2 gap base {_fmt(first.gap_base)}, "
             f"candidate {_fmt(first.gap_candidate)})"
         ),
-    }
+    )
     reason = (
-        ""
-        if passed
-        else (f"{len(counted)} of {n_prompts} prompts diverge; first: {detail['first']}")
+        "" if passed else (f"{len(counted)} of {n_prompts} prompts diverge; first: {detail.first}")
     )
     return TestRow(
         test=spec.name,

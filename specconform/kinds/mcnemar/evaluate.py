@@ -33,6 +33,13 @@ planning, ``plan.detectable``) is in every pair row's detail and in results/plan
 
 from __future__ import annotations
 
+from specconform.details.cases import (
+    Accuracy,
+    Detectable,
+    ErrorCountsDetail,
+    GroupAccuracyDetail,
+    McNemarPairDetail,
+)
 from specconform.kinds.mcnemar import plan
 from specconform.kinds.mcnemar.paired import exact_mcnemar, wilson
 from specconform.kinds.mcnemar.raw import GroupSamples, load
@@ -52,30 +59,32 @@ def pair_row(protocol: dict, pair: dict, metric: str, groups: dict[str, GroupSam
     alpha = float(protocol["alpha"])
     acc_b = wilson(sum(base.correct(metric)), res.n)
     acc_c = wilson(sum(cand.correct(metric)), res.n)
-    detail = {
-        "metric": metric,
-        "base": pair["base"],
-        "candidate": pair["candidate"],
-        "trials": res.n,
-        "wins": res.wins,
-        "losses": res.losses,
-        "ties": res.ties,
-        "both_right": res.both_right,
-        "both_wrong": res.both_wrong,
-        "discordant": res.discordant,
-        "pvalue_two_sided": res.pvalue_two_sided,
-        "pvalue_worse": res.pvalue_worse,
-        "fail_on": res.alternative,
-        "accuracy_base": _acc_json(acc_b),
-        "accuracy_candidate": _acc_json(acc_c),
-        "accuracy_difference": acc_c.value - acc_b.value,
-        "detectable": plan.detectable(protocol, res.n),
-    }
-    if res.discordant == 0 and res.both_right:
-        detail["tie"] = (
-            f"no discordant trial: the candidate kept all {res.both_right} correct answers "
-            "of the base and gained none; p = 1 (the conditional law is a point mass)"
-        )
+    tie = (
+        f"no discordant trial: the candidate kept all {res.both_right} correct answers "
+        "of the base and gained none; p = 1 (the conditional law is a point mass)"
+        if res.discordant == 0 and res.both_right
+        else None
+    )
+    detail = McNemarPairDetail(
+        metric=metric,
+        base=pair["base"],
+        candidate=pair["candidate"],
+        trials=res.n,
+        wins=res.wins,
+        losses=res.losses,
+        ties=res.ties,
+        both_right=res.both_right,
+        both_wrong=res.both_wrong,
+        discordant=res.discordant,
+        pvalue_two_sided=res.pvalue_two_sided,
+        pvalue_worse=res.pvalue_worse,
+        fail_on=res.alternative,
+        accuracy_base=_accuracy(acc_b),
+        accuracy_candidate=_accuracy(acc_c),
+        accuracy_difference=acc_c.value - acc_b.value,
+        detectable=Detectable.from_json(plan.detectable(protocol, res.n)),
+        tie=tie,
+    )
     base_correct = res.both_right + res.losses
     evidence = base_correct > 0 if res.alternative == "worse" else base_correct + res.wins > 0
     name = f"mcnemar_{pair['name']}" + ("" if deciding_metric else f"_{SHORT[metric]}")
@@ -121,7 +130,7 @@ def accuracy_row(protocol: dict, group: GroupSamples, metric: str) -> TestRow:
         alpha=float(protocol["alpha"]),
         passed=None,
         status=INFO,
-        detail={"metric": metric, "group": group.group, **_acc_json(acc)},
+        detail=GroupAccuracyDetail(metric=metric, group=group.group, **_accuracy(acc).to_json()),
         pvalue_method="none (accuracy, Wilson interval)",
     )
 
@@ -140,21 +149,21 @@ def errors_row(protocol: dict, groups: dict[str, GroupSamples], role: str) -> Te
         alpha=0.0,
         passed=not over,
         status=FAIL if over else PASS,
-        detail={"errors": errors, "tolerance": tolerance},
+        detail=ErrorCountsDetail(errors=errors, tolerance=tolerance),
         reason=f"engine errors in {', '.join(over)}" if over else "",
         pvalue_method="none (deterministic: requests ending in an engine error)",
     )
 
 
-def _acc_json(acc) -> dict:
-    return {
-        "correct": acc.correct,
-        "n": acc.n,
-        "accuracy": acc.value,
-        "wilson_low": acc.low,
-        "wilson_high": acc.high,
-        "level": acc.level,
-    }
+def _accuracy(acc) -> Accuracy:
+    return Accuracy(
+        correct=acc.correct,
+        n=acc.n,
+        accuracy=acc.value,
+        wilson_low=acc.low,
+        wilson_high=acc.high,
+        level=acc.level,
+    )
 
 
 def evaluate(protocol: dict, raw: RawData) -> Evaluation:

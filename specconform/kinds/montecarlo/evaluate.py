@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specconform.details.runs import KernelErrorsDetail, MonteCarloCellDetail, OutOfVocabDetail
 from specconform.kinds.laws import as_exact, montecarlo_laws
 from specconform.kinds.verdict import REASON_ENGINE_ERRORS, FamilyRule, family_verdict
 from specconform.results import FAIL, NO_EVIDENCE, PASS, Evaluation, RawData, TestRow
@@ -79,16 +80,16 @@ def evaluate(protocol: dict, raw: RawData) -> Evaluation:
                 status=status,
                 pvalue_method="chi2",
                 reason="" if evidence else "no evidence",
-                detail={
-                    "case": case_name,
-                    "position": j,
-                    "cells": int(res.cells),
-                    "pooled": [int(i) for i in res.pooled],
-                    "out_of_support": int(res.out_of_support),
-                    "cell_index": [int(i) for i in top],
-                    "observed": [int(observed[i]) for i in top],
-                    "expected": [float(expected[i]) for i in top],
-                },
+                detail=MonteCarloCellDetail(
+                    case=case_name,
+                    position=j,
+                    cells=int(res.cells),
+                    pooled=tuple(int(i) for i in res.pooled),
+                    out_of_support=int(res.out_of_support),
+                    cell_index=tuple(int(i) for i in top),
+                    observed=tuple(int(observed[i]) for i in top),
+                    expected=tuple(float(expected[i]) for i in top),
+                ),
             )
         )
     tests.append(
@@ -101,7 +102,7 @@ def evaluate(protocol: dict, raw: RawData) -> Evaluation:
             n=int(committed["count"].sum()),
             alpha=alpha,
             passed=out_of_vocab == 0,
-            detail={"tokens": out_of_vocab},
+            detail=OutOfVocabDetail(tokens=out_of_vocab),
             reason="" if out_of_vocab == 0 else "out of vocabulary",
             pvalue_method="none (deterministic)",
         )
@@ -116,7 +117,7 @@ def evaluate(protocol: dict, raw: RawData) -> Evaluation:
             n=int(counts["count"].sum()),
             alpha=alpha,
             passed=errors == 0,
-            detail={"error_rows": errors},
+            detail=KernelErrorsDetail(error_rows=errors),
             reason="" if errors == 0 else REASON_ENGINE_ERRORS,
             pvalue_method="none (deterministic)",
         )

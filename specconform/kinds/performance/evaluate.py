@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
+from specconform.details.runs import MetricSummary, OrderDetail, ProfileDetail, ThroughputDetail
 from specconform.kinds.verdict import FamilyRule, family_verdict
 from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, Evaluation, RawData, TestRow
 
@@ -52,8 +53,8 @@ class Summary:
     min: float | None
     max: float | None
 
-    def to_json(self) -> dict:
-        return asdict(self)
+    def record(self) -> MetricSummary:
+        return MetricSummary(n=self.n, mean=self.mean, sd=self.sd, min=self.min, max=self.max)
 
     def text(self, digits: int = 4) -> str:
         if self.mean is None:
@@ -123,18 +124,20 @@ def evaluate_cell(protocol: dict, raw: dict, concurrency: int, sampling: str) ->
     }
     base, cand = (summaries[s]["tokens_per_s"] for s in SIDES)
     name = f"tokens_per_s_c{concurrency}_{sampling}"
-    detail = {
-        "statistic": STATISTIC,
-        "concurrency": concurrency,
-        "sampling": sampling,
-        "rule": crit["rule"],
-        "max_slowdown": crit["max_slowdown"],
-        "sides": {side: {m: s.to_json() for m, s in summaries[side].items()} for side in SIDES},
-        "per_process": measured,
-        "welch_pvalue": _welch(
+    detail = ThroughputDetail(
+        statistic=STATISTIC,
+        concurrency=concurrency,
+        sampling=sampling,
+        rule=crit["rule"],
+        max_slowdown=crit["max_slowdown"],
+        sides={side: {m: s.record() for m, s in summaries[side].items()} for side in SIDES},
+        per_process={
+            side: {m: tuple(values) for m, values in measured[side].items()} for side in SIDES
+        },
+        welch_pvalue=_welch(
             measured["base"]["tokens_per_s"], measured["candidate"]["tokens_per_s"]
         ),
-    }
+    )
     if base.n < 2 or cand.n < 2:
         return TestRow(
             test=name, role=role, statistic=None, df=None, pvalue=None, n=base.n + cand.n,
@@ -151,9 +154,7 @@ def evaluate_cell(protocol: dict, raw: dict, concurrency: int, sampling: str) ->
     passed = {"mean_within": within, "ranges_overlap": overlap, "either": within or overlap}[
         crit["rule"]
     ]
-    detail.update(
-        {"ratio": ratio, "floor": floor, "mean_within": within, "ranges_overlap": overlap}
-    )
+    detail = detail.replace(ratio=ratio, floor=floor, mean_within=within, ranges_overlap=overlap)
     reason = (
         ""
         if passed
@@ -174,7 +175,7 @@ def evaluate_order(protocol: dict, raw: dict) -> TestRow:
     recorded = [entry["side"] for entry in raw["order"]]
     ran = [proc["side"] for proc in raw["processes"]]
     ok = recorded == expected and ran == expected
-    detail = {"expected": expected, "recorded": recorded}
+    detail = OrderDetail(expected=tuple(expected), recorded=tuple(recorded))
     return TestRow(
         test="abba_order", role="primary", statistic=None, df=None, pvalue=None,
         n=len(recorded), alpha=0.0, passed=ok, status=PASS if ok else FAIL, detail=detail,
@@ -189,10 +190,13 @@ def profile_row(raw: dict) -> TestRow | None:
         return None
     from specconform.kinds.performance.profile import phase_table
 
-    detail = {side: phase_table(profile[side]) for side in SIDES if side in profile}
+    detail = ProfileDetail(
+        **{side: phase_table(profile[side]) for side in SIDES if side in profile}
+    )
     return TestRow(
         test="profile", role="exploratory", statistic=None, df=None, pvalue=None,
-        n=sum(int(profile[s].get("steps", 0)) for s in detail), alpha=0.0, passed=None,
+        n=sum(int(profile[s].get("steps", 0)) for s in SIDES if s in profile), alpha=0.0,
+        passed=None,
         status=INFO, detail=detail, pvalue_method="none (attribution, reported only)",
     )  # fmt: skip
 

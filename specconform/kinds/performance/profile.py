@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections import defaultdict
 from xml.sax.saxutils import escape
 
+from specconform.details.runs import LocationTotals, PhaseTotals, SideProfile
+
 PHASES = ("draft", "verify", "accept", "collect", "other")
 PHASE_COLOURS = {
     "draft": "#4c78a8",
@@ -33,7 +35,7 @@ PHASE_COLOURS = {
 }
 
 
-def phase_table(profile: dict) -> dict:
+def phase_table(profile: dict) -> SideProfile:
     """Per phase: operator calls, kernels, copies, self CPU and device time; and the top
     source locations by self device time (CPU: self CPU time)."""
     phases = {
@@ -61,16 +63,32 @@ def phase_table(profile: dict) -> dict:
     top = sorted(by_location.items(), key=lambda kv: (-kv[1][rank_by], kv[0]))
     # Only a window profiled without stack says so: archives written before the field
     # existed (all with stack) recompute to the same detail.
-    stackless = {} if profile.get("with_stack", True) else {"with_stack": False}
-    return {
-        **stackless,
-        "device": profile.get("device"),
-        "steps": int(profile.get("steps", 0)),
-        "phase_markers": bool(profile.get("phase_markers", False)),
-        "phases": phases,
-        "ranked_by": rank_by,
-        "top": [{"location": loc, **vals} for loc, vals in top[: int(profile.get("top", 10))]],
-    }
+    return SideProfile(
+        with_stack=None if profile.get("with_stack", True) else False,
+        device=profile.get("device"),
+        steps=int(profile.get("steps", 0)),
+        phase_markers=bool(profile.get("phase_markers", False)),
+        phases={
+            p: PhaseTotals(
+                ops=int(e["ops"]),
+                kernels=int(e["kernels"]),
+                copies=int(e["copies"]),
+                self_cpu_us=e["self_cpu_us"],
+                self_device_us=e["self_device_us"],
+            )
+            for p, e in phases.items()
+        },
+        ranked_by=rank_by,
+        top=tuple(
+            LocationTotals(
+                location=loc,
+                self_cpu_us=vals["self_cpu_us"],
+                self_device_us=vals["self_device_us"],
+                count=int(vals["count"]),
+            )
+            for loc, vals in top[: int(profile.get("top", 10))]
+        ),
+    )
 
 
 def timeline_svg(profiles: dict, *, title: str = "timeline of one request") -> str:

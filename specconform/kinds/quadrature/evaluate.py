@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specconform.details.cases import QuadratureCaseDetail
 from specconform.kinds.laws import as_exact, quadrature_case_laws
 from specconform.kinds.verdict import FamilyRule, family_verdict
 from specconform.results import FAIL, PASS, Evaluation, RawData, TestRow
@@ -65,23 +66,23 @@ def evaluate_case(case: dict, raw: dict) -> TestRow:
         and raw["kernel_errors"] == 0
         and out_of_range == 0
     )
-    detail = {
-        "statistic": STATISTIC,
-        "grid": g,
-        "bound_first": bound2,
-        "bound_bonus": bound2,
-        "bound_k0": bound1,
-        "max_abs_error_first": err_first,
-        "max_abs_error_bonus": err_bonus,
-        "max_abs_error_k0": err_k0,
-        "zero_mass_commits": zero_mass,
-        "kernel_errors": int(raw["kernel_errors"]),
-        "tokens_out_of_range": out_of_range,
-        "tv_pq": 1.0 - accept_mass,
-        "expected": _top(p, first),
-        "observed_first": None,
-    }
-    detail["observed_first"] = [float(first[t]) for t, _ in detail["expected"]]
+    top = _top(p, first)
+    detail = QuadratureCaseDetail(
+        statistic=STATISTIC,
+        grid=g,
+        bound_first=bound2,
+        bound_bonus=bound2,
+        bound_k0=bound1,
+        max_abs_error_first=err_first,
+        max_abs_error_bonus=err_bonus,
+        max_abs_error_k0=err_k0,
+        zero_mass_commits=zero_mass,
+        kernel_errors=int(raw["kernel_errors"]),
+        tokens_out_of_range=out_of_range,
+        tv_pq=1.0 - accept_mass,
+        expected=tuple(top),
+        observed_first=tuple(float(first[t]) for t, _ in top),
+    )
     n = len(raw["first_counts"]) * cells + len(raw["bonus_counts"]) * cells + g
     reason = "" if passed else ("engine errors" if raw["kernel_errors"] else "bound exceeded")
     return TestRow(

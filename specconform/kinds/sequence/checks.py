@@ -12,6 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from specconform.details.distribution import CoverageRecord
+from specconform.details.sequence import (
+    CheckDetail,
+    GroupTokens,
+    Offender,
+    SequenceCoverageDetail,
+    SequenceEngineErrorsDetail,
+    SequenceSupportDetail,
+)
 from specconform.kinds.verdict import REASON_ENGINE_ERRORS
 from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, TestRow
 
@@ -43,17 +52,17 @@ def check_row(ctx: Context, spec: dict, checks: dict) -> TestRow:
             f"{spec['tolerance']!r}"
         )
     examples = list(rec.get("examples") or [])[:5]
-    detail = {
-        "type": spec["type"],
-        "applicable": applicable,
-        "why": str(rec.get("why", "")),
-        "checked": checked,
-        "mismatches": mismatches,
-        "max_abs_diff": max_diff,
-        "tolerance": tolerance,
-        "examples": examples,
-        "rule": "PASS iff applicable, something was checked and nothing mismatched",
-    }
+    detail = CheckDetail(
+        type=spec["type"],
+        applicable=applicable,
+        why=str(rec.get("why", "")),
+        checked=checked,
+        mismatches=mismatches,
+        max_abs_diff=max_diff,
+        tolerance=tolerance,
+        examples=tuple(examples),
+        rule="PASS iff applicable, something was checked and nothing mismatched",
+    )
     over = tolerance is not None and max_diff is not None and float(max_diff) > float(tolerance)
     passed: bool | None
     if not applicable:
@@ -96,22 +105,22 @@ def support_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
     mech = tok.mech_p == 0  # NaN (empty, boundary, old archive) compares False
     per, first = _offenders(tok, marginal, deciding_groups)
     total = sum(per[g] for g in deciding_groups if g in per)
-    detail = {
-        "per_group": per,
-        "deciding_groups": sorted(deciding_groups),
-        "first": first,
-        "rule": "any committed token with reference probability 0 in a deciding group fails",
-    }
+    detail = SequenceSupportDetail(
+        per_group=per,
+        deciding_groups=tuple(sorted(deciding_groups)),
+        first=first,
+        rule="any committed token with reference probability 0 in a deciding group fails",
+    )
     reason = "out of support" if total else ""
     if tok.has_mech:
         mech_per, mech_first = _offenders(tok, mech & ~marginal, deciding_groups)
         mech_total = sum(mech_per[g] for g in deciding_groups if g in mech_per)
-        detail["mechanism_per_group"] = mech_per
-        detail["mechanism_first"] = mech_first
-        detail["mechanism_rule"] = (
-            "and any drafted token of probability 0 under its conditional law given the "
-            "accept decision (a correction where q - p > 1e-4 q, an accepted draft where "
-            "min(p, q) = 0)"
+        detail = detail.replace(
+            mechanism_per_group=mech_per,
+            mechanism_first=mech_first,
+            mechanism_rule="and any drafted token of probability 0 under its conditional law "
+            "given the accept decision (a correction where q - p > 1e-4 q, an accepted draft "
+            "where min(p, q) = 0)",
         )
         if mech_total and not total:
             reason = "mechanism out of support"
@@ -133,7 +142,9 @@ def support_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
     )
 
 
-def _offenders(tok, bad: np.ndarray, deciding_groups: set[str]) -> tuple[dict, dict]:
+def _offenders(
+    tok, bad: np.ndarray, deciding_groups: set[str]
+) -> tuple[dict[str, int], dict[str, Offender]]:
     """Offending tokens per group, and the first offender of each deciding group."""
     per = {g: int((bad & (tok.group == i)).sum()) for i, g in enumerate(tok.groups)}
     first = {}
@@ -141,7 +152,7 @@ def _offenders(tok, bad: np.ndarray, deciding_groups: set[str]) -> tuple[dict, d
         hits = np.flatnonzero(bad & (tok.group == tok.groups.index(g)))
         if hits.size:
             i = int(hits[0])
-            first[g] = {"request": int(tok.request[i]), "step": int(tok.step[i])}
+            first[g] = Offender(request=int(tok.request[i]), step=int(tok.step[i]))
     return per, first
 
 
@@ -153,13 +164,13 @@ def engine_errors_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
     deciding = sorted(deciding_groups & set(per))
     over = [g for g in deciding if per[g] > ctx.error_tolerance]
     ok = not over
-    detail = {
-        "per_group": per,
-        "deciding_groups": deciding,
-        "tolerance": ctx.error_tolerance,
-        "over_tolerance": over,
-        "rule": "FAIL if a group read by a deciding test has more engine errors than the tolerance",
-    }
+    detail = SequenceEngineErrorsDetail(
+        per_group=per,
+        deciding_groups=tuple(deciding),
+        tolerance=ctx.error_tolerance,
+        over_tolerance=tuple(over),
+        rule="FAIL if a group read by a deciding test has more engine errors than the tolerance",
+    )
     return TestRow(
         "engine_errors",
         "primary",
@@ -176,7 +187,7 @@ def engine_errors_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
     )
 
 
-def coverage_row(ctx: Context, coverage: dict[str, dict]) -> TestRow:
+def coverage_row(ctx: Context, coverage: dict[str, CoverageRecord]) -> TestRow:
     """Tokens per group (random, greedy, out of support) and per slot; what each
     stochastic test covered. Descriptive, never decides."""
     tok = ctx.tokens
@@ -186,22 +197,22 @@ def coverage_row(ctx: Context, coverage: dict[str, dict]) -> TestRow:
         mine = tok.group == i
         random = mine & tok.random
         labels, counts = np.unique(slot[random], return_counts=True)
-        per_group[g] = {
-            "tokens": int(mine.sum()),
-            "random": int(random.sum()),
-            "greedy": int((mine & tok.greedy).sum()),
-            "out_of_support": int((mine & ~tok.in_support).sum()),
-            "requests": int((ctx.requests.group == i).sum()),
-            "per_slot": {slot_label(int(s)): int(c) for s, c in zip(labels, counts, strict=True)},
-        }
-    shares = [c["n_covered"] / c["n_eligible"] for c in coverage.values() if c["n_eligible"]]
+        per_group[g] = GroupTokens(
+            tokens=int(mine.sum()),
+            random=int(random.sum()),
+            greedy=int((mine & tok.greedy).sum()),
+            out_of_support=int((mine & ~tok.in_support).sum()),
+            requests=int((ctx.requests.group == i).sum()),
+            per_slot={slot_label(int(s)): int(c) for s, c in zip(labels, counts, strict=True)},
+        )
+    shares = [c.n_covered / c.n_eligible for c in coverage.values() if c.n_eligible]
     share = min(shares, default=1.0)
-    detail = {
-        "statistic": "smallest share of eligible random tokens covered by the strata of "
+    detail = SequenceCoverageDetail(
+        statistic="smallest share of eligible random tokens covered by the strata of "
         "any pit_uniformity test",
-        "per_group": per_group,
-        "tests": coverage,
-    }
+        per_group=per_group,
+        tests=coverage,
+    )
     return TestRow(
         "coverage",
         "exploratory",

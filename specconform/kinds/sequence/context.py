@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specconform.details import Record
 from specconform.kinds.verdict import FamilyRule
 from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, TestRow
 
@@ -70,7 +71,7 @@ class Context:
         df,
         pvalue,
         n: int,
-        detail: dict,
+        detail: Record,
         method: str,
         why_none: str | None = None,
     ) -> TestRow:
@@ -82,10 +83,9 @@ class Context:
         if not evidence:
             status, passed = NO_EVIDENCE, False
             reason = "no evidence" if why_none is None else f"no evidence: {why_none}"
-            detail = {
-                **detail,
-                "no_evidence": why_none or "nothing testable: no stratum, pair row or cell",
-            }
+            detail = detail.replace(
+                no_evidence=why_none or "nothing testable: no stratum, pair row or cell"
+            )
         elif role == "exploratory":
             status, passed, reason = INFO, None, ""
         else:

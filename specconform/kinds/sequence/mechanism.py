@@ -27,6 +27,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from specconform.details.distribution import CoverageRecord
+from specconform.details.sequence import (
+    LawCounts,
+    MeanGroup,
+    MechanismMeanDetail,
+    MechanismPitDetail,
+)
 from specconform.evidence.jsonio import json_number
 from specconform.results import TestRow
 from specconform.stats import sum_chi2
@@ -35,7 +42,7 @@ from specconform.stats.pit import mean_test, uniformity
 from .context import Context
 from .raw import MECH_COLUMNS
 from .records import ACCEPTED, CORRECTION
-from .strata import uniformity_record, uniformity_strata
+from .strata import uniformity_strata, uniformity_stratum
 
 LAWS = {"correction": CORRECTION, "accepted": ACCEPTED}
 LAW_TEXT = {
@@ -58,28 +65,28 @@ def _tested(ctx: Context, group: str, law: str) -> tuple[np.ndarray, np.ndarray]
     return of_law, of_law & np.isfinite(tok.tv) & (tok.mech_p > 0)
 
 
-def mechanism_pit(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
+def mechanism_pit(ctx: Context, spec: dict) -> tuple[TestRow, CoverageRecord]:
     groups = ctx.groups_of(spec)
     law_names = _law_names(spec, "both")
     bins = int(spec.get("bins") or ctx.bins)
     min_samples = int(spec.get("min_samples") or ctx.min_samples)
     tok = ctx.tokens
     results, per, untested = [], [], {}
-    counts: list[dict[str, int | str]] = []
+    counts: list[LawCounts] = []
     for name in groups:
         for law in law_names:
             of_law, tested = _tested(ctx, name, law)
             with_q = of_law & np.isfinite(tok.tv)
             counts.append(
-                {
-                    "group": name,
-                    "law": law,
-                    "tokens": int(of_law.sum()),
-                    "without_q": int((of_law & ~np.isfinite(tok.tv)).sum()),
-                    "boundary": int((with_q & np.isnan(tok.mech_p)).sum()),
-                    "out_of_support": int((with_q & (tok.mech_p == 0)).sum()),
-                    "eligible": int(tested.sum()),
-                }
+                LawCounts(
+                    group=name,
+                    law=law,
+                    tokens=int(of_law.sum()),
+                    without_q=int((of_law & ~np.isfinite(tok.tv)).sum()),
+                    boundary=int((with_q & np.isnan(tok.mech_p)).sum()),
+                    out_of_support=int((with_q & (tok.mech_p == 0)).sum()),
+                    eligible=int(tested.sum()),
+                )
             )
             strata, left = uniformity_strata(tok, tested, ctx.round_bands, min_samples)
             if left:
@@ -87,28 +94,21 @@ def mechanism_pit(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
             for s in strata:
                 res = uniformity(tok.mech_u[s.members], bins)
                 results.append(res)
-                per.append(
-                    {
-                        "group": name,
-                        "law": law,
-                        **s.label(ctx.round_bands),
-                        **uniformity_record(res),
-                    }
-                )
+                per.append(uniformity_stratum(res, s, ctx.round_bands, group=name, law=law))
     agg = sum_chi2(results)
-    detail = {
-        "groups": groups,
-        "laws": {law: LAW_TEXT[law] for law in law_names},
-        "bins": bins,
-        "min_samples": min_samples,
-        "round_bands": ctx.round_bands,
-        "strata_count": agg.strata,
-        "strata": per,
-        "counts": counts,
-        "untested_slots": untested,
-        "statistic_text": "Pearson chi2 of the mechanism PIT on equiprobable bins, summed "
+    detail = MechanismPitDetail(
+        groups=tuple(groups),
+        laws={law: LAW_TEXT[law] for law in law_names},
+        bins=bins,
+        min_samples=min_samples,
+        round_bands=tuple(ctx.round_bands),
+        strata_count=agg.strata,
+        strata=tuple(per),
+        counts=tuple(counts),
+        untested_slots=untested,
+        statistic_text="Pearson chi2 of the mechanism PIT on equiprobable bins, summed "
         "over strata (law x draft position x round band) and groups",
-    }
+    )
     why = None if tok.has_mech else PREDATES
     if why is not None:
         row = ctx.row(spec, None, 0, None, 0, detail, "chi2 summed over strata", why)
@@ -116,11 +116,11 @@ def mechanism_pit(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
         row = ctx.row(
             spec, agg.statistic, agg.df, agg.pvalue, agg.n, detail, "chi2 summed over strata"
         )
-    eligible = sum(int(c["eligible"]) for c in counts)
-    return row, {"strata": agg.strata, "n_covered": agg.n, "n_eligible": eligible}
+    eligible = sum(c.eligible for c in counts)
+    return row, CoverageRecord(strata=agg.strata, n_covered=agg.n, n_eligible=eligible)
 
 
-def mechanism_mean(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
+def mechanism_mean(ctx: Context, spec: dict) -> tuple[TestRow, CoverageRecord]:
     """Per group (and law): z of the mean M against 1/2 over every tested token, once
     the group has min_samples of them; the statistic Σ z² on as many df as groups
     tested (independent requests per group; groups on disjoint seeds)."""
@@ -139,24 +139,24 @@ def mechanism_mean(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
             if used:
                 statistic, df, n = statistic + res.z**2, df + 1, n + res.n
             per.append(
-                {
-                    "group": name,
-                    "law": law,
-                    "n": res.n,
-                    "mean": json_number(res.mean),
-                    "z": json_number(res.z),
-                    "pvalue": json_number(res.pvalue),
-                    "tested": used,
-                }
+                MeanGroup(
+                    group=name,
+                    law=law,
+                    n=res.n,
+                    mean=json_number(res.mean),
+                    z=json_number(res.z),
+                    pvalue=json_number(res.pvalue),
+                    tested=used,
+                )
             )
-    detail = {
-        "groups": groups,
-        "laws": {law: LAW_TEXT[law] for law in law_names},
-        "min_samples": min_samples,
-        "per_group": per,
-        "statistic_text": "sum over groups of z^2, z = (sum M - n/2) / sqrt(n/12): the "
+    detail = MechanismMeanDetail(
+        groups=tuple(groups),
+        laws={law: LAW_TEXT[law] for law in law_names},
+        min_samples=min_samples,
+        per_group=tuple(per),
+        statistic_text="sum over groups of z^2, z = (sum M - n/2) / sqrt(n/12): the "
         "mean of the mechanism PIT against 1/2",
-    }
+    )
     method = "chi2 of summed z^2"
     if not ctx.tokens.has_mech:
         row = ctx.row(spec, None, 0, None, 0, detail, method, PREDATES)
@@ -166,4 +166,4 @@ def mechanism_mean(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
     else:
         pvalue = float(chi2.sf(statistic, df))
         row = ctx.row(spec, float(statistic), df, pvalue, n, detail, method)
-    return row, {"strata": df, "n_covered": n, "n_eligible": eligible}
+    return row, CoverageRecord(strata=df, n_covered=n, n_eligible=eligible)

@@ -12,6 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from specconform.details.distribution import CoverageRecord
+from specconform.details.sequence import (
+    AcceptanceAllDetail,
+    AcceptanceGroup,
+    IndependenceDetail,
+    PairStratum,
+    PositionCell,
+    UniformityDetail,
+)
 from specconform.evidence.jsonio import json_number
 from specconform.results import TestRow
 from specconform.stats import sum_chi2
@@ -24,8 +33,8 @@ from .strata import (
     lag1_pairs,
     request_pairs,
     round_pairs,
-    uniformity_record,
     uniformity_strata,
+    uniformity_stratum,
 )
 
 PAIRS = {"lag1": lag1_pairs, "rounds": round_pairs, "requests": request_pairs}
@@ -36,7 +45,7 @@ PAIR_TEXT = {
 }
 
 
-def pit_uniformity(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
+def pit_uniformity(ctx: Context, spec: dict) -> tuple[TestRow, CoverageRecord]:
     groups = ctx.groups_of(spec)
     tok = ctx.tokens
     results, per, untested, covered, eligible = [], [], {}, 0, 0
@@ -50,32 +59,28 @@ def pit_uniformity(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
             res = uniformity(tok.u[s.members], ctx.bins)
             results.append(res)
             covered += res.n
-            per.append(
-                {
-                    "group": name,
-                    **s.label(ctx.round_bands),
-                    **uniformity_record(res),
-                }
-            )
+            per.append(uniformity_stratum(res, s, ctx.round_bands, group=name))
     agg = sum_chi2(results)
-    detail = {
-        "groups": groups,
-        "bins": ctx.bins,
-        "min_samples": ctx.min_samples,
-        "round_bands": ctx.round_bands,
-        "strata_count": agg.strata,
-        "strata": per,
-        "untested_slots": untested,
-        "n_covered": covered,
-        "n_eligible": eligible,
-        "statistic_text": "Pearson chi2 of U on equiprobable bins, summed over strata",
-    }
+    detail = UniformityDetail(
+        groups=tuple(groups),
+        bins=ctx.bins,
+        min_samples=ctx.min_samples,
+        round_bands=tuple(ctx.round_bands),
+        strata_count=agg.strata,
+        strata=tuple(per),
+        untested_slots=untested,
+        n_covered=covered,
+        n_eligible=eligible,
+        statistic_text="Pearson chi2 of U on equiprobable bins, summed over strata",
+    )
     row = ctx.row(spec, agg.statistic, agg.df, agg.pvalue, agg.n, detail, "chi2 summed over strata")
     share = covered / eligible if eligible else 0.0
-    return row, {"strata": agg.strata, "n_covered": covered, "n_eligible": eligible, "share": share}
+    return row, CoverageRecord(
+        strata=agg.strata, n_covered=covered, n_eligible=eligible, share=share
+    )
 
 
-def pit_independence(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
+def pit_independence(ctx: Context, spec: dict) -> tuple[TestRow, CoverageRecord]:
     groups = ctx.groups_of(spec)
     tok = ctx.tokens
     kind = spec["pairs"]
@@ -85,35 +90,35 @@ def pit_independence(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
         res = pair_independence(tok.u[first], tok.u[second], PAIR_GRID, min_expected=MIN_EXPECTED)
         results.append(res)
         per.append(
-            {
-                "group": name,
-                "n": res.n,
-                "statistic": json_number(res.statistic),
-                "df": res.df,
-                "pvalue": json_number(res.pvalue),
-                "observed": [list(r) for r in res.observed],
-                "rows_tested": list(res.rows_tested),
-            }
+            PairStratum(
+                group=name,
+                n=res.n,
+                statistic=json_number(res.statistic),
+                df=res.df,
+                pvalue=json_number(res.pvalue),
+                observed=tuple(tuple(r) for r in res.observed),
+                rows_tested=tuple(res.rows_tested),
+            )
         )
     agg = sum_chi2(results)
-    detail = {
-        "groups": groups,
-        "pairs": kind,
-        "pair": PAIR_TEXT[kind],
-        "grid": PAIR_GRID,
-        "min_expected": MIN_EXPECTED,
-        "strata_count": agg.strata,
-        "strata": per,
-        "statistic_text": "Pearson chi2 of the second U's bin within each bin of the first "
+    detail = IndependenceDetail(
+        groups=tuple(groups),
+        pairs=kind,
+        pair=PAIR_TEXT[kind],
+        grid=PAIR_GRID,
+        min_expected=MIN_EXPECTED,
+        strata_count=agg.strata,
+        strata=tuple(per),
+        statistic_text="Pearson chi2 of the second U's bin within each bin of the first "
         "U (g - 1 df per row), summed over rows and groups",
-    }
+    )
     row = ctx.row(
         spec, agg.statistic, agg.df, agg.pvalue, agg.n, detail, "chi2 summed over rows and groups"
     )
-    return row, {"strata": agg.strata, "n_covered": agg.n, "n_eligible": agg.n}
+    return row, CoverageRecord(strata=agg.strata, n_covered=agg.n, n_eligible=agg.n)
 
 
-def acceptance_all(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
+def acceptance_all(ctx: Context, spec: dict) -> tuple[TestRow, CoverageRecord]:
     groups = ctx.groups_of(spec)
     tok = ctx.tokens
     results, per = [], []
@@ -125,53 +130,53 @@ def acceptance_all(ctx: Context, spec: dict) -> tuple[TestRow, dict]:
         )
         results.append(res)
         per.append(
-            {
-                "group": name,
-                "n": res.n,
-                "rejected": res.rejected,
-                "expected_rejections": res.expected,
-                "variance": res.variance,
-                "statistic": json_number(res.statistic),
-                "df": res.df,
-                "pvalue": json_number(res.pvalue),
-                "total_z": json_number(res.total_z),
-                "total_pvalue": json_number(res.total_pvalue),
-                "without_tv": int((ctx.in_groups([name]) & drafted & ~np.isfinite(tok.tv)).sum()),
-                "positions": [
-                    {
-                        "positions": list(c.positions),
-                        "n": c.n,
-                        "rejected": c.rejected,
-                        "expected": c.expected,
-                        "variance": c.variance,
-                        "z": json_number(c.z),
-                        "observed_rejection_rate": c.rejected / c.n if c.n else None,
-                        "expected_rejection_rate": c.expected / c.n if c.n else None,
-                    }
+            AcceptanceGroup(
+                group=name,
+                n=res.n,
+                rejected=res.rejected,
+                expected_rejections=res.expected,
+                variance=res.variance,
+                statistic=json_number(res.statistic),
+                df=res.df,
+                pvalue=json_number(res.pvalue),
+                total_z=json_number(res.total_z),
+                total_pvalue=json_number(res.total_pvalue),
+                without_tv=int((ctx.in_groups([name]) & drafted & ~np.isfinite(tok.tv)).sum()),
+                positions=tuple(
+                    PositionCell(
+                        positions=tuple(c.positions),
+                        n=c.n,
+                        rejected=c.rejected,
+                        expected=c.expected,
+                        variance=c.variance,
+                        z=json_number(c.z),
+                        observed_rejection_rate=c.rejected / c.n if c.n else None,
+                        expected_rejection_rate=c.expected / c.n if c.n else None,
+                    )
                     for c in res.cells
-                ],
-            }
+                ),
+            )
         )
     agg = sum_chi2(results)
     n = sum(r.n for r in results)
     rejected = sum(r.rejected for r in results)
     expected = sum(r.expected for r in results)
-    detail = {
-        "groups": groups,
-        "min_expected": MIN_EXPECTED,
-        "strata_count": agg.strata,
-        "strata": per,
-        "rejected": rejected,
-        "expected_rejections": expected,
-        "observed_rejection_rate": rejected / n if n else None,
-        "expected_rejection_rate": expected / n if n else None,
-        "statistic_text": "sum over drafted-position cells of z^2, "
+    detail = AcceptanceAllDetail(
+        groups=tuple(groups),
+        min_expected=MIN_EXPECTED,
+        strata_count=agg.strata,
+        strata=tuple(per),
+        rejected=rejected,
+        expected_rejections=expected,
+        observed_rejection_rate=rejected / n if n else None,
+        expected_rejection_rate=expected / n if n else None,
+        statistic_text="sum over drafted-position cells of z^2, "
         "z = (rejections - sum TV) / sqrt(sum TV (1 - TV))",
-    }
+    )
     row = ctx.row(
         spec, agg.statistic, agg.df, agg.pvalue, n, detail, "chi2 of per-position z, summed"
     )
-    return row, {"strata": agg.strata, "n_covered": n, "n_eligible": n}
+    return row, CoverageRecord(strata=agg.strata, n_covered=n, n_eligible=n)
 
 
 TESTS = {

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specconform.details.sequence import UniformityStratum
 from specconform.evidence.jsonio import json_number
 from specconform.stats.pit import UniformityResult
 
@@ -57,13 +58,15 @@ class Stratum:
     bands: tuple[int, ...]  # band indices pooled into this stratum
     members: np.ndarray  # [n] int64 token indices
 
-    def label(self, round_bands: list[int]) -> dict:
+    def rounds(self, round_bands: list[int]) -> tuple[str, ...]:
+        """The round bands pooled into this stratum, as "[lo, hi)" (slots without rounds:
+        "all")."""
         edges = sorted(round_bands)
-        spans = [
+        if not (self.slot >= 0 or self.slot == SLOT_BONUS):
+            return ("all",)
+        return tuple(
             f"[{edges[b]}, {edges[b + 1] if b + 1 < len(edges) else 'inf'})" for b in self.bands
-        ]
-        has_rounds = self.slot >= 0 or self.slot == SLOT_BONUS
-        return {"slot": slot_label(self.slot), "rounds": spans if has_rounds else ["all"]}
+        )
 
 
 def uniformity_strata(
@@ -162,16 +165,27 @@ def _match_two(idx_a, key_a, idx_b, key_b) -> tuple[np.ndarray, np.ndarray]:
     return idx_a[hit], idx_b[order[at[hit]]]
 
 
-def uniformity_record(res: UniformityResult) -> dict:
-    """One stratum's χ² of U's on equiprobable bins, in its JSON form (the caller puts
-    the group and stratum label in front)."""
-    return {
-        "n": res.n,
-        "statistic": json_number(res.statistic),
-        "df": res.df,
-        "pvalue": json_number(res.pvalue),
-        "observed": list(res.observed),
-        "expected": [res.expected] * len(res.observed),
-        "ks_statistic": res.ks_statistic,
-        "ks_pvalue": res.ks_pvalue,
-    }
+def uniformity_stratum(
+    res: UniformityResult,
+    stratum: Stratum,
+    round_bands: list[int],
+    *,
+    group: str,
+    law: str | None = None,
+) -> UniformityStratum:
+    """One stratum's χ² of U's on equiprobable bins: its group (and law), slot, round
+    bands and counts."""
+    return UniformityStratum(
+        group=group,
+        law=law,
+        slot=slot_label(stratum.slot),
+        rounds=stratum.rounds(round_bands),
+        n=res.n,
+        statistic=json_number(res.statistic),
+        df=res.df,
+        pvalue=json_number(res.pvalue),
+        observed=tuple(res.observed),
+        expected=(res.expected,) * len(res.observed),
+        ks_statistic=res.ks_statistic,
+        ks_pvalue=res.ks_pvalue,
+    )

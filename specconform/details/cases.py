@@ -1,0 +1,108 @@
+"""Typed detail records of the quadrature and McNemar kinds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import Record, optional
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuadratureCaseDetail(Record):
+    """One quadrature case: the exact law's errors against the grid's bounds, and the
+    target's top tokens (``expected``: (token, p) pairs; ``observed_first``: the
+    committed first-token mass of the same tokens)."""
+
+    statistic: str
+    grid: int
+    bound_first: float
+    bound_bonus: float
+    bound_k0: float
+    max_abs_error_first: float
+    max_abs_error_bonus: float
+    max_abs_error_k0: float
+    zero_mass_commits: int
+    kernel_errors: int
+    tokens_out_of_range: int
+    tv_pq: float
+    expected: tuple[tuple[float, ...], ...]
+    observed_first: tuple[float, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Accuracy(Record):
+    """A share of correct answers with its Wilson interval."""
+
+    correct: int
+    n: int
+    accuracy: float
+    wilson_low: float
+    wilson_high: float
+    level: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Detectable(Record):
+    """The smallest accuracy drop detected with ``power`` at ``level`` (α over the
+    ``pairs`` deciding pairs), by discordance rate; ``min_drop`` None: none at any."""
+
+    trials: int
+    power: float
+    level: float
+    pairs: int
+    alternative: str
+    drop_by_discordance: dict[str, float | None]
+    min_drop: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class McNemarPairDetail(Record):
+    """One base/candidate pair: paired wins and losses, exact McNemar p-values, both
+    accuracies and the pre-registered detectable drop."""
+
+    metric: str
+    base: str
+    candidate: str
+    trials: int
+    wins: int
+    losses: int
+    ties: int
+    both_right: int
+    both_wrong: int
+    discordant: int
+    pvalue_two_sided: float | None
+    pvalue_worse: float | None
+    fail_on: str
+    accuracy_base: Accuracy
+    accuracy_candidate: Accuracy
+    accuracy_difference: float
+    detectable: Detectable
+    tie: str | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupAccuracyDetail(Record):
+    """One group's accuracy on one metric (exploratory)."""
+
+    metric: str
+    group: str
+    correct: int
+    n: int
+    accuracy: float
+    wilson_low: float
+    wilson_high: float
+    level: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorCountsDetail(Record):
+    errors: dict[str, int]
+    tolerance: int
+
+
+QUADRATURE_RECORDS: tuple[type[Record], ...] = (QuadratureCaseDetail,)
+MCNEMAR_RECORDS: tuple[type[Record], ...] = (
+    McNemarPairDetail,
+    GroupAccuracyDetail,
+    ErrorCountsDetail,
+)

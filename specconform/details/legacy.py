@@ -1,0 +1,92 @@
+"""Typed detail records of schema-1 distribution archives (the frozen evaluator
+specconform/kinds/distribution/legacy.py): written before family-wise verdicts, read
+back so that old archives still verify and report. Rows without evidence carry
+``reason`` (schema 2 says ``no_evidence``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import Record, optional
+from .distribution import (
+    CoverageDetail,
+    GofStratum,
+    HomogeneityStratum,
+    SupportDetail,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LegacyGroupsGofDetail(Record):
+    """t1_gof of schema 1: statistic and df are those of ``deciding_group``."""
+
+    groups: tuple[str, ...]
+    per_group: tuple[GofStratum, ...]
+    combination: str
+    deciding_group: str
+    reason: str | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LegacyStratifiedDetail(Record):
+    """t2_gof, t3_gof, t2_homogeneity and joint of schema 1."""
+
+    group: str | None = optional()
+    groups: tuple[str, ...] | None = optional()
+    draft_loops: int | None = optional()
+    skipped_impossible_strata: tuple[dict[str, int], ...] | None = optional()
+    seed_split: str | None = optional()
+    cells: str | None = optional()
+    min_samples: int
+    min_expected: float
+    strata_count: int
+    aggregate_df: float
+    strata: tuple[GofStratum | HomogeneityStratum, ...]
+    reason: str | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LegacyRejectionStratum(Record):
+    """One t1 stratum of schema 1's acceptance test (2-cell χ² and exact binomial)."""
+
+    t1: int
+    n: int
+    tv: float
+    rejected: int
+    expected_rejection_rate: float
+    observed_rejection_rate: float | None
+    expected: tuple[float, ...]
+    observed: tuple[int, ...]
+    statistic: float | None
+    df: float | None
+    pvalue: float | None
+    binom_pvalue: float | None
+    pooled: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LegacyAcceptanceDetail(Record):
+    """acceptance of schema 1: the strata's 2-cell χ² summed."""
+
+    group: str
+    draft_loops: int
+    skipped_impossible_strata: tuple[dict[str, int], ...]
+    mean_accepted_per_drafted: float | None
+    mean_drafted: float | None
+    mean_accepted: float | None
+    aggregate: str
+    min_samples: int
+    min_expected: float
+    strata_count: int
+    aggregate_df: float
+    strata: tuple[LegacyRejectionStratum, ...]
+    reason: str | None = optional()
+
+
+RECORDS: tuple[type[Record], ...] = (
+    LegacyAcceptanceDetail,
+    LegacyStratifiedDetail,
+    LegacyGroupsGofDetail,
+    SupportDetail,
+    CoverageDetail,
+)

@@ -1,0 +1,249 @@
+"""Typed detail records of the sequence kind (specconform/kinds/sequence/*).
+
+Field order is the key order the evaluators write (see specconform/details/base.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .base import Json, Record, optional
+from .distribution import CoverageRecord
+
+
+@dataclass(frozen=True, kw_only=True)
+class UniformityStratum(Record):
+    """One stratum's χ² of U's on equiprobable bins (pit_uniformity, mechanism_pit):
+    group, the law (mechanism_pit only), the slot and round bands, then the counts."""
+
+    group: str
+    law: str | None = optional()
+    slot: str
+    rounds: tuple[str, ...]
+    n: int
+    statistic: float | None
+    df: float | None
+    pvalue: float | None
+    observed: tuple[int, ...]
+    expected: tuple[float, ...]
+    ks_statistic: float | None
+    ks_pvalue: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class UniformityDetail(Record):
+    """pit_uniformity: strata of the PIT U summed."""
+
+    groups: tuple[str, ...]
+    bins: int
+    min_samples: int
+    round_bands: tuple[int, ...]
+    strata_count: int
+    strata: tuple[UniformityStratum, ...]
+    untested_slots: dict[str, dict[str, int]]
+    n_covered: int
+    n_eligible: int
+    statistic_text: str
+    no_evidence: str | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairStratum(Record):
+    """One group's contingency table of (first U bin, second U bin)."""
+
+    group: str
+    n: int
+    statistic: float | None
+    df: float | None
+    pvalue: float | None
+    observed: tuple[tuple[int, ...], ...]
+    rows_tested: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class IndependenceDetail(Record):
+    """pit_independence: pairs of U's, χ² of independence summed over rows and groups."""
+
+    groups: tuple[str, ...]
+    pairs: str
+    pair: str
+    grid: int
+    min_expected: float
+    strata_count: int
+    strata: tuple[PairStratum, ...]
+    statistic_text: str
+    no_evidence: str | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PositionCell(Record):
+    """Drafted positions pooled into one cell of acceptance_all."""
+
+    positions: tuple[int, ...]
+    n: int
+    rejected: int
+    expected: float
+    variance: float
+    z: float | None
+    observed_rejection_rate: float | None
+    expected_rejection_rate: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcceptanceGroup(Record):
+    group: str
+    n: int
+    rejected: int
+    expected_rejections: float
+    variance: float
+    statistic: float | None
+    df: float | None
+    pvalue: float | None
+    total_z: float | None
+    total_pvalue: float | None
+    without_tv: int
+    positions: tuple[PositionCell, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcceptanceAllDetail(Record):
+    """acceptance_all: rejections per drafted position against Σ TV, z² summed."""
+
+    groups: tuple[str, ...]
+    min_expected: float
+    strata_count: int
+    strata: tuple[AcceptanceGroup, ...]
+    rejected: int
+    expected_rejections: float
+    observed_rejection_rate: float | None
+    expected_rejection_rate: float | None
+    statistic_text: str
+    no_evidence: str | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class LawCounts(Record):
+    """One group's drafted tokens of one law: how many the mechanism PIT could test."""
+
+    group: str
+    law: str
+    tokens: int
+    without_q: int
+    boundary: int
+    out_of_support: int
+    eligible: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class MechanismPitDetail(Record):
+    """mechanism_pit: the mechanism PIT's strata (law x position x round band)."""
+
+    groups: tuple[str, ...]
+    laws: dict[str, str]
+    bins: int
+    min_samples: int
+    round_bands: tuple[int, ...]
+    strata_count: int
+    strata: tuple[UniformityStratum, ...]
+    counts: tuple[LawCounts, ...]
+    untested_slots: dict[str, dict[str, int]]
+    statistic_text: str
+    no_evidence: str | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeanGroup(Record):
+    group: str
+    law: str
+    n: int
+    mean: float | None
+    z: float | None
+    pvalue: float | None
+    tested: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class MechanismMeanDetail(Record):
+    """mechanism_mean: z of the mean mechanism PIT against 1/2 per group and law."""
+
+    groups: tuple[str, ...]
+    laws: dict[str, str]
+    min_samples: int
+    per_group: tuple[MeanGroup, ...]
+    statistic_text: str
+    no_evidence: str | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckDetail(Record):
+    """A deterministic check recorded by the runner in raw/checks.json (``examples``: the
+    runner's first mismatches, kept as written)."""
+
+    type: str
+    applicable: bool
+    why: str
+    checked: int
+    mismatches: int
+    max_abs_diff: float | None
+    tolerance: float | None
+    examples: tuple[Json, ...]
+    rule: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Offender(Record):
+    request: int
+    step: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class SequenceSupportDetail(Record):
+    """out_of_support: committed tokens of reference probability 0 (and, with the
+    mechanism columns, drafted tokens of conditional probability 0)."""
+
+    per_group: dict[str, int]
+    deciding_groups: tuple[str, ...]
+    first: dict[str, Offender]
+    rule: str
+    mechanism_per_group: dict[str, int] | None = optional()
+    mechanism_first: dict[str, Offender] | None = optional()
+    mechanism_rule: str | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SequenceEngineErrorsDetail(Record):
+    per_group: dict[str, int]
+    deciding_groups: tuple[str, ...]
+    tolerance: int
+    over_tolerance: tuple[str, ...]
+    rule: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupTokens(Record):
+    tokens: int
+    random: int
+    greedy: int
+    out_of_support: int
+    requests: int
+    per_slot: dict[str, int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SequenceCoverageDetail(Record):
+    statistic: str
+    per_group: dict[str, GroupTokens]
+    tests: dict[str, CoverageRecord]
+
+
+RECORDS: tuple[type[Record], ...] = (
+    UniformityDetail,
+    MechanismPitDetail,
+    IndependenceDetail,
+    AcceptanceAllDetail,
+    MechanismMeanDetail,
+    CheckDetail,
+    SequenceSupportDetail,
+    SequenceEngineErrorsDetail,
+    SequenceCoverageDetail,
+)
