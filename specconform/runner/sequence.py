@@ -153,10 +153,11 @@ def teacher_forcing_summary(name: str, tally) -> str:
     """One line on a teacher_forcing check: comparisons, mismatches, how many differ in
     support, the largest |Δp| against the tolerance."""
     worst = "none" if tally.max_abs_diff is None else f"{tally.max_abs_diff:.3g}"
+    tolerance = 0.0 if tally.tolerance is None else tally.tolerance  # None: exact
     return (
         f"{name}: {tally.checked} comparisons, {tally.mismatches} mismatches "
         f"({tally.support_differences} in support), max |dp| {worst} "
-        f"(tolerance {tally.tolerance:g})"
+        f"(tolerance {tolerance:g})"
     )
 
 
