@@ -125,7 +125,6 @@ def execute(
     key: Path | None,
     sign: bool,
     progress,
-    extra_run_fields: dict | None = None,
     options: RunOptions | None = None,
 ) -> RunOutcome:
     started = datetime.now(timezone.utc)
@@ -178,7 +177,6 @@ def execute(
                 sign=sign,
                 progress=progress,
                 started=started,
-                extra_run_fields=extra_run_fields,
                 run_context=run_context,
             )
     finally:
@@ -213,7 +211,6 @@ def _execute_locked(
     sign: bool,
     progress,
     started,
-    extra_run_fields: dict | None,
     run_context: RunContext,
 ) -> RunOutcome:
     from specconform import evidence
@@ -244,7 +241,6 @@ def _execute_locked(
         "device": _device(loaded),
         "specconform_version": __version__,
     }
-    run_json.update(extra_run_fields or {})
     run_json.update(run_context.outputs.run_fields)
     files: dict[str, bytes] = {
         "protocol.yaml": loaded.source,
