@@ -124,10 +124,10 @@ def _execute(
         },
     )
     loaded = _sequential_override(loaded, protocol, sequential, batch, resume)
-    if loaded.kind not in ("distribution", "sequence") and ledger:
+    if loaded.kind not in ("distribution", "sequence", "mcnemar") and ledger:
         raise UsageError(
-            f"{protocol}: --ledger applies to distribution and sequence protocols, "
-            f"not {loaded.kind}"
+            f"{protocol}: --ledger applies to distribution, sequence and mcnemar "
+            f"protocols, not {loaded.kind}"
         )
     if loaded.kind != "distribution" and resume:
         raise UsageError(

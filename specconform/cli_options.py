@@ -83,7 +83,7 @@ def run_options(f):
             "--ledger",
             type=click.Path(dir_okay=False, path_type=Path),
             default=None,
-            help="Seed ledger (distribution and sequence protocols); default OUT/seed-ledger.jsonl.",
+            help="Seed ledger (distribution, sequence, mcnemar); default OUT/seed-ledger.jsonl.",
         ),
         click.option(
             "--resume",

@@ -168,6 +168,8 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
         "max_tokens": engine.max_tokens,
         "do_sample": engine.temperature != 0.0,
     }
+    if context.outputs.reserve_seeds is not None:
+        context.outputs.reserve_seeds()  # the seed ledger (runner.reserve): inputs are good
     shared = None
     files: dict[str, bytes] = {}
     with progress("generate", len(protocol.groups) * len(trials)) as bar:

@@ -371,16 +371,24 @@ def preflight(
         )
 
 
-LEDGERED_KINDS = ("distribution", "sequence")  # kinds whose runs draw seeds from a plan
+LEDGERED_KINDS = ("distribution", "sequence", "mcnemar")  # runs that draw seeds from a plan
 
 
 def ledger_entries(loaded, attempt: str, mutant: str | None) -> list:
     """The entries the run will reserve: group seeds are offset + seed_offset + [0, n),
     n the seed count of a distribution group (`distribution.group_seeds`, not imported
-    here: it pulls in pandas) or the number of requests of a sequence group."""
+    here: it pulls in pandas) or the number of requests of a sequence group; a McNemar
+    run's groups all answer the same trials, seeds offset + [0, questions x count)."""
     from specconform.runner.ledger import LedgerEntry
 
     model = loaded.model
+    if loaded.kind == "mcnemar":
+        start = model.seeds.offset
+        stop = start + model.dataset.questions * model.seeds.count
+        return [
+            LedgerEntry(loaded.name, loaded.hash, attempt, g.name, start, stop, mutant)
+            for g in model.groups
+        ]
     entries = []
     for g in model.groups:
         start = model.seeds.offset + g.seed_offset

@@ -3,10 +3,11 @@
 A distribution run reserves its seeds when it opens its checkpoint folder
 (`runner.distribution`) and keeps them through an interruption, for `--resume`; refused
 before that folder exists (a lost reservation race, say), it gives them back here. A
-sequence run has no checkpoint: its seeds are reserved once its engine is built and its
-inputs checked, atomically (of two runs at once, one is refused naming the other), and
+sequence or McNemar run has no checkpoint: its seeds are reserved once its engine is
+built and its inputs checked, atomically (of two runs at once, one is refused naming the other), and
 given back when collection ends without raw data (an error, Ctrl-C) -- a run that recorded nothing is no evidence, so its seeds
-may be drawn again. Other kinds draw no seeds from a plan and are not ledgered.
+may be drawn again. Equality, performance and the kernel kinds draw no seeds from a
+seed plan and are not ledgered.
 """
 
 from __future__ import annotations
@@ -19,13 +20,16 @@ from specconform.runner.context import RunContext
 from specconform.runner.ledger import check_and_reserve, release
 from specconform.runner.preflight import ledger_entries
 
+# Kinds without a checkpoint whose runners call the reservation hook themselves.
+HOOKED_KINDS = ("sequence", "mcnemar")
+
 
 def collect_reserved(
     loaded, *, mutant, progress, log, run_context: RunContext
 ) -> dict[str, bytes] | None:
     """collect_raw with the run's seed reservation handled for its kind."""
-    if loaded.kind == "sequence":
-        return _collect_sequence(
+    if loaded.kind in HOOKED_KINDS:
+        return _collect_hooked(
             loaded, mutant=mutant, progress=progress, log=log, run_context=run_context
         )
     try:
@@ -46,10 +50,11 @@ def collect_reserved(
         raise
 
 
-def _collect_sequence(loaded, *, mutant, progress, log, run_context: RunContext):
-    """The sequence runner reserves through ``run_context.outputs.reserve_seeds`` once
-    the engine is built and the inputs are checked (`runner.sequence`), so that bad
-    input found there still leaves nothing behind, not even a ledger."""
+def _collect_hooked(loaded, *, mutant, progress, log, run_context: RunContext):
+    """The sequence and McNemar runners reserve through
+    ``run_context.outputs.reserve_seeds`` once the engine is built and the inputs are
+    checked (`runner.sequence`, `runner.mcnemar`), so that bad input found there still
+    leaves nothing behind, not even a ledger."""
     path = run_context.ledger_path
     attempt = run_context.attempt
     reserved: list[bool] = []
@@ -75,5 +80,5 @@ def _collect_sequence(loaded, *, mutant, progress, log, run_context: RunContext)
     finally:
         run_context.outputs.reserve_seeds = None
     if not reserved:  # a runner that skipped the reservation must not pass unledgered
-        raise RuntimeError("the sequence runner collected without reserving its seeds")
+        raise RuntimeError(f"the {loaded.kind} runner collected without reserving its seeds")
     return raw

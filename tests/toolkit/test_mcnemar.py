@@ -368,6 +368,16 @@ def test_end_to_end_tiny_run_and_verify(tmp_path):
     (archive,) = out.glob("*.zip")
     checked = run_cli("verify", archive, "--skip-signature")
     assert checked.returncode == 0, checked.stdout + checked.stderr
+    # The seed ledger: both groups answered trial seeds [0, 1 question x 1 seed); the
+    # same seeds again into the same --out are refused in one line, nothing written.
+    ledger = [json.loads(x) for x in (out / "seed-ledger.jsonl").read_text().splitlines()]
+    assert {(e["group"], e["start"], e["stop"]) for e in ledger} == {
+        (g["name"], 0, 1) for g in protocol["groups"]
+    }
+    again = run_cli("run", path, "--out", out, "--no-sign")
+    lines = again.stderr.strip().splitlines()
+    assert again.returncode == 2 and len(lines) == 1 and "--offset 1 " in lines[0], lines
+    assert len(list(out.glob("*.zip"))) == 1
 
 
 def test_report_table_names_wins_losses_ties_and_accuracies():
