@@ -33,12 +33,18 @@ import torch
 from scipy.stats import binomtest
 
 from specconform.kinds.sequence import evaluate_frames
-from specconform.kinds.sequence.raw import MECH_COLUMNS, REQUEST_COLUMNS, TOKEN_COLUMNS
+from specconform.kinds.sequence.raw import (
+    CROSS_COLUMNS,
+    MECH_COLUMNS,
+    REQUEST_COLUMNS,
+    TOKEN_COLUMNS,
+)
 from specconform.protocol.load import apply_overrides, load_protocol
 from specconform.protocol.schema import SeedPlan
 from specconform.protocol.schema_sequence import STOCHASTIC_TYPES
 from specconform.runner.sequence_laws import DRAFTED_KINDS, token_slots
 from specconform.runner.sequence_requests import build_requests, resolve_prompts
+from specconform.stats.crossing import crossing_columns
 from specconform.stats.mechanism import mechanism_columns
 
 STRIDE = 1_000_000  # seed distance between replications (groups use seed_offset < it)
@@ -66,11 +72,13 @@ def batched_logits(model, seqs: list[list[int]], loops: int) -> torch.Tensor:
 def law_columns(model, specs, records, depth: int | None):
     """Per token of every request (in request order): cdf_below, p_token, tv (NaN off
     drafted positions), mech_cdf_below, mech_p_token (the runner's mechanism columns:
-    specconform.stats.mechanism on the same float64 p and q), from batched teacher
-    forcing. Returns five float64 arrays."""
+    specconform.stats.mechanism on the same float64 p and q), cross_p, cross_hit (the
+    runner's crossing columns, specconform.stats.crossing, at tokens of top-p requests;
+    the tiny preset's V = 512 rows go to the CPU), from batched teacher forcing.
+    Returns seven float64 arrays."""
     from engine_under_test.sampling import batched_probabilities
 
-    out_cdf, out_p, out_tv, out_mc, out_mp = [], [], [], [], []
+    out_cdf, out_p, out_tv, out_mc, out_mp, out_cp, out_ch = [], [], [], [], [], [], []
     for lo in range(0, len(specs), CHUNK):
         sp, rec = specs[lo : lo + CHUNK], records[lo : lo + CHUNK]
         seqs = [list(s.prompt) + list(r.tokens[:-1]) for s, r in zip(sp, rec, strict=True)]
@@ -104,6 +112,12 @@ def law_columns(model, specs, records, depth: int | None):
         tv = torch.full_like(p_token, float("nan"))
         mech_c = np.full(p_token.shape[0], np.nan)
         mech_p = np.full(p_token.shape[0], np.nan)
+        cross_p = np.full(p_token.shape[0], np.nan)
+        cross_hit = np.full(p_token.shape[0], np.nan)
+        top_p = np.flatnonzero([0 < tp < 1 and t > 0 for tp, t in zip(topp, temp, strict=True)])
+        if top_p.size:
+            rows_p = p[torch.as_tensor(top_p, device=dev)].cpu().numpy()  # [P, V] float64
+            cross_p[top_p], cross_hit[top_p] = crossing_columns(rows_p, np.asarray(x)[top_p])
         if draft is not None:
             q = batched_probabilities(draft[bi, ti], *args).double()
             q = q / q.sum(-1, keepdim=True)
@@ -123,14 +137,17 @@ def law_columns(model, specs, records, depth: int | None):
         out_tv.append(tv.cpu().numpy())
         out_mc.append(mech_c)
         out_mp.append(mech_p)
-    return tuple(np.concatenate(a) for a in (out_cdf, out_p, out_tv, out_mc, out_mp))
+        out_cp.append(cross_p)
+        out_ch.append(cross_hit)
+    arrays = (out_cdf, out_p, out_tv, out_mc, out_mp, out_cp, out_ch)
+    return tuple(np.concatenate(a) for a in arrays)
 
 
 def frames(protocol, group, specs, records, laws, offsets, n: int, rep: int):
     """requests.csv and tokens.csv frames of replication `rep` of one group (its
     requests are specs[rep * n:(rep + 1) * n]; offsets[j] is request j's first token
     row in the law arrays)."""
-    cdf, p_tok, tv, mech_c, mech_p = laws
+    cdf, p_tok, tv, mech_c, mech_p, cross_p, cross_hit = laws
     req_rows, tok_rows = [], []
     for i in range(n):
         j = rep * n + i
@@ -145,11 +162,11 @@ def frames(protocol, group, specs, records, laws, offsets, n: int, rep: int):
             tok_rows.append(
                 (group.name, i, t, int(x), slot.round, slot.position, slot.kind)
                 + (slot.drafted, cdf[k + t], p_tok[k + t], tv[k + t])
-                + (mech_c[k + t], mech_p[k + t])
+                + (mech_c[k + t], mech_p[k + t], cross_p[k + t], cross_hit[k + t])
             )
     return (
         pd.DataFrame(req_rows, columns=list(REQUEST_COLUMNS)),
-        pd.DataFrame(tok_rows, columns=list(TOKEN_COLUMNS + MECH_COLUMNS)),
+        pd.DataFrame(tok_rows, columns=list(TOKEN_COLUMNS + MECH_COLUMNS + CROSS_COLUMNS)),
     )
 
 

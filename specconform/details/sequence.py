@@ -175,6 +175,22 @@ class MechanismMeanDetail(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CrossingDetail(Record):
+    """crossing_count: committed top-p crossing tokens O against E (kinds/sequence/crossing.py)."""
+
+    groups: tuple[str, ...]
+    min_position: int | None = optional()
+    n: int
+    observed: int
+    expected: float
+    variance: float
+    z: float | None
+    min_expected: float
+    statistic_text: str
+    no_evidence: str | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
 class CheckDetail(Record):
     """A deterministic check recorded by the runner in raw/checks.json (``examples``: the
     runner's first mismatches, kept as written)."""
@@ -242,6 +258,7 @@ RECORDS: tuple[type[Record], ...] = (
     IndependenceDetail,
     AcceptanceAllDetail,
     MechanismMeanDetail,
+    CrossingDetail,
     CheckDetail,
     SequenceSupportDetail,
     SequenceEngineErrorsDetail,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, model_serializer, model_validator
 
 from specconform.protocol.schema import (
     EngineErrors,
@@ -97,7 +97,12 @@ class SequenceGroup(Strict):
 
 
 StochasticType = Literal[
-    "pit_uniformity", "pit_independence", "acceptance_all", "mechanism_pit", "mechanism_mean"
+    "pit_uniformity",
+    "pit_independence",
+    "acceptance_all",
+    "mechanism_pit",
+    "mechanism_mean",
+    "crossing_count",
 ]
 DeterministicType = Literal["oracle", "teacher_forcing", "trace", "isolation", "greedy_equality"]
 STOCHASTIC_TYPES: tuple[str, ...] = (
@@ -106,6 +111,7 @@ STOCHASTIC_TYPES: tuple[str, ...] = (
     "acceptance_all",
     "mechanism_pit",
     "mechanism_mean",
+    "crossing_count",
 )
 DETERMINISTIC_TYPES: tuple[str, ...] = (
     "oracle",
@@ -139,6 +145,18 @@ class SequenceTest(Strict):
     # How many requests (trace, isolation) or prefixes (oracle, teacher_forcing) the
     # check covers; None: the type's default (docs/sequence.md).
     sample: Annotated[int, Field(ge=1)] | None = None
+    # crossing_count: only tokens at a round position >= min_position (1: past the first
+    # draft position, which the distribution kind's first-position tests already cover;
+    # None: every token). Left out of the canonical JSON when None, so adding the field
+    # changed no existing protocol's hash.
+    min_position: Annotated[int, Field(ge=0)] | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler):
+        data = handler(self)
+        if data.get("min_position", 0) is None:
+            del data["min_position"]
+        return data
 
 
 class SequenceStrata(Strict):
@@ -209,6 +227,8 @@ class SequenceProtocol(Strict):
                     f"test {test.name!r}: law, bins and min_samples apply to "
                     "mechanism_pit and mechanism_mean only"
                 )
+            if test.type != "crossing_count" and test.min_position is not None:
+                raise ValueError(f"test {test.name!r}: min_position applies to crossing_count only")
             if test.type == "mechanism_mean" and test.bins is not None:
                 raise ValueError(f"test {test.name!r}: mechanism_mean has no bins")
             if test.type in ("acceptance_all", "trace", *mechanism):

@@ -24,6 +24,7 @@ from specconform.adapters.sequence import SequenceRecord
 from specconform.errors import UsageError
 from specconform.kinds.sequence.raw import (
     CHECKS,
+    CROSS_COLUMNS,
     MECH_COLUMNS,
     REQUEST_COLUMNS,
     REQUESTS,
@@ -144,7 +145,8 @@ def law_pass(engine, protocol, specs, records, tf_tests, tallies, *, teacher, pr
                     if depth is not None and has_q and laws.q_at(t) is not None:
                         q = engine.draft_law_for(prefix, req, depth)
                         tallies[name].add_laws(q, laws.q_at(t), {**at, "law": "q"})
-                rows += token_rows(group.name, i, rec, laws)
+                top_p = 0.0 < req.top_p < 1.0 and not req.greedy
+                rows += token_rows(group.name, i, rec, laws, top_p=top_p)
                 bar.advance(1)
     return rows
 
@@ -331,7 +333,7 @@ def _requests_csv(protocol, specs, records) -> bytes:
 
 
 def _tokens_csv(rows: list[tuple]) -> bytes:
-    frame = pd.DataFrame(rows, columns=list(TOKEN_COLUMNS + MECH_COLUMNS))
+    frame = pd.DataFrame(rows, columns=list(TOKEN_COLUMNS + MECH_COLUMNS + CROSS_COLUMNS))
     frame = frame.sort_values(["group", "request", "step"], kind="stable")
     return _csv(frame)
 

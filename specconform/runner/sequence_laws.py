@@ -25,6 +25,7 @@ import numpy as np
 
 from specconform.adapters.sequence import RequestSpec, SequenceRecord
 from specconform.kinds.sequence.raw import NO_EVENTS
+from specconform.stats.crossing import crossing_columns
 from specconform.stats.mechanism import mechanism_columns
 
 DRAFTED_KINDS = ("accepted", "correction")  # tokens that sat at a drafted position
@@ -97,11 +98,16 @@ def normalized(law: np.ndarray) -> np.ndarray:
     return law / law.sum()
 
 
-def token_rows(group: str, request: int, record: SequenceRecord, laws: RequestLaws) -> list[tuple]:
+def token_rows(
+    group: str, request: int, record: SequenceRecord, laws: RequestLaws, top_p: bool = False
+) -> list[tuple]:
     """The tokens.csv rows of one request (columns of raw.TOKEN_COLUMNS, then
-    raw.MECH_COLUMNS). The mechanism columns of all drafted tokens come from one
-    vectorized call (a call per token would cost more than the rest of the row)."""
+    raw.MECH_COLUMNS, then raw.CROSS_COLUMNS). The mechanism columns of all drafted
+    tokens come from one vectorized call (a call per token would cost more than the
+    rest of the row). ``top_p``: the request samples under top-p (0 < top_p < 1, T > 0),
+    so its tokens get the crossing columns (specconform/stats/crossing.py)."""
     rows = []
+    cross: list[tuple[float, float]] = []
     mech_at, mech_p, mech_q, mech_x, mech_fix = [], [], [], [], []
     for t, (x, slot) in enumerate(zip(record.tokens, token_slots(record), strict=True)):
         p = normalized(laws.p[t])
@@ -122,12 +128,17 @@ def token_rows(group: str, request: int, record: SequenceRecord, laws: RequestLa
             (group, request, t, int(x), slot.round, slot.position, slot.kind, slot.drafted)
             + (cdf_below, p_token, tv)
         )
+        if top_p:
+            c_p, c_hit = crossing_columns(p[None, :], np.array([int(x)]))
+            cross.append((float(c_p[0]), float(c_hit[0])))
+        else:
+            cross.append((float("nan"), float("nan")))
     mech = [(float("nan"), float("nan"))] * len(rows)
     if mech_at:
         c, f = mechanism_columns(np.stack(mech_p), np.stack(mech_q), mech_x, mech_fix)
         for i, t in enumerate(mech_at):
             mech[t] = (float(c[i]), float(f[i]))
-    return [row + m for row, m in zip(rows, mech, strict=True)]
+    return [row + m + c for row, m, c in zip(rows, mech, cross, strict=True)]
 
 
 def drafted_steps(record: SequenceRecord) -> list[int]:

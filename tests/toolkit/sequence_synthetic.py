@@ -25,10 +25,13 @@ Planted bugs (``mutant``), each a real bug class:
 - ``late_round_residual``: from a request's third round (round index 2) on, the
   correction is drawn from p (the engine mutant of that name);
 - ``shared_uniform``: the correction reuses the accept coin that rejected the draft
-  (the kernel mutant of that name): its support stays the residual's, its law does not.
+  (the kernel mutant of that name): its support stays the residual's, its law does not;
+- ``top_p_drop_crossing``: at draft positions j >= 1 (and a bonus there) the engine's p
+  of a top-p request drops its crossing token (the engine mutant of that name).
 
 Every frame has the mechanism columns (specconform/stats/mechanism.py) from the
-reported p and q at drafted positions.
+reported p and q at drafted positions, and the crossing columns
+(specconform/stats/crossing.py) at every token of a top-p request.
 
 Vectorized over the requests of a group (a Python loop over rounds and positions only).
 """
@@ -40,7 +43,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from specconform.kinds.sequence.raw import MECH_COLUMNS, REQUEST_COLUMNS, TOKEN_COLUMNS
+from specconform.kinds.sequence.raw import (
+    CROSS_COLUMNS,
+    MECH_COLUMNS,
+    REQUEST_COLUMNS,
+    TOKEN_COLUMNS,
+)
+from specconform.stats.crossing import crossing_columns
 from specconform.stats.mechanism import mechanism_columns
 
 MUTANTS = (
@@ -52,6 +61,7 @@ MUTANTS = (
     "draft_raw_q",
     "late_round_residual",
     "shared_uniform",
+    "top_p_drop_crossing",
 )
 VOCAB = 32
 EXTRA_REJECTION = 0.05
@@ -109,6 +119,21 @@ def _inverse_cdf(probs: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.minimum(x, last)
 
 
+def _drop_crossing(p_tab: np.ndarray, top_p: np.ndarray) -> np.ndarray:
+    """p_tab [C, V, V] with each top-p row's crossing token removed (rows keeping >= 2
+    tokens), renormalised: the engine law of ``top_p_drop_crossing``."""
+    out = p_tab.copy()
+    for c in np.flatnonzero(top_p):
+        rows = out[c]
+        cross_p, _ = crossing_columns(rows, np.zeros(rows.shape[0], dtype=np.int64))
+        for r in np.flatnonzero(~np.isnan(cross_p)):
+            masked = np.where(rows[r] > 0, rows[r], np.inf)
+            last = rows.shape[1] - 1 - int(np.argmax((masked == masked.min())[::-1]))
+            rows[r, last] = 0.0
+            rows[r] /= rows[r].sum()
+    return out
+
+
 def _tempered(p: np.ndarray) -> np.ndarray:
     q = p ** (1.0 / BUG_TEMPERATURE)
     return q / q.sum(axis=1, keepdims=True)
@@ -117,10 +142,14 @@ def _tempered(p: np.ndarray) -> np.ndarray:
 class _Recorder:
     """Token rows collected per event, as arrays."""
 
-    def __init__(self):
+    def __init__(self, top_p: np.ndarray):
         self.parts: list[dict[str, np.ndarray]] = []
+        self.top_p = top_p  # [n] bool: request i samples under top-p
 
     def add(self, req, step, token, rnd, pos, kind, drafted, p_rows, tv, q_rows=None):
+        cross_p, cross_hit = crossing_columns(p_rows, token)
+        off = ~self.top_p[req]
+        cross_p[off], cross_hit[off] = np.nan, np.nan
         cdf = np.cumsum(p_rows, axis=1)
         p_tok = p_rows[np.arange(token.size), token]
         if q_rows is None:  # not a drafted position: no mechanism law
@@ -142,6 +171,8 @@ class _Recorder:
                 "tv": tv,
                 "mech_cdf_below": mech_cdf,
                 "mech_p_token": mech_p,
+                "cross_p": cross_p,
+                "cross_hit": cross_hit,
             }
         )
 
@@ -189,7 +220,10 @@ def simulate_group(
     if mutant == "draft_raw_q" and d is not None:
         q_acc_tab = np.stack([law(world.draft[d], 1.0, 0, 1.0) for _ in configs])
     p_eng1 = np.stack([_tempered(p) for p in p_tab]) if mutant == "tempered_position1" else p_tab
-    rec = _Recorder()
+    top_p = np.array([t > 0 and 0 < tp < 1 for t, _, tp in configs])  # [C]
+    # top_p_drop_crossing: the engine's p past the first draft position, crossing dropped.
+    p_deep = _drop_crossing(p_tab, top_p) if mutant == "top_p_drop_crossing" else p_tab
+    rec = _Recorder(top_p[cfg])
     # Prefill: the first token is a plain target sample.
     x = _inverse_cdf(p_tab[cfg, state], rng.random(n))
     minus = np.full(n, -1, dtype=np.int64)
@@ -239,6 +273,8 @@ def simulate_group(
             cc, ss = c[at], s[at]
             p, q = p_tab[cc, ss], q_tab[cc, ss]
             p_eng = p_eng1[cc, ss] if j == 1 else p
+            if j >= 1 and p_deep is not p_tab:
+                p_eng = p_deep[cc, ss]
             xd = _inverse_cdf(q, u[at, 2 * j])
             rows = np.arange(at.size)
             tv = 0.5 * np.abs(p - q).sum(axis=1)
@@ -279,7 +315,8 @@ def simulate_group(
         if bonus.size:
             who = live[bonus]
             p = p_tab[c[bonus], s[bonus]]
-            xb = _inverse_cdf(p, u[bonus, 2 * k])
+            deep = (budget[bonus] >= 1)[:, None]  # the bonus sits at position L
+            xb = _inverse_cdf(np.where(deep, p_deep[c[bonus], s[bonus]], p), u[bonus, 2 * k])
             rec.add(
                 who,
                 steps[who],
@@ -313,7 +350,9 @@ def simulate_group(
             "finish_reason": "length",
         }
     )
-    return requests[list(REQUEST_COLUMNS)], tokens[list(TOKEN_COLUMNS + MECH_COLUMNS)]
+    return requests[list(REQUEST_COLUMNS)], tokens[
+        list(TOKEN_COLUMNS + MECH_COLUMNS + CROSS_COLUMNS)
+    ]
 
 
 def _share_pairs(live: np.ndarray, u: np.ndarray) -> np.ndarray:

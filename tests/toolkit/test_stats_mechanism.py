@@ -123,14 +123,14 @@ def test_token_rows_write_the_mechanism_columns():
     rec = _record([0, 1, 2], [(-1, -1, "target"), (0, 0, "accepted"), (0, 1, "correction")])
     laws = RequestLaws(np.stack([P, P, P]).astype(np.float32), {1: Q, 2: Q})
     rows = token_rows("g", 0, rec, laws)
-    mech = [(r[-2], r[-1]) for r in rows]
+    mech = [(r[11], r[12]) for r in rows]  # after the 11 TOKEN_COLUMNS
     assert np.isnan(mech[0][0]) and np.isnan(mech[0][1])  # target: no mechanism law
     assert mech[1] == pytest.approx((1 / 3, 1 / 2), abs=1e-7)  # accepted 1 under a
     assert mech[2] == pytest.approx((0.75, 0.25), abs=1e-7)  # correction 2 under r
     assert rows[1][10] == pytest.approx(0.4, abs=1e-7)  # tv beside them
     # Without q (an adapter without draft laws) the drafted rows have no mechanism law.
     rows = token_rows("g", 0, rec, RequestLaws(laws.p, None))
-    assert all(np.isnan(r[-1]) and np.isnan(r[-2]) for r in rows)
+    assert all(np.isnan(r[11]) and np.isnan(r[12]) for r in rows)
 
 
 def test_mean_test_has_its_size_and_sees_a_shift():

@@ -22,6 +22,7 @@ STOCHASTIC_APPLIES = {  # group modes each stochastic type reads when it names n
     "acceptance_all": ("sync", "async"),
     "mechanism_pit": ("sync", "async"),
     "mechanism_mean": ("sync", "async"),
+    "crossing_count": ("nospec", "sync", "async"),
 }
 
 

@@ -41,7 +41,12 @@ prompt + tokens[:step]:
     mech_p_token    float f(x_t) under that law (float64); 0 is a mechanism-out-of-
                           support token (fatal); empty as mech_cdf_below
 
-The two mech_* columns are optional for the evaluator: archives written before they
+    cross_p         float p_t(c_t) of the top-p crossing token c_t of p_t (the kept
+                          token of smallest mass, highest index among equals), float64;
+                          empty unless 0 < top_p < 1, T > 0 and p_t keeps >= 2 tokens
+    cross_hit       1 if x_t = c_t, else 0; empty as cross_p
+
+The two mech_* columns, and the two cross_* columns, are optional for the evaluator: archives written before they
 existed verify unchanged (their protocols have no mechanism_pit test; a mechanism_pit
 test run on such an archive reads NO_EVIDENCE "archive predates the column").
 
@@ -97,6 +102,10 @@ TOKEN_COLUMNS: tuple[str, ...] = (
 )
 # Optional columns (written by runners since the mechanism PIT; absent in older archives).
 MECH_COLUMNS: tuple[str, ...] = ("mech_cdf_below", "mech_p_token")
+# Optional, since the crossing_count test (specconform/stats/crossing.py): p_t(c_t) of
+# the top-p crossing token c_t of the reference law, and 1/0 whether x_t = c_t; empty
+# unless the request has 0 < top_p < 1, temperature > 0 and its law keeps >= 2 tokens.
+CROSS_COLUMNS: tuple[str, ...] = ("cross_p", "cross_hit")
 MECH_STREAM = 0x6D656368  # "mech": the second SeedSequence word of the W_t stream
 TOKEN_KINDS: tuple[str, ...] = ("accepted", "correction", "bonus", "target", "unknown")
 NO_EVENTS = -2  # round/position of a token whose engine gives no events

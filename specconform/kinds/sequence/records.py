@@ -16,7 +16,14 @@ import numpy as np
 
 from specconform.stats.pit import randomized_pit
 
-from .raw import MECH_COLUMNS, MECH_STREAM, REQUEST_COLUMNS, TOKEN_COLUMNS, TOKEN_KINDS
+from .raw import (
+    CROSS_COLUMNS,
+    MECH_COLUMNS,
+    MECH_STREAM,
+    REQUEST_COLUMNS,
+    TOKEN_COLUMNS,
+    TOKEN_KINDS,
+)
 
 KIND_CODES = {k: i for i, k in enumerate(TOKEN_KINDS)}
 ACCEPTED, CORRECTION, BONUS, TARGET, UNKNOWN = (KIND_CODES[k] for k in TOKEN_KINDS)
@@ -55,6 +62,10 @@ class Tokens:
     has_mech: bool  # tokens.csv has the mech_* columns
     mech_p: np.ndarray  # float64 f(x_t) under r or a; 0: mechanism out of support
     mech_u: np.ndarray  # float64 M_t (meaningless where mech_p is 0 or NaN)
+    # The top-p crossing columns (NaN where empty, everywhere when the archive lacks them).
+    has_cross: bool  # tokens.csv has the cross_* columns
+    cross_p: np.ndarray  # float64 p_t(c_t)
+    cross_hit: np.ndarray  # float64 1.0 where x_t = c_t, else 0.0
 
     @property
     def in_support(self) -> np.ndarray:
@@ -118,8 +129,33 @@ def read_frames(protocol: dict, requests_df, tokens_df) -> tuple[Requests, Token
         has_mech=has_mech,
         mech_p=mech_p,
         mech_u=randomized_pit(np.nan_to_num(mech_cdf), np.nan_to_num(mech_p), w),
+        **_cross_columns(tokens_df),
     )
     return requests, tokens
+
+
+def _cross_columns(frame) -> dict:
+    """has_cross, cross_p, cross_hit: both columns or neither; set together; p in
+    (0, 1], hit 0 or 1."""
+    present = [c for c in CROSS_COLUMNS if c in frame.columns]
+    n = len(frame)
+    if not present:
+        return {"has_cross": False, "cross_p": np.full(n, np.nan), "cross_hit": np.full(n, np.nan)}
+    if len(present) != len(CROSS_COLUMNS):
+        raise ValueError(f"tokens.csv: has {present} without the rest of {list(CROSS_COLUMNS)}")
+    p = frame["cross_p"].to_numpy(dtype=np.float64)
+    hit = frame["cross_hit"].to_numpy(dtype=np.float64)
+    set_p, set_h = ~np.isnan(p), ~np.isnan(hit)
+    with np.errstate(invalid="ignore"):
+        bad = (set_p != set_h) | (set_p & ~((p > 0) & (p <= 1 + PROB_SLACK)))
+        bad |= set_h & (hit != 0) & (hit != 1)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"tokens.csv row {i}: cross_p {p[i]!r} and cross_hit {hit[i]!r} are not both "
+            "empty, or not a probability in (0, 1] and a 0/1 hit"
+        )
+    return {"has_cross": True, "cross_p": p, "cross_hit": hit}
 
 
 def _mech_columns(frame, kind: np.ndarray) -> tuple[bool, np.ndarray, np.ndarray]:

@@ -27,6 +27,7 @@ from specconform.stats import sum_chi2
 from specconform.stats.pit import acceptance_counts, pair_independence, uniformity
 
 from .context import MIN_EXPECTED, PAIR_GRID, Context
+from .crossing import crossing_count
 from .mechanism import mechanism_mean, mechanism_pit
 from .records import ACCEPTED, CORRECTION
 from .strata import (
@@ -185,4 +186,5 @@ TESTS = {
     "acceptance_all": acceptance_all,
     "mechanism_pit": mechanism_pit,
     "mechanism_mean": mechanism_mean,
+    "crossing_count": crossing_count,
 }
