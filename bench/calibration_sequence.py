@@ -189,6 +189,7 @@ def targets_of(protocol: dict) -> dict[str, list[str]]:
         "draft_raw_q": mechanism,
         "late_round_residual": mechanism,
         "shared_uniform": mechanism,
+        "top_p_drop_crossing": by_type.get("crossing_count", []),
     }
 
 

@@ -6,7 +6,7 @@
 # Usage: bash bench/gpu_session.sh [part...]
 #   parts: env tests bench sweep fp32 shard kill kill2 bonus killci engine engine_small engine_ouro
 #          perf (the performance kind's A/B: protocols/performance.yaml, ~9 min)
-#          seqtol (what sequence.yaml's tolerances rest on: bench/sequence_tolerances.py, ~1 min)
+#          seqtol (what sequence.yaml's tolerances rest on: bench/sequence_tolerances.py, ~2 min)
 #          sequence (protocols/sequence.yaml to a verdict, ~6 min estimated)
 #          seqkill (the ci_sequence kill matrix, bench/gpu_kill_sequence.sh, ~9 min)
 #          fp32seq (fp32_t2 --sequential at 5,000 seeds)

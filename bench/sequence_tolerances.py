@@ -13,7 +13,8 @@ comparisons made, the support differences and the largest |Δp| against the tole
 the shipped file states. It changes nothing; a tolerance is changed in the protocol
 file, before its first run, from these numbers.
 
-Usage (the device tool, repository root; under a minute for sequence.yaml on an H200):
+Usage (the device tool, repository root; about 2 minutes for sequence.yaml on an H200,
+the traced request of its one traced group included):
     python3 bench/sequence_tolerances.py protocols/sequence.yaml --requests 4
     python3 bench/sequence_tolerances.py protocols/ci_sequence.yaml --device cpu
 """

@@ -10,8 +10,12 @@ p_t(c_t) at every step t.
 ``crossing_columns`` reduces the reference laws of one request to two columns per token:
 p_t(c_t) (float64) and whether x_t = c_t. ``crossing_test``: with O = Σ hit_t and
 E = Σ p_t(c_t), O − E is a martingale under H0 with predictable variance
-Σ p_t(c_t)(1 − p_t(c_t)), so z = (O − E) / sqrt(V) is asymptotically N(0, 1) (the
-martingale CLT); z² on 1 df, two-sided. Torch-free.
+V = Σ p_t(c_t)(1 − p_t(c_t)); z = (O − E) / sqrt(V) says the direction and size. The
+p-value is two-sided from the Poisson-binomial law of O given the p_t(c_t)
+(scipy.stats.poisson_binom): at the small expected counts of a CI protocol (E ~ 13-25)
+the normal z² is liberal -- 1.8 % [0.9 %, 3.2 %] raw false fails at α = 0.01 over 1,000
+null replications of ci_sequence, p-values' KS p 0.009 (docs/calibration.md) -- while
+the discrete exact tail is conservative. Torch-free.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import chi2
+from scipy.stats import poisson_binom
 
 
 def crossing_columns(p: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -45,7 +49,7 @@ def crossing_columns(p: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.
 
 @dataclass(frozen=True)
 class CrossingResult:
-    """O, E and V over the tested tokens, z and its two-sided p (1 df)."""
+    """O, E and V over the tested tokens, z, z² and the two-sided Poisson-binomial p."""
 
     n: int
     observed: int
@@ -66,13 +70,14 @@ def crossing_test(cross_p: np.ndarray, hit: np.ndarray) -> CrossingResult:
     if variance <= 0:
         return CrossingResult(int(cross_p.size), observed, expected, variance, None, None, None)
     z = (observed - expected) / np.sqrt(variance)
-    statistic = float(z * z)
+    law = poisson_binom(cross_p)
+    tail = min(float(law.cdf(observed)), float(law.sf(observed - 1)))  # P(O* <= o), P(O* >= o)
     return CrossingResult(
         int(cross_p.size),
         observed,
         expected,
         variance,
         float(z),
-        statistic,
-        float(chi2.sf(statistic, 1)),
+        float(z * z),
+        min(1.0, 2.0 * tail),
     )

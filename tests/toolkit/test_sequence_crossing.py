@@ -31,11 +31,19 @@ def test_crossing_token_is_the_last_kept_token_in_stable_order():
     assert hit[:2].tolist() == [1.0, 0.0] and np.isnan(hit[2])
 
 
-def test_count_statistic_is_the_binomial_z():
-    # 100 tokens, p(c) = 0.1 each, 4 hits: E 10, V 9, z = -2, z^2 = 4 on 1 df.
+def test_count_p_value_is_the_exact_two_sided_tail():
+    # 100 tokens, p(c) = 0.1 each, 4 hits: E 10, V 9, z = -2; with equal p the
+    # Poisson-binomial law is Binomial(100, 0.1): p = 2 P(O <= 4) (scipy's binom).
+    from scipy.stats import binom
+
     res = crossing_test(np.full(100, 0.1), np.r_[np.ones(4), np.zeros(96)])
     assert (res.observed, res.expected, res.variance) == (4, pytest.approx(10), pytest.approx(9))
-    assert res.z == pytest.approx(-2.0) and res.pvalue == pytest.approx(0.0455, abs=1e-4)
+    assert res.z == pytest.approx(-2.0)
+    assert res.pvalue == pytest.approx(2 * binom.cdf(4, 100, 0.1), rel=1e-9)
+    # The upper tail the same way, and never above 1 at the centre.
+    up = crossing_test(np.full(100, 0.1), np.r_[np.ones(17), np.zeros(83)])
+    assert up.pvalue == pytest.approx(2 * binom.sf(16, 100, 0.1), rel=1e-9)
+    assert crossing_test(np.full(100, 0.1), np.r_[np.ones(10), np.zeros(90)]).pvalue == 1.0
 
 
 def _protocol(requests: int | None = None) -> dict:
@@ -53,12 +61,12 @@ def _crossing(protocol, seed, mutant=None):
 
 
 def test_clean_sampler_passes_and_the_dropped_crossing_token_fails():
-    """The shipped ci_sequence layout at seed 1 passes (the test's size: 0 of 40 seeds
-    had raw p < 0.01 on this world; the 1,000-replication calibration of the protocol is
-    in docs/calibration.md). Negative control on 4x the async requests (128): past the
+    """The shipped ci_sequence layout at seed 1 passes (alpha 0.01, Holm over 11 tests;
+    the verdict's false-fail rate 0.9 % over 1,000 replications, docs/calibration.md). Negative control on 4x the async requests (128): past the
     first draft position the bug never commits the crossing token, O = 0 against E ~ 58
-    (z -7.7 at seeds 1-3), so the kill does not hang on the seed (at the shipped size,
-    40 replications: raw p < 0.01 in 40, mean z -3.7)."""
+    (z -7.7 at seeds 1-3), so the kill does not hang on the seed (at the shipped size
+    the exact test's power is 1.000 [0.974, 1.000] over 200 replications, and its raw
+    size 1.3 % [0.56 %, 2.53 %] over 1,000: docs/calibration.md)."""
     ev, row = _crossing(_protocol(), 1)
     assert ev.verdict.verdict == "PASS", ev.verdict.reasons
     assert row.status == PASS and row.deciding and row.df == 1

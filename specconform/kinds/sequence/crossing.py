@@ -5,8 +5,9 @@ keeps at least two tokens, the runner records p_t(c_t) of the law's crossing tok
 and whether x_t = c_t (raw.CROSS_COLUMNS; specconform/stats/crossing.py). A correct
 engine commits c_t with probability p_t(c_t) at every step, so O = Σ hits has mean
 E = Σ p_t(c_t) and variance V = Σ p_t(c_t)(1 − p_t(c_t)) (a martingale, the tokens of
-one request being sequential); z = (O − E) / √V pooled over the test's groups, z² on 1
-df. The bug class it targets: a top-p filter off by one (the crossing token dropped, or
+one request being sequential); z = (O − E) / √V pooled over the test's groups; the
+p-value is the two-sided Poisson-binomial tail of O given the p_t(c_t) (the normal z²
+is liberal at these expected counts: specconform/stats/crossing.py). The bug class it targets: a top-p filter off by one (the crossing token dropped, or
 one token too many kept), which moves little mass and so hides from the PIT χ².
 Evidence needs E ≥ MIN_EXPECTED and n − E ≥ MIN_EXPECTED (the acceptance cells' rule).
 ``min_position`` (optional) keeps the tokens at round position ≥ it: 1 tests the
@@ -50,7 +51,7 @@ def crossing_count(ctx: Context, spec: dict) -> tuple[TestRow, CoverageRecord]:
         statistic_text="z^2, z = (O - E) / sqrt(V): O committed crossing tokens, "
         "E = sum p_t(c_t), V = sum p_t(c_t)(1 - p_t(c_t)), pooled over the groups",
     )
-    method = "chi2 of z^2 (1 df)"
+    method = "exact Poisson-binomial, two-sided"
     if not tok.has_cross:
         row = ctx.row(spec, None, 0, None, 0, detail, method, PREDATES_CROSS)
     elif res.expected < MIN_EXPECTED or res.n - res.expected < MIN_EXPECTED:
