@@ -24,6 +24,7 @@ from specconform.adapters.sequence import RequestSpec, RoundTrace, SequenceRecor
 from specconform.errors import UsageError
 from specconform.kinds.sequence.raw import (
     CHECKS,
+    CROSS_COLUMNS,
     MECH_COLUMNS,
     REQUEST_COLUMNS,
     REQUESTS,
@@ -142,7 +143,7 @@ def test_raw_files_follow_the_contract(small_run):
     req = pd.read_csv(io.BytesIO(raw[REQUESTS]), keep_default_na=False)
     tok = pd.read_csv(io.BytesIO(raw[TOKENS]))
     assert tuple(req.columns) == REQUEST_COLUMNS
-    assert tuple(tok.columns) == TOKEN_COLUMNS + MECH_COLUMNS
+    assert tuple(tok.columns) == TOKEN_COLUMNS + MECH_COLUMNS + CROSS_COLUMNS
     # Sorted by (group, request[, step]); one token row per committed token.
     assert list(req["group"]) == sorted(req["group"])
     assert tok.equals(tok.sort_values(["group", "request", "step"], kind="stable"))
@@ -163,6 +164,13 @@ def test_raw_files_follow_the_contract(small_run):
     assert (mech["mech_p_token"] > 0).all()
     assert (mech["mech_cdf_below"] + mech["mech_p_token"] <= 1 + 1e-9).all()
     assert set(tok.loc[tok["group"] == "nospec_greedy", "kind"]) == {"target"}
+    # Crossing columns: exactly at the tokens of the top-p request (async_mixed request 0,
+    # T 1.4, top-p 0.9) whose law keeps >= 2 tokens; a probability and a 0/1 hit there.
+    top_p = (tok["group"] == "async_mixed") & (tok["request"] == 0)
+    assert tok.loc[~top_p, list(CROSS_COLUMNS)].isna().all().all()
+    cross = tok.loc[top_p].dropna(subset=["cross_p"])
+    assert len(cross) > 0 and cross["cross_p"].between(0, 1).all()
+    assert cross["cross_hit"].isin([0.0, 1.0]).all() and cross["cross_hit"].notna().all()
     # Greedy rows: the committed token is the argmax, p_token 1.
     greedy = tok.merge(req[req["temperature"] == 0][["group", "request"]])
     assert (greedy["p_token"] == 1.0).all()
