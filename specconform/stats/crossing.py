@@ -26,6 +26,24 @@ import numpy as np
 from scipy.stats import poisson_binom
 
 
+def crossing_tokens(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The crossing token of each law and its probability; -1 and NaN where the law
+    keeps fewer than 2 tokens.
+
+    p,        # [T, V] float64, each row a law (the request's top-p applied)
+    returns   # ([T] int64 c_t or -1, [T] float64 p_t(c_t) or NaN)
+    """
+    p = np.asarray(p, dtype=np.float64)
+    V = p.shape[1]
+    masked = np.where(p > 0, p, np.inf)
+    smallest = masked.min(axis=1)  # [T]
+    # Highest index among the smallest kept probabilities: the last one in stable order.
+    is_min = masked == smallest[:, None]
+    crossing = V - 1 - np.argmax(is_min[:, ::-1], axis=1)
+    applies = (p > 0).sum(axis=1) >= 2
+    return np.where(applies, crossing, -1), np.where(applies, smallest, np.nan)
+
+
 def crossing_columns(p: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(p_t(c_t), 1.0 where x_t = c_t else 0.0), NaN where the law keeps < 2 tokens.
 
@@ -33,16 +51,8 @@ def crossing_columns(p: np.ndarray, tokens: np.ndarray) -> tuple[np.ndarray, np.
     tokens,   # [T] int64, the committed x_t
     returns   # ([T] float64, [T] float64)
     """
-    p = np.asarray(p, dtype=np.float64)
-    T, V = p.shape
-    masked = np.where(p > 0, p, np.inf)
-    smallest = masked.min(axis=1)  # [T]
-    # Highest index among the smallest kept probabilities: the last one in stable order.
-    is_min = masked == smallest[:, None]
-    crossing = V - 1 - np.argmax(is_min[:, ::-1], axis=1)
-    kept = (p > 0).sum(axis=1)
-    applies = kept >= 2
-    cross_p = np.where(applies, smallest, np.nan)
+    crossing, cross_p = crossing_tokens(p)
+    applies = crossing >= 0
     hit = np.where(applies, (np.asarray(tokens) == crossing).astype(np.float64), np.nan)
     return cross_p, hit
 

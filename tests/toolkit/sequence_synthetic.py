@@ -49,7 +49,7 @@ from specconform.kinds.sequence.raw import (
     REQUEST_COLUMNS,
     TOKEN_COLUMNS,
 )
-from specconform.stats.crossing import crossing_columns
+from specconform.stats.crossing import crossing_columns, crossing_tokens
 from specconform.stats.mechanism import mechanism_columns
 
 MUTANTS = (
@@ -124,13 +124,11 @@ def _drop_crossing(p_tab: np.ndarray, top_p: np.ndarray) -> np.ndarray:
     tokens), renormalised: the engine law of ``top_p_drop_crossing``."""
     out = p_tab.copy()
     for c in np.flatnonzero(top_p):
-        rows = out[c]
-        cross_p, _ = crossing_columns(rows, np.zeros(rows.shape[0], dtype=np.int64))
-        for r in np.flatnonzero(~np.isnan(cross_p)):
-            masked = np.where(rows[r] > 0, rows[r], np.inf)
-            last = rows.shape[1] - 1 - int(np.argmax((masked == masked.min())[::-1]))
-            rows[r, last] = 0.0
-            rows[r] /= rows[r].sum()
+        rows = out[c]  # [V, V]: one law per previous token
+        crossing, _ = crossing_tokens(rows)
+        at = np.flatnonzero(crossing >= 0)
+        rows[at, crossing[at]] = 0.0
+        rows[at] /= rows[at].sum(axis=1, keepdims=True)
     return out
 
 

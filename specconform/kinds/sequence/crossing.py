@@ -35,7 +35,8 @@ def crossing_count(ctx: Context, spec: dict) -> tuple[TestRow, CoverageRecord]:
     groups = ctx.groups_of(spec)
     tok = ctx.tokens
     min_position = spec.get("min_position")
-    tested = ctx.in_groups(groups) & ~np.isnan(tok.cross_p)
+    in_groups = ctx.in_groups(groups)
+    tested = in_groups & ~np.isnan(tok.cross_p)
     if min_position is not None:
         tested &= tok.position >= int(min_position)
     res = crossing_test(tok.cross_p[tested], tok.cross_hit[tested])
@@ -44,8 +45,8 @@ def crossing_count(ctx: Context, spec: dict) -> tuple[TestRow, CoverageRecord]:
         min_position=None if min_position is None else int(min_position),
         n=res.n,
         observed=res.observed,
-        expected=float(json_number(res.expected) or 0.0),
-        variance=float(json_number(res.variance) or 0.0),
+        expected=res.expected,
+        variance=res.variance,
         z=json_number(res.z),
         min_expected=MIN_EXPECTED,
         statistic_text="z^2, z = (O - E) / sqrt(V): O committed crossing tokens, "
@@ -61,5 +62,5 @@ def crossing_count(ctx: Context, spec: dict) -> tuple[TestRow, CoverageRecord]:
         row = ctx.row(spec, None, 0, None, 0, detail, method, why)
     else:
         row = ctx.row(spec, res.statistic, 1, res.pvalue, res.n, detail, method)
-    eligible = int(ctx.in_groups(groups).sum())
+    eligible = int(in_groups.sum())
     return row, CoverageRecord(strata=1 if row.df else 0, n_covered=res.n, n_eligible=eligible)
