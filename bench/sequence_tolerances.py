@@ -10,7 +10,8 @@ it runs the protocol's own runner on a shrunken copy of the protocol (``--reques
 per group, ``--max-tokens`` per request, every comparison's tolerance lifted to 1 so
 that nothing falls back and every difference is recorded) and prints, per check, the
 comparisons made, the support differences and the largest |Δp| against the tolerance
-the shipped file states. It changes nothing; a tolerance is changed in the protocol
+the shipped file states, and exits 1 when a check differs in support or exceeds its
+stated tolerance. It changes nothing; a tolerance is changed in the protocol
 file, before its first run, from these numbers.
 
 Usage (the device tool, repository root; about 2 minutes for sequence.yaml on an H200,
@@ -92,6 +93,7 @@ def main(argv=None) -> int:
     )
     print("| check | type | comparisons | support differences | max abs dp | stated tolerance |")
     print("|---|---|---|---|---|---|")
+    exceeded = []
     for name, c in sorted(checks.items()):
         if c["type"] not in COMPARED or not c["applicable"]:
             continue
@@ -101,6 +103,18 @@ def main(argv=None) -> int:
             f"| {name} | {c['type']} | {c['checked']} | {c['mismatches']} | {worst} "
             f"| {stated.get(name)} |"
         )
+        tolerance = stated.get(name)
+        too_far = c["max_abs_diff"] is not None and tolerance is not None and (
+            c["max_abs_diff"] > tolerance
+        )
+        if c["mismatches"] or too_far:
+            exceeded.append(name)
+    if exceeded:
+        # Exit 1 so that a GPU session can skip the full run, which would fall back to
+        # the slow serial replay (teacher forcing) or fail its conformance checks.
+        print(f"exceeds the stated tolerance or differs in support: {', '.join(exceeded)}")
+        return 1
+    print("every comparison is within its stated tolerance")
     return 0
 
 
