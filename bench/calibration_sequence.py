@@ -173,7 +173,8 @@ def power_table(results: dict[str, pd.DataFrame], targets: dict[str, list[str]])
 def targets_of(protocol: dict) -> dict[str, list[str]]:
     by_type: dict[str, list[str]] = {}
     for t in protocol["tests"]:
-        key = t["type"] if t["type"] != "pit_independence" else f"pairs:{t['pairs']}"
+        paired = t["type"] in ("pit_independence", "pit_correlation")
+        key = f"pairs:{t['pairs']}" if paired else t["type"]
         by_type.setdefault(key, []).append(t["name"])
     mechanism = [
         *by_type.get("mechanism_pit", []),
@@ -183,7 +184,10 @@ def targets_of(protocol: dict) -> dict[str, list[str]]:
     return {
         "tempered_position1": by_type.get("pit_uniformity", []),
         "rounds_reuse": by_type.get("pairs:rounds", []),
-        "shared_requests": by_type.get("pairs:requests", []),
+        "shared_requests": [
+            *by_type.get("pairs:requests", []),
+            *by_type.get("pairs:request_rounds", []),
+        ],
         "reject_position2": by_type.get("acceptance_all", []),
         "residual_from_p": mechanism,
         "draft_raw_q": mechanism,

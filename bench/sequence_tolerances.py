@@ -104,8 +104,10 @@ def main(argv=None) -> int:
             f"| {stated.get(name)} |"
         )
         tolerance = stated.get(name)
-        too_far = c["max_abs_diff"] is not None and tolerance is not None and (
-            c["max_abs_diff"] > tolerance
+        too_far = (
+            c["max_abs_diff"] is not None
+            and tolerance is not None
+            and (c["max_abs_diff"] > tolerance)
         )
         if c["mismatches"] or too_far:
             exceeded.append(name)

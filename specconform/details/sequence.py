@@ -76,6 +76,27 @@ class IndependenceDetail(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CorrelationGroup(Record):
+    group: str
+    n: int
+    sum_products: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorrelationDetail(Record):
+    """pit_correlation: pairs of U's, z of Σ (U_a − 1/2)(U_b − 1/2) pooled over groups."""
+
+    groups: tuple[str, ...]
+    pairs: str
+    pair: str
+    min_pairs: int
+    per_group: tuple[CorrelationGroup, ...]
+    z: float | None
+    statistic_text: str
+    no_evidence: str | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
 class PositionCell(Record):
     """Drafted positions pooled into one cell of acceptance_all."""
 
@@ -256,6 +277,7 @@ RECORDS: tuple[type[Record], ...] = (
     UniformityDetail,
     MechanismPitDetail,
     IndependenceDetail,
+    CorrelationDetail,
     AcceptanceAllDetail,
     MechanismMeanDetail,
     CrossingDetail,

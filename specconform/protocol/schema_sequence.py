@@ -10,7 +10,8 @@ Test types:
 
 - stochastic (a p-value, exact or asymptotic, size stated in docs/calibration.md):
   ``pit_uniformity`` (U_t ~ Uniform(0, 1) per stratum of what is known before the token
-  is drawn), ``pit_independence`` (pairs of U's: ``pairs: lag1 | rounds | requests``),
+  is drawn), ``pit_independence`` (pairs of U's: ``pairs: lag1 | rounds | requests |
+  request_rounds``), ``pit_correlation`` (the same pairs, z of their centred products),
   ``acceptance_all`` (rejections at every drafted position against sum TV(p_j, q_j)),
   ``mechanism_pit`` (the PIT of each correction under (p_j - q_j)+ / TV and of each
   accepted draft under min(p_j, q_j) / (1 - TV), per law, draft position and round
@@ -99,6 +100,7 @@ class SequenceGroup(Strict):
 StochasticType = Literal[
     "pit_uniformity",
     "pit_independence",
+    "pit_correlation",
     "acceptance_all",
     "mechanism_pit",
     "mechanism_mean",
@@ -108,6 +110,7 @@ DeterministicType = Literal["oracle", "teacher_forcing", "trace", "isolation", "
 STOCHASTIC_TYPES: tuple[str, ...] = (
     "pit_uniformity",
     "pit_independence",
+    "pit_correlation",
     "acceptance_all",
     "mechanism_pit",
     "mechanism_mean",
@@ -128,10 +131,11 @@ class SequenceTest(Strict):
     type: StochasticType | DeterministicType
     role: Literal["primary", "secondary", "exploratory", "mechanism", "conformance"]
     groups: list[Name] = []  # none: every group the type applies to
-    # pit_independence: which pairs of U's (lag1: consecutive tokens of one request;
-    # rounds: the same draft position in consecutive rounds of one request; requests:
-    # the same step of requests i and i+1 of one group).
-    pairs: Literal["lag1", "rounds", "requests"] | None = None
+    # pit_independence, pit_correlation: which pairs of U's (lag1: consecutive tokens
+    # of one request; rounds: the same draft position in consecutive rounds of one request; requests:
+    # the same step of requests 2i and 2i+1 of one group; request_rounds: the same round
+    # and draft position of requests 2i and 2i+1 of one group).
+    pairs: Literal["lag1", "rounds", "requests", "request_rounds"] | None = None
     # mechanism_pit: which conditional law(s) (None: both); its own strata sizes (None:
     # the protocol's strata.bins / strata.min_samples; round bands always the protocol's).
     # mechanism_mean: law (None: correction) and min_samples per group (no bins).
@@ -208,10 +212,14 @@ class SequenceProtocol(Strict):
             for g in [*test.groups, *([test.against] if test.against else [])]:
                 if g not in by_name:
                     raise ValueError(f"test {test.name!r} names unknown group {g!r}")
-            if test.type == "pit_independence" and test.pairs is None:
-                raise ValueError(f"test {test.name!r}: pit_independence needs pairs")
-            if test.type != "pit_independence" and test.pairs is not None:
-                raise ValueError(f"test {test.name!r}: pairs applies to pit_independence only")
+            paired = ("pit_independence", "pit_correlation")
+            if test.type in paired and test.pairs is None:
+                raise ValueError(f"test {test.name!r}: {test.type} needs pairs")
+            if test.type not in paired and test.pairs is not None:
+                raise ValueError(
+                    f"test {test.name!r}: pairs applies to pit_independence and "
+                    "pit_correlation only"
+                )
             if test.type == "greedy_equality":
                 if test.against is None:
                     raise ValueError(f"test {test.name!r}: greedy_equality needs against")

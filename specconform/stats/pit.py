@@ -17,6 +17,9 @@ uniform, and any subsequence chosen by a rule that is known before each token is
   are a predictable selection of the U_b's, so this is valid for overlapping pairs
   (lag 1 chains: each U is the second member of one pair and the first of the next),
   where a plain g×g joint χ² is not (Good 1953: its null law is not χ²(g² - 1)).
+- :func:`pair_correlation`: the same pairs, z of S = Σ (U_a - 1/2)(U_b - 1/2) against
+  its null variance n/144: one degree of freedom aimed at monotone association (shared
+  randomness drives both U's the same way), where the g×g table spends 12.
 - :func:`acceptance_counts`: rejections at drafted positions against Σ TV_j, per
   position and in total (martingale z statistics).
 
@@ -188,6 +191,40 @@ def pair_independence(u_first, u_second, grid: int = 4, *, min_expected: float =
         obs,
         tuple(int(r) for r in tested),
     )
+
+
+@dataclass(frozen=True)
+class CorrelationResult:
+    """z of S = Σ (U_a − 1/2)(U_b − 1/2) over n pairs; statistic z², df 1."""
+
+    statistic: float
+    df: int
+    pvalue: float
+    n: int
+    sum_products: float
+    z: float
+
+
+def pair_correlation(u_first, u_second, *, min_pairs: int = 50) -> CorrelationResult:
+    """Test that paired U's are uncorrelated, over pairs of i.i.d. uniforms under the null.
+
+    u_first,   # [N] float64, U_a of each pair
+    u_second,  # [N] float64, U_b of each pair
+
+    Each term (U_a − 1/2)(U_b − 1/2) has conditional mean 0 given everything drawn
+    before the later member (a martingale difference, as for :func:`pair_independence`)
+    and variance (1/12)² = 1/144, so S / √(n/144) is asymptotically N(0, 1); the p-value
+    is two-sided (χ² on 1 df). Fewer than ``min_pairs`` pairs: df 0, p NaN."""
+    a = np.asarray(u_first, dtype=np.float64)
+    b = np.asarray(u_second, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"pair members differ in shape: {a.shape} vs {b.shape}")
+    n = int(a.size)
+    products = float(((a - 0.5) * (b - 0.5)).sum()) if n else 0.0
+    if n < min_pairs:
+        return CorrelationResult(0.0, 0, NO_PVALUE, n, products, 0.0)
+    z = products / np.sqrt(n / 144.0)
+    return CorrelationResult(float(z * z), 1, float(sps.chi2.sf(z * z, 1)), n, products, float(z))
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from scipy import stats as sps
 from specconform.stats.pit import (
     acceptance_counts,
     bin_of,
+    pair_correlation,
     pair_independence,
     randomized_pit,
     uniformity,
@@ -98,6 +99,42 @@ def test_dependent_pairs_fail_independence():
     assert pair_independence(a, b, 4).pvalue < 1e-10
     # Independent pairs pass (size α, fixed seed).
     assert pair_independence(a, rng.random(5000), 4).pvalue >= ALPHA
+
+
+def test_pair_correlation_keeps_its_level_on_overlapping_chains():
+    # Overlapping lag-1 pairs of i.i.d. uniforms (40 chains of 50 pairs): each centred
+    # product is a martingale difference of variance 1/144, so z is N(0, 1). Rejections
+    # at α = 0.05 over 300 replications stay in the 99% binomial band of 0.05.
+    rng = np.random.default_rng(7)
+    rejections = 0
+    for _ in range(300):
+        u = rng.random((40, 51))
+        res = pair_correlation(u[:, :-1].ravel(), u[:, 1:].ravel())
+        assert res.df == 1 and res.n == 2000
+        rejections += res.pvalue < 0.05
+    assert sps.binom.ppf(0.005, 300, 0.05) <= rejections <= sps.binom.ppf(0.995, 300, 0.05)
+
+
+def test_pair_correlation_sees_a_shared_uniform_through_the_pit_noise():
+    # Negative control: both members driven by one uniform w, each spread over a cell of
+    # width 0.5 (a randomized PIT of tokens of mass 1/2): Cov = Var(cell) = 1/16, so
+    # E z = (n / 16) / sqrt(n / 144) = 0.75 sqrt(n), about 34 at 2,000 pairs (power ~1).
+    rng = np.random.default_rng(8)
+    w = rng.random(2000)
+    cell = np.floor(w * 2) / 2
+    a, b = cell + 0.5 * rng.random(2000), cell + 0.5 * rng.random(2000)
+    res = pair_correlation(a, b)
+    assert res.z > 8 and res.pvalue < 1e-12
+    # Identical members: z = S / sqrt(n / 144) with S = sum (w - 1/2)^2 (about n / 12,
+    # so z is about sqrt(n)).
+    same = pair_correlation(w, w)
+    assert same.z == pytest.approx(((w - 0.5) ** 2).sum() / np.sqrt(2000 / 144), rel=1e-12)
+    assert same.z > 0.8 * np.sqrt(2000)
+    # Fewer pairs than min_pairs: no p-value (no evidence, never a pass).
+    few = pair_correlation(w[:10], w[:10], min_pairs=50)
+    assert few.df == 0 and np.isnan(few.pvalue)
+    with pytest.raises(ValueError, match="differ in shape"):
+        pair_correlation(w[:3], w[:4])
 
 
 def test_sparse_pair_rows_are_left_out():

@@ -19,6 +19,7 @@ MIN_EXPECTED = 5.0  # per cell of a pair row, per acceptance cell (Σ TV and Σ 
 STOCHASTIC_APPLIES = {  # group modes each stochastic type reads when it names no group
     "pit_uniformity": ("nospec", "sync", "async"),
     "pit_independence": ("nospec", "sync", "async"),
+    "pit_correlation": ("nospec", "sync", "async"),
     "acceptance_all": ("sync", "async"),
     "mechanism_pit": ("sync", "async"),
     "mechanism_mean": ("sync", "async"),

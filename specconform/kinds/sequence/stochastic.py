@@ -27,23 +27,11 @@ from specconform.stats import sum_chi2
 from specconform.stats.pit import acceptance_counts, pair_independence, uniformity
 
 from .context import MIN_EXPECTED, PAIR_GRID, Context
+from .correlation import pit_correlation
 from .crossing import crossing_count
 from .mechanism import mechanism_mean, mechanism_pit
 from .records import ACCEPTED, CORRECTION
-from .strata import (
-    lag1_pairs,
-    request_pairs,
-    round_pairs,
-    uniformity_strata,
-    uniformity_stratum,
-)
-
-PAIRS = {"lag1": lag1_pairs, "rounds": round_pairs, "requests": request_pairs}
-PAIR_TEXT = {
-    "lag1": "(U_t, U_t+1) of one request",
-    "rounds": "(U at position j of round r, U at position j of round r + 1) of one request",
-    "requests": "(U of request 2i, U of request 2i + 1) at the same step, one group",
-}
+from .strata import PAIR_TEXT, PAIRS, uniformity_strata, uniformity_stratum
 
 
 def pit_uniformity(ctx: Context, spec: dict) -> tuple[TestRow, CoverageRecord]:
@@ -183,6 +171,7 @@ def acceptance_all(ctx: Context, spec: dict) -> tuple[TestRow, CoverageRecord]:
 TESTS = {
     "pit_uniformity": pit_uniformity,
     "pit_independence": pit_independence,
+    "pit_correlation": pit_correlation,
     "acceptance_all": acceptance_all,
     "mechanism_pit": mechanism_pit,
     "mechanism_mean": mechanism_mean,

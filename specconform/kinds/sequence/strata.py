@@ -139,6 +139,45 @@ def request_pairs(tokens: Tokens, selected: np.ndarray) -> tuple[np.ndarray, np.
     return first, second
 
 
+def request_round_pairs(tokens: Tokens, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs of round tokens (drafted or bonus) at the same round r and position j of
+    requests 2i and 2i + 1 of one group, both selected.
+
+    Each request's (round, position) labels are its own past (a correct engine's request
+    does not depend on its batch neighbours: the isolation check), so under the null
+    these are pairs of independent uniforms, as the step-aligned ``request_pairs``.
+    They differ in what they align: randomness keyed by the round (a per-round counter
+    without the request's seed) correlates tokens of one round and position even after
+    the two requests' acceptances have moved their steps apart."""
+    in_round = (tokens.kind == ACCEPTED) | (tokens.kind == CORRECTION) | (tokens.kind == BONUS)
+    chosen = selected & in_round
+    even = np.flatnonzero(chosen & (tokens.request % 2 == 0))
+    odd = np.flatnonzero(chosen & (tokens.request % 2 == 1))
+
+    def key(idx: np.ndarray) -> np.ndarray:
+        return _code(
+            tokens.group[idx], tokens.request[idx] // 2, tokens.round[idx], tokens.position[idx]
+        )
+
+    return _match_two(even, key(even), odd, key(odd))
+
+
+# Every pairing of the pit_independence and pit_correlation tests, by its ``pairs`` name.
+PAIRS = {
+    "lag1": lag1_pairs,
+    "rounds": round_pairs,
+    "requests": request_pairs,
+    "request_rounds": request_round_pairs,
+}
+PAIR_TEXT = {
+    "lag1": "(U_t, U_t+1) of one request",
+    "rounds": "(U at position j of round r, U at position j of round r + 1) of one request",
+    "requests": "(U of request 2i, U of request 2i + 1) at the same step, one group",
+    "request_rounds": "(U of request 2i, U of request 2i + 1) at the same round and position, "
+    "one group",
+}
+
+
 def _code(group, request, major, minor) -> np.ndarray:
     """One int64 per (group < 2^10, request < 2^20, major < 2^20, minor < 2^8): rounds
     and steps stay below 2^20 and draft positions below 2^8 (K <= 16 in the schema)."""
