@@ -18,17 +18,21 @@ over greedy rows; the issue's target is at most 1.02 on ``ouro-1.4b``.
 
 Every mode captures CUDA Graphs on GPU (``--no-graphs`` turns them off for all three).
 
-By default a run is one batch of ``concurrency`` requests that start together; the run
-lasts as long as its slowest request, and speculative modes, whose requests finish
-after different numbers of rounds, spend their last rounds on a shrinking batch.
-``--waves W`` submits W x concurrency requests with at most ``concurrency`` in flight,
-refilled as requests finish: closer to a server's steady state, where that tail is a
-1/W share of the run.
+By default a run is steady state: ``--waves 4`` submits 4 x concurrency requests with
+at most ``concurrency`` in flight, refilled as requests finish, so the tail of a batch
+whose requests finish after different numbers of rounds is a 1/4 share of the run.
+``--waves 1`` is one batch of ``concurrency`` requests that start together (the run
+lasts as long as its slowest request).
+
+Beside each measured ratio the script prints what the ratio can be at best
+(bench/throughput_bounds.py, with the arithmetic): the compute bound (FLOP-bound
+batches) and the bandwidth bound (weight reads), from the run's own committed tokens
+and drafts per request-round, and the measured ratio as a share of the compute bound.
 
     python bench/engine_throughput.py --preset small --device cuda
     python bench/engine_throughput.py --quick            # CPU smoke: tiny, few tokens
     python bench/engine_throughput.py --json out.json    # also write the rows
-    python bench/engine_throughput.py --preset small --device cuda --waves 4
+    python bench/engine_throughput.py --preset small --device cuda --waves 1
 """
 
 from __future__ import annotations
@@ -50,6 +54,25 @@ from engine_under_test import (
     SpeculativeConfig,
 )
 from engine_under_test.model import build_model
+
+try:  # run as a script (bench/ on sys.path) or imported as bench.engine_throughput
+    from throughput_bounds import (
+        matmul_flops_per_s,
+        model_costs,
+        nospec_flops,
+        round_flops,
+        round_shape,
+        speedup_bounds,
+    )
+except ImportError:  # pragma: no cover
+    from bench.throughput_bounds import (
+        matmul_flops_per_s,
+        model_costs,
+        nospec_flops,
+        round_flops,
+        round_shape,
+        speedup_bounds,
+    )
 
 MODES = ("nospec", "sync", "async")
 
@@ -99,6 +122,9 @@ def run_once(llm: LLM, ps, params, device) -> dict:
     return {
         "seconds": dt,
         "tokens": tokens,
+        "requests": len(outs),
+        "drafted": drafted,
+        "accepted": accepted,
         "tok_s": tokens / dt,
         "rounds": rounds,
         "ms_per_round": 1e3 * dt / max(rounds, 1),
@@ -132,10 +158,11 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--waves",
         type=int,
-        default=1,
+        default=4,
         help="requests per slot: each run submits WAVES x concurrency requests "
-        "with at most `concurrency` in flight, refilled as requests finish "
-        "(1: one batch that starts together and waits for its slowest request)",
+        "with at most `concurrency` in flight, refilled as requests finish (default "
+        "4: steady state; 1: one batch that starts together and waits for its "
+        "slowest request)",
     )
     ap.add_argument("--quick", action="store_true", help="CPU smoke: concurrency 1,4,64, 16 tokens")
     ap.add_argument("--json", default=None, help="write the result rows to this file")
@@ -169,9 +196,28 @@ def main(argv=None) -> int:
     header = (
         f"{'conc':>5} {'kind':>7} | "
         + " | ".join(f"{m:>18}" for m in MODES)
-        + f" | {'sync/ns':>7} {'async/ns':>8} | {'accept':>6} | peak GiB (ns/sy/as)"
+        + f" | {'sync/ns':>7} {'async/ns':>8} | {'accept':>6} | bound C/B  as/C"
+        + " | MFU ns/as | peak GiB (ns/sy/as)"
     )
     print(header)
+    element = torch.empty((), dtype=dtype).element_size()
+    mean_prompt = statistics.mean(len(p) for p in prompts(8, vocab))
+    try:  # tokens attended on average: the prompt and half the generation
+        costs = model_costs(model.cfg, mean_prompt + args.max_tokens / 2, element)
+    except ValueError:
+        costs = None  # a Llama-family checkpoint: no bounds stated
+    peak_flops = matmul_flops_per_s(device, dtype) if device.type == "cuda" else None
+    if costs is not None:
+        if peak_flops:
+            print(f"# matmul rate {peak_flops / 1e12:.0f} TFLOP/s ({dtype}, 8192^3, measured)")
+        print(
+            f"# bounds (bench/throughput_bounds.py): R={costs.loops} loops, per token "
+            f"{costs.loop_flops / 1e6:.1f} MFLOP a loop and {costs.head_flops / 1e6:.1f} "
+            f"MFLOP the head; weights {costs.loop_bytes / 2**20:.1f} MiB a loop and "
+            f"{costs.head_bytes / 2**20:.1f} MiB the head; C: compute bound, B: bandwidth "
+            "bound of async/nospec from async's measured tokens and drafts per round",
+            flush=True,
+        )
     for c in conc:
         # One engine per mode with `c` slots (sharing the model): at most c requests in
         # flight, refilled from the queue as requests finish when --waves > 1.
@@ -208,23 +254,57 @@ def main(argv=None) -> int:
             per_round[kind] = {
                 m: statistics.median(r["ms_per_round"] for r in runs[m]) for m in MODES
             }
+            ratio_async = median["async"] / median["nospec"]
+            first = runs["async"][0]
+            shape = round_shape(
+                first["tokens"], first["requests"], first["drafted"], first["accepted"]
+            )
+            bounds = (
+                speedup_bounds(costs, shape, args.draft_loops)
+                if costs is not None and shape is not None
+                else None
+            )
             row = {
                 "concurrency": c,
                 "kind": kind,
                 "tok_s": median,
                 "ratio_sync": median["sync"] / median["nospec"],
-                "ratio_async": median["async"] / median["nospec"],
+                "ratio_async": ratio_async,
                 "acceptance": acc,
+                "tokens_per_round": shape.tokens if shape else None,
+                "drafts_per_round": shape.drafts if shape else None,
+                "compute_bound": bounds.compute if bounds else None,
+                "bandwidth_bound": bounds.bandwidth if bounds else None,
+                "async_of_compute_bound": ratio_async / bounds.compute if bounds else None,
+                "matmul_flops_per_s": peak_flops,
+                "mfu": (
+                    {
+                        "nospec": median["nospec"] * nospec_flops(costs) / peak_flops,
+                        "async": median["async"]
+                        * round_flops(costs, shape)
+                        / shape.tokens
+                        / peak_flops,
+                    }
+                    if peak_flops and costs is not None and shape is not None
+                    else None
+                ),
                 "peak_gib": peak,
                 "ms_per_round": per_round[kind],
                 "runs": runs,
             }
             rows.append(row)
             cells = " | ".join(f"{median[m]:>12.1f} tok/s" for m in MODES)
+            bound_cell = (
+                f"{bounds.compute:.2f}/{bounds.bandwidth:.2f} {ratio_async / bounds.compute:>5.2f}"
+                if bounds
+                else f"{'n/a':>15}"
+            )
+            mfu = row["mfu"]
+            mfu_cell = f"{mfu['nospec']:.3f}/{mfu['async']:.3f}" if mfu else f"{'n/a':>11}"
             print(
                 f"{c:>5} {kind:>7} | {cells} | {row['ratio_sync']:>7.2f} "
-                f"{row['ratio_async']:>8.2f} | {acc if acc is not None else 0:>6.3f} | "
-                + "/".join(f"{peak[m]:.2f}" for m in MODES),
+                f"{ratio_async:>8.2f} | {acc if acc is not None else 0:>6.3f} | {bound_cell} | "
+                f"{mfu_cell} | " + "/".join(f"{peak[m]:.2f}" for m in MODES),
                 flush=True,
             )
         for e in engines.values():  # free this concurrency's KV caches and graphs

@@ -255,6 +255,8 @@ def _facts(row: TestRow, limit: int = 5) -> str:
     kind without its own section still says about each row."""
     parts = []
     for key, value in scalar_facts(row.detail):
+        if value == "":  # an empty text field (a check's `why` when it applies) says nothing
+            continue
         if len(str(value)) <= 40:
             parts.append(f"{key} {_num(value) if isinstance(value, float) else value}")
         if len(parts) == limit:

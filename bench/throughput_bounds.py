@@ -1,0 +1,132 @@
+"""What speculation can buy at best: the compute and bandwidth bounds of its speed-up.
+
+A block-speculation round of a looped model (engine_under_test/runners/spec_round.py)
+drafts w tokens, each through the first d of the R loops and the exit head, then runs
+the shallow loops of the last draft and loops d..R-1 over the w + 1 positions, and one
+target head over them. A nospec step runs R loops and the head for one token. With
+τ committed tokens per request-round (measured), the ratio of speculative to nospec
+tokens/s can at best be:
+
+- **compute bound** (large batches: every FLOP paid per row):
+  τ · (R·F_loop + F_head) / ((w + 1)·R·F_loop + (2w + 1)·F_head),
+  F_loop = 2·P_loop + attention (4 · layers · context · heads · head_dim), F_head = 2·D·V
+  per token: the draft's loops reuse into verification, so a round costs (w + 1)·R
+  loop-tokens, but w draft heads plus w + 1 target heads;
+- **bandwidth bound** (small batches: each weight read once per pass, whatever the rows):
+  τ · (R·W_loop + W_head) / (((w + 1)·d + R − d)·W_loop + (w + 1)·W_head),
+  W the weights' bytes: w + 1 shallow passes of d loops, one deep pass of R − d loops,
+  w + 1 head reads (KV cache and activations left out: they grow with the batch and
+  the context, and favour neither side much at the benchmark's lengths).
+
+The absolute bound: at the device's matmul rate P (measured in the same run,
+:func:`matmul_flops_per_s`), no mode commits more than P / (FLOPs per committed token)
+tokens/s -- F_nospec for nospec, F_round / τ for speculation; the measured tokens/s
+over it is the mode's model-FLOP utilisation (MFU).
+
+Both ratios are upper bounds of the ratio for a perfect implementation of either mode; a
+measured ratio above the bandwidth bound means nospec was latency-bound (launches,
+host work), which is what speculation amortises at small batches. The measured
+τ and w come from the run's own counters (:func:`round_shape`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from engine_under_test import ModelConfig
+
+
+@dataclass(frozen=True)
+class RoundShape:
+    """Per request-round averages of one speculative run."""
+
+    tokens: float  # τ: committed tokens per request-round (accepted + 1)
+    drafts: float  # w: drafted tokens per request-round (<= K)
+
+
+def round_shape(tokens: int, requests: int, drafted: int, accepted: int) -> RoundShape | None:
+    """τ and w from a run's totals: every token after a request's first (its prefill
+    token) is committed by a round, and a request-round commits its accepted drafts
+    plus one, so request-rounds = (tokens - requests) - accepted. None without rounds."""
+    in_rounds = tokens - requests
+    rounds = in_rounds - accepted
+    if rounds <= 0:
+        return None
+    return RoundShape(tokens=in_rounds / rounds, drafts=drafted / rounds)
+
+
+@dataclass(frozen=True)
+class ModelCosts:
+    """Per-token FLOPs and weight bytes of one loop (all layers once) and of the head."""
+
+    loops: int  # R
+    loop_flops: float
+    head_flops: float
+    loop_bytes: float
+    head_bytes: float
+
+
+def model_costs(cfg: ModelConfig, context: float, bytes_per_weight: int) -> ModelCosts:
+    """Costs of a looped preset at an average context length (tokens attended)."""
+    if cfg.architecture != "looped":
+        raise ValueError(f"bounds are stated for looped models, not {cfg.architecture!r}")
+    d, hd = cfg.hidden_size, cfg.head_dim
+    attn = d * cfg.num_attention_heads * hd * 2 + d * cfg.num_key_value_heads * hd * 2  # q,o,k,v
+    per_layer = attn + 3 * d * cfg.intermediate_size  # + SwiGLU gate, up, down
+    layers = cfg.num_hidden_layers
+    attention_flops = 4.0 * layers * context * cfg.num_attention_heads * hd  # QK^T and PV
+    head = d * cfg.vocab_size
+    return ModelCosts(
+        loops=cfg.num_loops,
+        loop_flops=2.0 * per_layer * layers + attention_flops,
+        head_flops=2.0 * head,
+        loop_bytes=float(per_layer * layers * bytes_per_weight),
+        head_bytes=float(head * bytes_per_weight),
+    )
+
+
+@dataclass(frozen=True)
+class Bounds:
+    compute: float  # best speculative / nospec tokens/s ratio when FLOP-bound
+    bandwidth: float  # ... when weight-read-bound
+
+
+def nospec_flops(costs: ModelCosts) -> float:
+    """FLOPs per token of a nospec step."""
+    return costs.loops * costs.loop_flops + costs.head_flops
+
+
+def round_flops(costs: ModelCosts, shape: RoundShape) -> float:
+    """FLOPs per request-round of block speculation (divide by τ: per committed token)."""
+    w = shape.drafts
+    return (w + 1) * costs.loops * costs.loop_flops + (2 * w + 1) * costs.head_flops
+
+
+def matmul_flops_per_s(device: torch.device, dtype: torch.dtype, n: int = 8192) -> float:
+    """The device's dense matmul rate, measured: the median of 10 n x n x n products."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    times = []
+    for _ in range(13):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    times = sorted(times[3:])  # the first products warm the kernel up
+    return 2.0 * n**3 / times[len(times) // 2]
+
+
+def speedup_bounds(costs: ModelCosts, shape: RoundShape, draft_loops: int) -> Bounds:
+    R, d, w, tau = costs.loops, draft_loops, shape.drafts, shape.tokens
+    nospec_bytes = R * costs.loop_bytes + costs.head_bytes
+    round_bytes = ((w + 1) * d + R - d) * costs.loop_bytes + (w + 1) * costs.head_bytes
+    return Bounds(
+        compute=tau * nospec_flops(costs) / round_flops(costs, shape),
+        bandwidth=tau * nospec_bytes / round_bytes,
+    )
