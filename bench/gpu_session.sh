@@ -10,6 +10,8 @@
 #          sequence (protocols/sequence.yaml to a verdict, ~6 min estimated)
 #          seqkill (the ci_sequence kill matrix, bench/gpu_kill_sequence.sh, ~9 min)
 #          fp32seq (fp32_t2 --sequential at 5,000 seeds)
+#          profile (issue 16: per-phase device time and kernels of one round, nospec vs
+#                   async, small and ouro-1.4b at c = 64 and 1,024: bench/round_profile.py)
 #          (sweep: launch configurations of the probabilities kernel, SWEEP_CONFIGS)
 #          (kill2: the kill matrix in 2 processes; bonus: extra kill rows, BONUS_MUTANTS)
 #          tests+kill   GPU tests and the fp32_t2 kill matrix side by side (neither is
@@ -147,6 +149,12 @@ part_sequence() {
   python3 -m specconform report --pr "$zip" --out "$OUT/sequence-report.md"
   # The device tool brings back few files: keep the archive and its page, not its folder.
   mv "$zip" "$OUT/" && rm -rf "$OUT/sequence"
+}
+part_profile() {
+  lim python3 bench/round_profile.py --device cuda --preset small --concurrency 1,64,1024 \
+    --json "$OUT/profile-small.json" 2>&1 | grep -v "^USDT\|^STAGE"
+  lim python3 bench/round_profile.py --device cuda --preset ouro-1.4b --concurrency 64,1024 \
+    --json "$OUT/profile-ouro.json" 2>&1 | grep -v "^USDT\|^STAGE"
 }
 part_seqtol() {
   # Teacher forcing, trace and oracle differences of the correct engine on the GPU preset

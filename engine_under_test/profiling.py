@@ -6,6 +6,11 @@ profiler (specconform's performance worker) calls ``enable(True)`` around its wi
 each phase is then a ``torch.profiler.record_function("phase:<name>")`` range, which
 the profiler attributes operators and kernels to.
 
+A name with a dot is a sub-phase inside its parent's range (``draft.sample``: the draft
+law and its token inside ``draft``; ``verify.probabilities``: the target laws inside
+``verify``); readers that know only the parents fold it into the part before the dot
+(specconform.kinds.performance.profile), bench/round_profile.py keeps it apart.
+
 Begin/end pairs rather than ``with`` blocks keep the marked code's indentation (and so
 its diff) unchanged.
 """

@@ -172,8 +172,10 @@ def speculative_round(
         logits_q = model.exit_logits(h[:, 0], d)  # [B, V] f32
         if fault is not None:
             logits_q = fault(("q", j), logits_q)
+        sample = phase_begin("draft.sample")  # a sub-phase: the draft law and its token
         q_j = batched_probabilities(logits_q, temp, top_k, top_p, **hints)
         x = hooks.draft(categorical(q_j, u_draft[:, j]), q_j, random)
+        phase_end(sample)
         qs.append(q_j)
         drafts.append(x)
         if hooks.needs_draft_logits:
@@ -195,6 +197,7 @@ def speculative_round(
     if fault is not None:
         logits_p = fault(("p", None), logits_p)
     per_position = lambda t: t[:, None].expand(B, W + 1).reshape(-1)  # noqa: E731
+    laws = phase_begin("verify.probabilities")
     p = batched_probabilities(
         logits_p.reshape(B * (W + 1), V),
         per_position(temp),
@@ -202,6 +205,7 @@ def speculative_round(
         per_position(top_p),
         **hints,
     ).view(B, W + 1, V)
+    phase_end(laws)
 
     phase_end(phase)
     phase = phase_begin("accept")

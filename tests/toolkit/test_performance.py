@@ -217,6 +217,15 @@ def test_profile_attributes_the_speculative_phases_in_a_fresh_process():
     cand, base = (phase_table(profiles[s]) for s in ("candidate", "base"))
     for phase in ("draft", "verify", "accept", "collect"):
         assert cand.phases[phase].self_cpu_us > 0, phase
+    # The engine's sub-phases (draft.sample, verify.probabilities) are recorded apart
+    # and fold into their parents here: the table keeps its five phases.
+    recorded = {op["phase"] for op in profiles["candidate"]["ops"]}
+    assert {"draft.sample", "verify.probabilities"} <= recorded
+    assert set(cand.phases) == {"draft", "verify", "accept", "collect", "other"}
+    sample_us = sum(
+        op["self_cpu_us"] for op in profiles["candidate"]["ops"] if op["phase"] == "draft.sample"
+    )
+    assert 0 < sample_us < cand.phases["draft"].self_cpu_us
     assert cand.phases["draft"].ops > 0 and base.phases["draft"].ops == 0
     assert cand.ranked_by == "self_cpu_us" and len(cand.top) == 5
     assert any("engine_under_test/" in t.location for t in cand.top)

@@ -46,7 +46,10 @@ def phase_table(profile: dict) -> SideProfile:
         lambda: {"self_cpu_us": 0.0, "self_device_us": 0.0, "count": 0}
     )
     for op in profile["ops"]:
-        phase = op["phase"] if op["phase"] in phases else "other"
+        # A sub-phase (``draft.sample``) counts in its parent; archives without them
+        # recompute unchanged.
+        parent = op["phase"].split(".", 1)[0]
+        phase = parent if parent in phases else "other"
         entry = phases[phase]
         entry["ops"] += int(op["count"])
         entry["kernels"] += int(op["kernels"])
