@@ -132,9 +132,9 @@ class SequenceTest(Strict):
     role: Literal["primary", "secondary", "exploratory", "mechanism", "conformance"]
     groups: list[Name] = []  # none: every group the type applies to
     # pit_independence, pit_correlation: which pairs of U's (lag1: consecutive tokens
-    # of one request; rounds: the same draft position in consecutive rounds of one request; requests:
-    # the same step of requests 2i and 2i+1 of one group; request_rounds: the same round
-    # and draft position of requests 2i and 2i+1 of one group).
+    # of one request; rounds: the same draft position in consecutive rounds of one
+    # request; requests: the same step of requests 2i and 2i+1 of one group;
+    # request_rounds: the same round and draft position of requests 2i and 2i+1).
     pairs: Literal["lag1", "rounds", "requests", "request_rounds"] | None = None
     # mechanism_pit: which conditional law(s) (None: both); its own strata sizes (None:
     # the protocol's strata.bins / strata.min_samples; round bands always the protocol's).
