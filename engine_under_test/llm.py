@@ -37,6 +37,7 @@ import torch
 
 from .config import PRESET_NAMES, ModelConfig, SpeculativeConfig
 from .model import LoopedLM, build_model
+from .model.reference import batched_last_logits
 from .params import SamplingParams
 from .runners.base import RunnerBase
 from .runners.block_async import AsyncBlockRunner
@@ -275,6 +276,21 @@ class LLM:
         if not 1 <= draft_loops <= self.model.num_loops:
             raise ValueError(f"draft_loops must be in [1, {self.model.num_loops}]")
         return Sampler.probabilities(self._serial_logits(prefix, draft_loops), params)
+
+    @torch.no_grad()
+    def reference_probabilities_batch(
+        self, prefixes: Sequence[Sequence[int]], params: SamplingParams, loops: int | None = None
+    ) -> torch.Tensor:
+        """The laws of many prefixes at exit depth ``loops`` (full depth when None): the
+        reference forward batched over equal-length prefixes (model/reference.py), then
+        ``Sampler.probabilities`` row by row. [N, V] f32; equal to ``target_probabilities``
+        / ``draft_probabilities`` prefix by prefix within float rounding (not bitwise:
+        tests/engine/test_reference_batched.py)."""
+        depth = self.model.num_loops if loops is None else loops
+        if not 1 <= depth <= self.model.num_loops:
+            raise ValueError(f"loops must be in [1, {self.model.num_loops}]")
+        logits = batched_last_logits(self.model, prefixes, depth)
+        return Sampler.probabilities(logits, params)
 
     @torch.no_grad()
     def teacher_forced_probabilities(

@@ -90,6 +90,7 @@ class CheckedEngine(SequenceChecks):
         caps = dict(caps)
         caps.setdefault("draft_law", callable(getattr(self._a, "draft_law", None)))
         caps.setdefault("batched_target_laws", callable(getattr(self._a, "target_laws", None)))
+        caps.setdefault("batched_draft_laws", callable(getattr(self._a, "draft_laws", None)))
         has = {m: callable(getattr(self._a, m, None)) for m in SEQUENCE_METHODS}
         caps.setdefault("sequence", has["run_requests"] and has["target_law_for"])
         caps.setdefault("sequence_laws", has["sequence_laws"])
@@ -98,6 +99,7 @@ class CheckedEngine(SequenceChecks):
         needs = {
             "draft_law": ("draft_law",),
             "batched_target_laws": ("target_laws",),
+            "batched_draft_laws": ("draft_laws", "draft_law"),
             "sequence": ("run_requests", "target_law_for"),
             "sequence_laws": ("sequence_laws",),
             "logits": ("target_logits",),
@@ -268,22 +270,39 @@ class CheckedEngine(SequenceChecks):
 
     def target_laws(self, prefixes: list[list[int]]) -> list[np.ndarray]:
         """Laws of many prefixes; the batched path when the adapter has one, checked
-        against the serial path on its first and last prefix (batched must equal serial)."""
+        against the serial path (batched must equal serial)."""
         if not self.info.capabilities.batched_target_laws or not prefixes:
             return [self.target_law(p) for p in prefixes]
-        laws = self._call("target_laws", [list(p) for p in prefixes])
+        return self._batched("target_laws", prefixes, (), self.target_law)
+
+    def draft_laws(self, prefixes: list[list[int]], depth: int) -> list[np.ndarray] | None:
+        """q at `depth` for many prefixes (None when the adapter cannot give q); batched
+        and checked like `target_laws` when the adapter has ``draft_laws``."""
+        if not self.info.capabilities.draft_law:
+            return None
+        if not self.info.capabilities.batched_draft_laws or not prefixes:
+            return [self.draft_law(p, depth) for p in prefixes]  # type: ignore[misc]
+        return self._batched("draft_laws", prefixes, (depth,), lambda p: self.draft_law(p, depth))
+
+    def _batched(self, method: str, prefixes, args: tuple, serial) -> list[np.ndarray]:
+        """The adapter's batched `method`, validated law by law and compared with the
+        serial path on the first, middle and last prefix: max |dp| within
+        BATCHED_TOLERANCE and the same support (a token of mass 1e-9 against 0 is a
+        different support, which the out-of-support rule would judge)."""
+        laws = self._call(method, [list(p) for p in prefixes], *args)
         if not isinstance(laws, Sequence | np.ndarray) or len(laws) != len(prefixes):
             raise self._fail(
-                f"target_laws() returned {type(laws).__name__} for {len(prefixes)} prefixes"
+                f"{method}() returned {type(laws).__name__} for {len(prefixes)} prefixes"
             )
-        laws = [self._check_law(f"target_laws()[{i}]", law) for i, law in enumerate(laws)]
-        for i in sorted({0, len(prefixes) - 1}):
-            serial = self.target_law(prefixes[i])
-            diff = float(np.max(np.abs(serial.astype(np.float64) - laws[i])))
-            if diff > BATCHED_TOLERANCE:
+        laws = [self._check_law(f"{method}()[{i}]", law) for i, law in enumerate(laws)]
+        for i in sorted({0, len(prefixes) // 2, len(prefixes) - 1}):
+            one = serial(prefixes[i])
+            diff = float(np.max(np.abs(one.astype(np.float64) - laws[i])))
+            if diff > BATCHED_TOLERANCE or not np.array_equal(one > 0, laws[i] > 0):
                 raise self._fail(
-                    f"target_laws()[{i}] differs from target_law() by "
-                    f"{diff:.3g} (batched must equal serial)"
+                    f"{method}()[{i}] differs from the one-prefix law by {diff:.3g} "
+                    f"(support {'equal' if np.array_equal(one > 0, laws[i] > 0) else 'differs'}; "
+                    "batched must equal serial)"
                 )
         return laws
 

@@ -18,8 +18,9 @@ An engine adapter (`EngineAdapter`) does four things:
   sampling semantics (temperature, top-k, top-p), a dense numpy vector over the vocabulary;
 - optional ``draft_law(prefix, draft_depth)``: the draft law q of a group's draft depth;
   without it the tests that need q are not applicable;
-- optional ``target_laws(prefixes)``: the same laws for many prefixes at once (speed);
-  the runner checks it against ``target_law`` before trusting it.
+- optional ``target_laws(prefixes)`` and ``draft_laws(prefixes, draft_depth)``: the same
+  laws for many prefixes at once (speed); the runner checks them against ``target_law``
+  and ``draft_law`` before trusting them.
 - optional ``check_group(group)``: raise `UsageError` for a group the engine cannot
   run (called for every group before anything is written).
 
@@ -97,6 +98,7 @@ class Capabilities:
     token_events: bool = False  # fills SeedRecord.events
     black_box: bool = True  # draws its own randomness (seeded per request)
     batched_target_laws: bool = False
+    batched_draft_laws: bool = False  # draft_laws(prefixes, depth), checked like target_laws
     # Sequence protocols (specconform.adapters.sequence): run_requests and
     # target_law_for; sequence_laws (teacher forcing); trace (run_requests(trace=True)
     # fills the per-round laws); logits (target_logits, for the oracle check).

@@ -320,7 +320,8 @@ def _sparse(law) -> dict[str, float]:
 def replay_reference(
     engine, model, samples: pd.DataFrame, progress, known: dict | None = None, *, t3: bool = True
 ) -> dict:
-    """Exact laws by serial replay, one prefix at a time: p(t1 | prompt), p(t2 | prompt,
+    """Exact laws of the serial reference (batched where the adapter offers a batched path
+    that CheckedEngine holds equal to the one-prefix one): p(t1 | prompt), p(t2 | prompt,
     t1) and q_d(t2 | prompt, t1) for every observed t1 and draft depth, p(t3 | prompt,
     t1, t2) for every observed (t1, t2) (``t3=False``: not yet).
 
@@ -360,12 +361,14 @@ def replay_reference(
         if "p_t1" not in ref:
             ref["p_t1"] = _sparse(engine.target_law(prompt))
             bar.advance(1)
-        laws = engine.target_laws([prompt + [t1] for t1 in t1s]) if t1s else []
+        prefixes = [prompt + [t1] for t1 in t1s]
+        laws = engine.target_laws(prefixes) if t1s else []
         for t1, law in zip(t1s, laws, strict=True):
             ref["p_t2"][str(t1)] = _sparse(law)
             bar.advance(1)
-            for d in depths:
-                ref["q_t2"][str(d)][str(t1)] = _sparse(engine.draft_law(prompt + [t1], d))
+        for d in depths:
+            for t1, law in zip(t1s, engine.draft_laws(prefixes, d) if t1s else [], strict=True):
+                ref["q_t2"][str(d)][str(t1)] = _sparse(law)
                 bar.advance(1)
         if pairs:
             laws = engine.target_laws([prompt + [t1, t2] for t1, t2 in pairs])

@@ -91,19 +91,37 @@ class _Broken:
         from examples.my_adapter import factory
 
         self.how = how
-        self._inner = factory(_spec())
+        # top-k 4 leaves zeros in every law, for the support-only difference
+        self._inner = factory(_spec(top_k=4) if how == "batched_support" else _spec())
         self.vocab_size = self._inner.vocab_size
         self.prompt = self._inner.prompt
 
     def describe(self):
         d = self._inner.describe()
-        if self.how == "batched_differs" or self.how == "batched_equal":
-            d["capabilities"] = {**d["capabilities"], "batched_target_laws": True}
+        if self.how.startswith("batched_"):
+            d["capabilities"] = {
+                **d["capabilities"],
+                "batched_target_laws": True,
+                "batched_draft_laws": True,
+            }
         return d
 
     def target_laws(self, prefixes):
         laws = [self._inner.target_law(p) for p in prefixes]
         if self.how == "batched_differs":
+            laws[-1] = np.roll(laws[-1], 1)
+        if self.how == "batched_middle":
+            laws[len(laws) // 2] = np.roll(laws[len(laws) // 2], 1)
+        if self.how == "batched_support":  # within 1e-6 everywhere, one token more
+            law = laws[0].copy()
+            law[np.flatnonzero(law == 0)[0]] = 1e-9
+            law[np.argmax(law)] -= 1e-9
+            laws[0] = law
+        return laws
+
+    def draft_laws(self, prefixes, depth):
+        laws = [self._inner.draft_law(p, depth) for p in prefixes]
+        if self.how == "batched_draft_differs":
             laws[-1] = np.roll(laws[-1], 1)
         return laws
 
@@ -175,6 +193,9 @@ def _group(mode="sync"):
         ("wrong_shape", "law", "has shape (7,), expected (8,)"),
         ("unnormalised", "law", "sums to 2, not 1"),
         ("batched_differs", "batched", "batched must equal serial"),
+        ("batched_middle", "batched", "target_laws()[2] differs from the one-prefix law"),
+        ("batched_support", "batched", "support differs; batched must equal serial"),
+        ("batched_draft_differs", "draft_batched", "draft_laws()[4] differs"),
     ],
 )
 def test_each_broken_answer_is_one_named_line(how, method, message):
@@ -184,6 +205,8 @@ def test_each_broken_answer_is_one_named_line(how, method, message):
             engine.run_group(_group(), [10, 11, 12])
         elif method == "law":
             engine.target_law(engine.prompt)
+        elif method == "draft_batched":
+            engine.draft_laws([engine.prompt + [t] for t in range(5)], 1)
         else:
             engine.target_laws([engine.prompt + [t] for t in range(4)])
     text = str(info.value)
@@ -197,6 +220,10 @@ def test_batched_laws_equal_to_serial_are_used():
     batched = engine.target_laws(prefixes)
     assert all(
         np.array_equal(b, engine.target_law(p)) for b, p in zip(batched, prefixes, strict=True)
+    )
+    drafts = engine.draft_laws(prefixes, 1)
+    assert all(
+        np.array_equal(b, engine.draft_law(p, 1)) for b, p in zip(drafts, prefixes, strict=True)
     )
 
 
