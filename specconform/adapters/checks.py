@@ -298,10 +298,11 @@ class CheckedEngine(SequenceChecks):
         for i in sorted({0, len(prefixes) // 2, len(prefixes) - 1}):
             one = serial(prefixes[i])
             diff = float(np.max(np.abs(one.astype(np.float64) - laws[i])))
-            if diff > BATCHED_TOLERANCE or not np.array_equal(one > 0, laws[i] > 0):
+            same_support = np.array_equal(one > 0, laws[i] > 0)
+            if diff > BATCHED_TOLERANCE or not same_support:
                 raise self._fail(
                     f"{method}()[{i}] differs from the one-prefix law by {diff:.3g} "
-                    f"(support {'equal' if np.array_equal(one > 0, laws[i] > 0) else 'differs'}; "
+                    f"(support {'equal' if same_support else 'differs'}; "
                     "batched must equal serial)"
                 )
         return laws
