@@ -194,11 +194,10 @@ class BundledEngine:
                 "round_telemetry": True,
                 "token_events": True,
                 "black_box": False,
-                # Off until measured: the batched laws differed from the one-prefix
-                # ones by 1.2e-6 on CPU in a sequential run (BATCHED_TOLERANCE 1e-6),
-                # so CheckedEngine would refuse them; issue 16 keeps this open.
-                "batched_target_laws": False,
-                "batched_draft_laws": False,
+                # model/reference.py: one prefill per group of equal-length prefixes;
+                # CheckedEngine compares it with the one-prefix path on every call.
+                "batched_target_laws": True,
+                "batched_draft_laws": True,
                 "sequence": True,
                 "sequence_laws": True,
                 "trace": _engine_traces(self._eut.LLM),
