@@ -10,6 +10,7 @@
 #          sequence (protocols/sequence.yaml to a verdict, ~6 min estimated)
 #          seqkill (the ci_sequence kill matrix, bench/gpu_kill_sequence.sh, ~9 min)
 #          fp32seq (fp32_t2 --sequential at 5,000 seeds)
+#          fp32prof (cProfile of one fp32_t2 5k run: where the host's time goes)
 #          profile (issue 16: per-phase device time and kernels of one round, nospec vs
 #                   async, small and ouro-1.4b at c = 64 and 1,024: bench/round_profile.py)
 #          (sweep: launch configurations of the probabilities kernel, SWEEP_CONFIGS)
@@ -61,12 +62,29 @@ part_sweep() {
   lim python3 bench/probs_kernel_sweep.py --json "$OUT/probs-sweep.json" "${configs[@]}"
 }
 part_fp32() {
-  lim /usr/bin/time -v python3 -m specconform run protocols/fp32_t2.yaml --seeds 5000 \
-    --offset 2e6 --out "$OUT/runs" --ledger "$OUT/ledger.jsonl" --no-sign \
-    2>"$OUT/fp32_time.txt"
-  grep -E "Elapsed|Maximum resident" "$OUT/fp32_time.txt"
-  tail -5 "$OUT/fp32_time.txt"
-  mv "$OUT"/runs/*.zip "$OUT/" 2>/dev/null; rm -rf "$OUT/runs" "$OUT/ledger.jsonl"
+  # Cold (a fresh process on this machine: imports, Triton compiles) then warm (the same
+  # command again, the Triton cache now filled); --verbose prints the timing: breakdown.
+  local run
+  for run in cold warm; do
+    echo "--- fp32_t2 5k, $run"
+    lim /usr/bin/time -v python3 -m specconform run protocols/fp32_t2.yaml --seeds 5000 \
+      --offset 2e6 --out "$OUT/runs" --ledger "$OUT/ledger-$run.jsonl" --no-sign --verbose \
+      2>"$OUT/fp32_time.txt" | grep -E "^timing|^result|^error"
+    grep -E "Elapsed|Maximum resident" "$OUT/fp32_time.txt"
+    grep -E "^timing|^error" "$OUT/fp32_time.txt"
+  done
+  mv "$OUT"/runs/*.zip "$OUT/" 2>/dev/null; rm -rf "$OUT/runs" "$OUT"/ledger-*.jsonl
+}
+part_fp32prof() {
+  # Where fp32_t2's wall time goes on the host: cProfile of one 5k run (device time
+  # shows up where the host waits on it), top functions by own and cumulative time.
+  lim python3 -m cProfile -o "$OUT/fp32.prof" -m specconform run protocols/fp32_t2.yaml \
+    --seeds 5000 --offset 2e6 --out "$OUT/prof" --ledger "$OUT/prof.jsonl" --no-sign \
+    > /dev/null 2>&1
+  python3 -c "import pstats; s = pstats.Stats('$OUT/fp32.prof'); \
+s.sort_stats('tottime').print_stats(35); s.sort_stats('cumulative').print_stats(60)" \
+    | grep -vE "^\s*$" | cut -c1-160
+  rm -rf "$OUT/prof" "$OUT/prof.jsonl"
 }
 part_kill() {
   lim python3 bench/kill_matrix_engine.py protocols/fp32_t2.yaml --seeds 5000 --offset 3e6 \
@@ -193,7 +211,7 @@ for part in ${*:-env tests bench fp32 kill}; do
       tests_pid=$!
       part_kill
       wait $tests_pid; cat "$OUT/.tests.log"; rm -f "$OUT/.tests.log" ;;
-    env|tests|bench|sweep|fp32|shard|kill|kill2|bonus|killci|engine|engine_small|engine_ouro|perf|seqtol|sequence|seqkill|fp32seq) "part_$part" ;;
+    env|tests|bench|sweep|fp32|fp32prof|shard|kill|kill2|bonus|killci|engine|engine_small|engine_ouro|perf|seqtol|sequence|seqkill|fp32seq) "part_$part" ;;
     *) echo "unknown part: $part"; exit 2 ;;
   esac
 done

@@ -32,6 +32,28 @@ def timing(line: str) -> None:
         print(f"timing: {line}", file=sys.stderr, flush=True)
 
 
+def process_age() -> float | None:
+    """Seconds since this process started (Linux /proc; None elsewhere): the cold-start
+    share of a run (interpreter, imports) that no timer inside the run can see."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            # Field 22 (starttime, clock ticks after boot); the name in field 2 may hold
+            # spaces, so count from its closing parenthesis.
+            started = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - started / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def timing_since_start(what: str) -> None:
+    """`timing: WHAT at N s after process start` (verbose mode, Linux)."""
+    age = process_age() if _VERBOSE else None
+    if age is not None:
+        timing(f"{what} at {age:.1f}s after process start")
+
+
 def interactive() -> bool:
     return sys.stderr.isatty() and os.environ.get("CI", "").lower() not in ("1", "true", "yes")
 

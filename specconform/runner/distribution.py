@@ -157,7 +157,9 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes] | Non
     # groups) before the leader writes anything: a broken adapter, or a rank without
     # the protocol's device, refuses at start and leaves nothing in --out.
     sharding.select_device(shard, model.engine.device)
+    t0 = time.perf_counter()
     engine, error = _load_engine(model, mutant=mutant, log=log)
+    timing(f"engine adapter loaded in {time.perf_counter() - t0:.1f}s (imports, model)")
     coord.agree(error)
     folder = None
     undo = _Undo(Path(context.out_dir), context.ledger_path, fresh=context.resume is None)
@@ -232,7 +234,9 @@ def _collect(loaded, model, shard, coord, engine, folder, *, progress, log, cont
                 f"{path}: batch missing after generation; continue the run with --resume {folder}"
             )
         frames.append(pd.read_csv(path))
+    t0 = time.perf_counter()
     samples = pd.concat(frames, ignore_index=True)
+    timing(f"batch files read in {time.perf_counter() - t0:.1f}s")
     log(f"generated {len(samples)} samples in {len(plan)} batches ({folder.name})")
     t0 = time.perf_counter()
     reference = replay_reference(engine, model, samples, progress)

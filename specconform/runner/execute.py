@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -28,6 +29,7 @@ from specconform.evidence.results_io import (
     tests_csv_bytes,
 )
 from specconform.kinds import reevaluate
+from specconform.progress import timing, timing_since_start
 from specconform.protocol.load import LoadedProtocol, canonical_json
 from specconform.results import Evaluation, RawData
 from specconform.runner.context import RunContext, RunOptions
@@ -221,12 +223,16 @@ def _execute_locked(
     log(f"protocol {loaded.path} sha256 {loaded.hash}")
     if loaded.overrides:
         log(f"overrides {json.dumps(loaded.overrides, sort_keys=True)}")
+    timing_since_start("collection starts")
     raw = collect_reserved(
         loaded, mutant=mutant, progress=progress, log=log, run_context=run_context
     )
     if raw is None:  # a follower rank of a sharded run: the leader seals the archive
         return RunOutcome(run_id, None, None, None)
+    t0 = time.perf_counter()
     evaluation = reevaluate(loaded.data, RawData(raw))
+    timing(f"statistics in {time.perf_counter() - t0:.1f}s")
+    t0 = time.perf_counter()
     finished = datetime.now(timezone.utc)
     log(f"verdict {evaluation.verdict.verdict}")
 
@@ -286,6 +292,8 @@ def _execute_locked(
             moved_out.rename(external_dir_for(final))
         for callback in run_context.outputs.on_success:
             callback()
+        timing(f"plan, files and seal in {time.perf_counter() - t0:.1f}s")
+        timing_since_start("archive sealed")
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         staged_zip = zip_beside(staging)
