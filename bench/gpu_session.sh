@@ -211,7 +211,7 @@ for part in ${*:-env tests bench fp32 kill}; do
       tests_pid=$!
       part_kill
       wait $tests_pid; cat "$OUT/.tests.log"; rm -f "$OUT/.tests.log" ;;
-    env|tests|bench|sweep|fp32|fp32prof|shard|kill|kill2|bonus|killci|engine|engine_small|engine_ouro|perf|seqtol|sequence|seqkill|fp32seq) "part_$part" ;;
+    env|tests|bench|sweep|fp32|fp32prof|profile|shard|kill|kill2|bonus|killci|engine|engine_small|engine_ouro|perf|seqtol|sequence|seqkill|fp32seq) "part_$part" ;;
     *) echo "unknown part: $part"; exit 2 ;;
   esac
 done

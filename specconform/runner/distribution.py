@@ -10,6 +10,7 @@ Ctrl-C or kill -9 at any point no seed is lost and none is counted twice.
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -163,6 +164,11 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes] | Non
     coord.agree(error)
     folder = None
     undo = _Undo(Path(context.out_dir), context.ledger_path, fresh=context.resume is None)
+    # Everything alive now (modules, the model, the engine) lives for the whole run:
+    # freezing it keeps the engine's own gc.collect() calls (before a CUDA Graph
+    # capture, when an engine is freed) from rescanning torch's object graph each time
+    # (0.18 s a call on the GPU machine, 17 calls in a fp32_t2 run). Undone below.
+    gc.freeze()
     try:
         if shard.is_leader:
             log(
@@ -190,6 +196,7 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes] | Non
         raise
     finally:
         engine.close()
+        gc.unfreeze()  # a process that runs again (the API, tests) collects as before
 
 
 def _load_engine(model, *, mutant, log):

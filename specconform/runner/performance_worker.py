@@ -46,7 +46,7 @@ def _llm(eut, torch, engine: dict, config: dict, concurrency: int, graphs: bool)
             mode="block",
             draft_loops=int(config["draft_loops"]),
         )
-    return eut.LLM(
+    llm = eut.LLM(
         model,
         speculative_config=spec,
         async_scheduling=config["mode"] == "async",
@@ -55,6 +55,13 @@ def _llm(eut, torch, engine: dict, config: dict, concurrency: int, graphs: bool)
         max_num_seqs=concurrency,
         use_cuda_graphs=graphs,
     )
+    # An engine that runs a shape eagerly for its first uses (GraphedRound.eager_uses)
+    # captures at first use here, so the warm-up runs capture every shape the timed
+    # runs use; an older base without the attribute captures at first use anyway.
+    graphed = getattr(getattr(llm, "runner", None), "graphs", None)
+    if graphed is not None and hasattr(graphed, "eager_uses"):
+        graphed.eager_uses = 0
+    return llm
 
 
 def _params(eut, sampling: str, n: int, max_tokens: int) -> list:

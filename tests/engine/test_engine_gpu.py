@@ -83,9 +83,9 @@ def test_cuda_graph_capture_and_replay(model):
     graphs = llm.runner.graphs
     assert graphs is not None and graphs.captures >= 1
     assert graphs.replays > graphs.captures
-    captures = graphs.captures
-    again = llm.generate([PROMPT] * 16, params)  # replays, no new capture
-    assert graphs.captures == captures
+    captured = {key: graph for key, (graph, _) in graphs.graphs.items()}
+    again = llm.generate([PROMPT] * 16, params)  # replays: no shape captured twice
+    assert all(graphs.graphs[key][0] is graph for key, graph in captured.items())
     assert [o.token_ids for o in again] == [o.token_ids for o in first]  # fixed-seed replay
     fresh = async_llm(model).generate([PROMPT] * 16, params)
     assert [o.token_ids for o in fresh] == [o.token_ids for o in first]
@@ -234,3 +234,23 @@ def test_nan_target_once_fires_once_under_graphs(model):
     assert [o.finish_reason for o in outs] == ["error"] * 4 + ["length"] * 4
     assert outs.report.num_failed_rounds == 1
     assert [o.token_ids for o in outs[4:]] == [o.token_ids for o in clean[4:]]
+
+
+def test_a_shape_runs_eagerly_before_it_is_captured(model):
+    """GraphedRound.eager_uses: a round shape's first two uses run eagerly, the third
+    captures and later ones replay; the tokens equal an engine without graphs and one
+    that captures at first use (fixed seeds, random rows)."""
+    params = [rand(s, max_tokens=24) for s in range(4)]
+    default = async_llm(model)
+    outs = default.generate([PROMPT] * 4, params)
+    graphs = default.runner.graphs
+    assert graphs.eager_calls >= 2 and graphs.captures >= 1 and graphs.replays >= 1
+    assert all(graphs.uses[key] == 2 for key in graphs.graphs)  # captured at the third use
+    first_use = async_llm(model)
+    first_use.runner.graphs.eager_uses = 0
+    assert [o.token_ids for o in first_use.generate([PROMPT] * 4, params)] == [
+        o.token_ids for o in outs
+    ]
+    assert first_use.runner.graphs.eager_calls == 0
+    eager = async_llm(model, use_cuda_graphs=False).generate([PROMPT] * 4, params)
+    assert [o.token_ids for o in eager] == [o.token_ids for o in outs]
