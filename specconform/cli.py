@@ -109,9 +109,11 @@ def _execute(
 ):
     from specconform.progress import progress, set_verbose
     from specconform.protocol.load import apply_overrides, load_protocol
+    from specconform.runner.caches import use_persistent_caches
     from specconform.runner.execute import execute
 
     set_verbose(verbose)
+    use_persistent_caches(out_dir)  # before the engine imports torch and Triton
     loaded = load_protocol(protocol)
     loaded = apply_overrides(
         loaded,

@@ -205,7 +205,11 @@ def _group(mode="sync"):
         ("batched_middle", "batched", "target_laws()[2] differs from the one-prefix law"),
         ("batched_support", "batched", "support differs; batched must equal serial"),
         ("batched_draft_differs", "draft_batched", "draft_laws()[4] differs"),
-        ("batched_beyond_rounding", "batched", "target_laws()[3] differs from the one-prefix law by 3e-05"),
+        (
+            "batched_beyond_rounding",
+            "batched",
+            "target_laws()[3] differs from the one-prefix law by 3e-05",
+        ),
     ],
 )
 def test_each_broken_answer_is_one_named_line(how, method, message):
