@@ -60,18 +60,10 @@ def prefill(
     n = len(requests)
     lengths = [len(r.prompt) for r in requests]
     T = max(lengths)
-    padded = [r.prompt + [0] * (T - len(r.prompt)) for r in requests]
-    tokens = state.upload(padded, torch.int64)  # [n, T]
     slots = state.upload([r.slot for r in requests], torch.int64)  # [n]
     last = state.upload([x - 1 for x in lengths], torch.int64)  # [n]
     budget = state.upload([r.params.max_tokens - 1 for r in requests], torch.int64)
-    positions = torch.arange(T, device=tokens.device)[None, :].expand(n, T)
-    # Padding sits at positions >= the prompt length: those keys are rewritten by the
-    # real tokens before any query at or past them exists.
-    ctx = model.context(positions, slots, cache.max_len, prefix=False)
-    h = model.run_loops(model.embed(tokens), 0, model.num_loops, cache, ctx)  # [n, T, D]
-    h_last = h[torch.arange(n, device=h.device), last]  # [n, D]
-    logits = model.logits(h_last)  # [n, V] f32
+    logits = _distinct_prompt_logits(model, cache, state, requests, T)  # [n, V] f32
     if fault is not None:
         logits = fault(("t1", None), logits)
     p = batched_probabilities(
@@ -92,3 +84,42 @@ def prefill(
     state.live.index_copy_(0, slots, ~is_stop & (budget > 0) & ~failed)
     rng.rewind(slots, random & failed)
     return PrefillOutputs(t1, res.invalid, failed)
+
+
+def _distinct_prompt_logits(
+    model: LoopedLM, cache: KVCache, state: SlotState, requests: list[Request], T: int
+) -> torch.Tensor:
+    """[n, V] f32 logits at each request's last prompt position, with one forward per
+    distinct prompt: a distribution protocol admits thousands of requests with the same
+    prompt (5,000 per fp32_t2 batch), whose prefill would otherwise be the same forward
+    thousands of times. The first request of each distinct prompt runs in its own slot;
+    every other one receives that slot's keys and values (every depth, positions < T)
+    and its logits row. A request's prefill thus never depends on the other prompts in
+    its batch beyond how many distinct ones there are (the GEMM's row count)."""
+    first: dict[tuple[int, ...], int] = {}
+    reps: list[int] = []  # the request that computes each distinct prompt
+    inverse: list[int] = []  # per request: the index of its prompt in reps
+    for i, r in enumerate(requests):
+        j = first.setdefault(tuple(r.prompt), len(reps))
+        if j == len(reps):
+            reps.append(i)
+        inverse.append(j)
+    u = len(reps)
+    padded = [requests[i].prompt + [0] * (T - len(requests[i].prompt)) for i in reps]
+    tokens = state.upload(padded, torch.int64)  # [u, T]
+    rep_slots = state.upload([requests[i].slot for i in reps], torch.int64)  # [u]
+    rep_last = state.upload([len(requests[i].prompt) - 1 for i in reps], torch.int64)  # [u]
+    positions = torch.arange(T, device=tokens.device)[None, :].expand(u, T)
+    # Padding sits at positions >= the prompt length: those keys are rewritten by the
+    # real tokens before any query at or past them exists.
+    ctx = model.context(positions, rep_slots, cache.max_len, prefix=False)
+    h = model.run_loops(model.embed(tokens), 0, model.num_loops, cache, ctx)  # [u, T, D]
+    logits = model.logits(h[torch.arange(u, device=h.device), rep_last])  # [u, V] f32
+    if u == len(requests):
+        return logits
+    copies = [i for i, j in enumerate(inverse) if reps[j] != i]
+    dst = state.upload([requests[i].slot for i in copies], torch.int64)  # [m]
+    src = state.upload([requests[reps[inverse[i]]].slot for i in copies], torch.int64)  # [m]
+    for kv in (cache.k, cache.v):  # [R, L, S, G, Lmax, hd]
+        kv[:, :, dst, :, :T] = kv[:, :, src, :, :T]
+    return logits[state.upload(inverse, torch.int64)]  # [n, V]

@@ -251,3 +251,28 @@ def test_slots_finished_in_one_round_are_cleared_together(model):
     greedy = SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True)
     out = llm.generate([PROMPT], greedy)[0]
     assert out.token_ids == LLM(model=model).generate([PROMPT], greedy)[0].token_ids
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_repeated_prompts_prefill_once_and_equal_single_requests(model, mode):
+    """Identical prompts in one prefill batch run one forward (runners/prefill.py); each
+    request's tokens equal those of the request alone, and a copied slot's keys and
+    values equal its representative's (and differ from another prompt's)."""
+    other = PROMPT[:5]
+    prompts = [PROMPT, other, PROMPT, PROMPT, other, [7, 8, 9]]
+    params = [rand(s, max_tokens=12, ignore_eos=True) for s in range(len(prompts))]
+    batched = LLM(model=model, **MODES[mode]).generate(prompts, params)
+    for prompt, p, out in zip(prompts, params, batched, strict=True):
+        alone = LLM(model=model, **MODES[mode]).generate([prompt], p)[0]
+        assert out.token_ids == alone.token_ids
+    # The cache of a copied slot equals its representative's at every depth and layer.
+    llm = LLM(model=model, **MODES[mode])
+    for i, prompt in enumerate(prompts):
+        llm.add_request(str(i), prompt, rand(i, max_tokens=1, ignore_eos=True))
+    llm.step()
+    cache, n = llm.runner.cache, len(PROMPT)
+    assert cache is not None
+    for a, b in [(0, 2), (0, 3)]:
+        assert torch.equal(cache.k[:, :, a, :, :n], cache.k[:, :, b, :, :n])
+        assert torch.equal(cache.v[:, :, a, :, :n], cache.v[:, :, b, :, :n])
+    assert not torch.equal(cache.k[:, :, 0, :, :5], cache.k[:, :, 5, :, :5])  # [7, 8, 9]
