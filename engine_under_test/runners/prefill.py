@@ -57,7 +57,6 @@ def prefill(
         ``RunnerBase.sampling_hints``).
     fault: test hook ``fault(("t1", None), logits) -> logits`` with [n, V] logits;
         None in production."""
-    n = len(requests)
     lengths = [len(r.prompt) for r in requests]
     T = max(lengths)
     slots = state.upload([r.slot for r in requests], torch.int64)  # [n]

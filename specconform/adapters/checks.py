@@ -30,13 +30,15 @@ from specconform.errors import UsageError
 # A law's total mass may differ from 1 by float32 rounding over a large vocabulary.
 MASS_TOLERANCE = 1e-4
 # Batched laws must equal the serial ones up to float32 summation order. A GEMM over B
-# rows tiles its D-long reductions differently from one over one row, so logits of
-# magnitude ~10-30 differ by ~1e-6..1e-5 absolute (a few ulps each); softmax carries that
-# into |dp| <= 2 p max|dlogit|, measured up to 1.2e-6 on CPU (ci_gate --sequential).
-# A real difference (another top-k, temperature, a bf16 q) moves p by >= 1e-3, and the
-# smallest law difference a protocol can see at 20,000 seeds is ~1e-2 in TV, so 1e-5
-# separates the two with three orders of margin each way. Support must match exactly.
-BATCHED_TOLERANCE = 1e-5
+# rows tiles its D-long reductions differently from one over one row, so logits differ
+# by a few ulps each and softmax carries that into |dp| <= 2 p max|dlogit|: measured
+# 1.2e-6 on CPU (ci_gate --sequential) and, for float32 forwards of different lengths
+# on CUDA, up to 9.6e-6 (teacher forcing against the serial replay, docs/gpu-runs.md,
+# the tolerance sequence.yaml states for that comparison is 1e-4 too). A real
+# difference (another top-k or temperature, a bf16 q) moves p by >= 1e-3, and the
+# smallest law difference a protocol sees at 20,000 seeds is ~1e-2 in TV: 1e-4 keeps
+# 10x from both. The support must match exactly.
+BATCHED_TOLERANCE = 1e-4
 
 
 def _is_int(x) -> bool:

@@ -2,7 +2,7 @@
 one-prefix serial reference, on the prefixes a distribution protocol replays: every
 top-k t1 after the prompt and every (t1, t2) pair, at full depth and at each draft depth.
 
-Equal within BATCHED_TOLERANCE (1e-5) with the same support on every prefix -- the
+Equal within BATCHED_TOLERANCE (1e-4) with the same support on every prefix -- the
 rule specconform's CheckedEngine applies to three prefixes of every batched call -- and
 the whole distribution replay through the bundled adapter passes that check (the
 reference the ci_gate archive is built from)."""

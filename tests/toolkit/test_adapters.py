@@ -113,9 +113,9 @@ class _Broken:
         if self.how == "batched_middle":
             laws[len(laws) // 2] = np.roll(laws[len(laws) // 2], 1)
         if self.how in ("batched_rounding", "batched_beyond_rounding"):
-            # Mass moved between the two largest tokens: 3e-6 is float32 summation order
-            # (within BATCHED_TOLERANCE 1e-5), 3e-5 is not.
-            shift = 3e-6 if self.how == "batched_rounding" else 3e-5
+            # Mass moved between the two largest tokens: 3e-5 is float32 summation order
+            # on CUDA (within BATCHED_TOLERANCE 1e-4), 3e-4 is not.
+            shift = 3e-5 if self.how == "batched_rounding" else 3e-4
             law = laws[-1].astype(np.float64)
             top = np.argsort(law)[-2:]
             law[top[0]] += shift
@@ -208,7 +208,7 @@ def _group(mode="sync"):
         (
             "batched_beyond_rounding",
             "batched",
-            "target_laws()[3] differs from the one-prefix law by 3e-05",
+            "target_laws()[3] differs from the one-prefix law by 0.0003",
         ),
     ],
 )
@@ -242,13 +242,13 @@ def test_batched_laws_equal_to_serial_are_used():
 
 
 def test_batched_laws_within_float_rounding_are_used():
-    # The positive side of the batched_beyond_rounding control: 3e-6 of mass moved
+    # The positive side of the batched_beyond_rounding control: 3e-5 of mass moved
     # between two tokens is what another summation order does, and is accepted.
     engine = _checked("batched_rounding")
     prefixes = [engine.prompt + [t] for t in range(4)]
     batched = engine.target_laws(prefixes)
     diff = float(np.max(np.abs(batched[-1] - engine.target_law(prefixes[-1]))))
-    assert 2e-6 < diff < 1e-5, diff
+    assert 2e-5 < diff < 1e-4, diff
 
 
 def test_nospec_records_without_rounds_and_events_pass_the_checks():
