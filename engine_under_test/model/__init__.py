@@ -4,8 +4,6 @@ initialisation and loader, and Llama-family checkpoints read from GGUF (``llama.
 
 from __future__ import annotations
 
-import threading
-
 import torch
 
 from ..config import ModelConfig
@@ -44,27 +42,8 @@ def build_model(
         from .loader import load_checkpoint
 
         return load_checkpoint(cfg, device=device, dtype=dtype)
-    device = torch.device(device)
     with torch.device("meta"):
         model = LoopedLM(cfg, dtype=dtype)
-    if device.type != "cuda":
-        model = model.to_empty(device=device)
-        init_weights(model, cfg)
-        return model.eval().requires_grad_(False)
-    # The seeded weights are computed on the CPU whatever the device (init_weights
-    # draws from a CPU generator): fill a CPU copy while CUDA initialises on another
-    # thread (a cold process's first CUDA call takes seconds), then move it once.
-    # The values are the same as filling device parameters one by one.
-    warming = threading.Thread(target=_init_cuda, args=(device,), daemon=True)
-    warming.start()
-    model = model.to_empty(device="cpu")
+    model = model.to_empty(device=device)
     init_weights(model, cfg)
-    warming.join()
-    return model.to(device).eval().requires_grad_(False)
-
-
-def _init_cuda(device: torch.device) -> None:
-    try:
-        torch.empty(1, device=device)
-    except Exception:  # noqa: BLE001 - the move to the device reports it in the caller
-        pass
+    return model.eval().requires_grad_(False)
