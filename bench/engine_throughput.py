@@ -118,7 +118,7 @@ def run_once(llm: LLM, ps, params, device) -> dict:
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats(device)
-    rounds0 = llm.runner.rounds_run
+    rounds0, prefills0 = llm.runner.rounds_run, llm.runner.prefills_run
     t0 = time.perf_counter()
     outs = llm.generate(ps, params)
     if device.type == "cuda":
@@ -136,6 +136,9 @@ def run_once(llm: LLM, ps, params, device) -> dict:
         "accepted": accepted,
         "tok_s": tokens / dt,
         "rounds": rounds,
+        # Prefill batches (eager forwards): async refills a few slots at a time as its
+        # requests finish after different numbers of rounds, nospec's finish together.
+        "prefills": llm.runner.prefills_run - prefills0,
         "ms_per_round": 1e3 * dt / max(rounds, 1),
         "acceptance": accepted / drafted if drafted else None,
         "peak_gib": peak_memory(device),
@@ -316,6 +319,11 @@ def main(argv=None) -> int:
                 f"{c:>5} {kind:>7} | {cells} | {row['ratio_sync']:>7.2f} "
                 f"{ratio_async:>8.2f} | {acc if acc is not None else 0:>6.3f} | {bound_cell} | "
                 f"{mfu_cell} | " + "/".join(f"{peak[m]:.2f}" for m in MODES),
+                flush=True,
+            )
+            print(
+                "#      prefill batches per run (ns/sy/as): "
+                + "/".join(str(runs[m][0]["prefills"]) for m in MODES),
                 flush=True,
             )
         for e in engines.values():  # free this concurrency's KV caches and graphs
