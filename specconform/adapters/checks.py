@@ -33,8 +33,8 @@ MASS_TOLERANCE = 1e-4
 # rows tiles its D-long reductions differently from one over one row, so logits differ
 # by a few ulps each and softmax carries that into |dp| <= 2 p max|dlogit|: measured
 # 1.2e-6 on CPU (ci_gate --sequential) and, for float32 forwards of different lengths
-# on CUDA, up to 9.6e-6 (teacher forcing against the serial replay, docs/gpu-runs.md,
-# the tolerance sequence.yaml states for that comparison is 1e-4 too). A real
+# on CUDA, up to 9.6e-6 (teacher forcing against the serial replay, docs/gpu-runs.md;
+# sequence.yaml states 1e-4 for that comparison too). A real
 # difference (another top-k or temperature, a bf16 q) moves p by >= 1e-3, and the
 # smallest law difference a protocol sees at 20,000 seeds is ~1e-2 in TV: 1e-4 keeps
 # 10x from both. The support must match exactly.
