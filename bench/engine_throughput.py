@@ -78,12 +78,15 @@ MODES = ("nospec", "sync", "async")
 
 
 def capture_at_first_use(llm) -> None:
-    """The engine runs a round shape eagerly for its first uses (a capture costs more
-    than a shape used once or twice saves); a benchmark wants every shape captured in
-    its untimed warm-up instead, so that no capture falls inside a timed run."""
-    graphs = getattr(llm.runner, "graphs", None)
-    if graphs is not None:
-        graphs.eager_uses = 0
+    """The engine runs a round or prefill shape eagerly for its first uses (a capture
+    costs more than a shape used once or twice saves); a benchmark wants every shape
+    captured in its untimed warm-up instead, so that no capture falls inside a timed run
+    (the timed runs repeat the warm-up's requests and seeds, hence its shapes)."""
+    runner = llm.runner
+    if hasattr(runner, "capture_at_first_use"):
+        runner.capture_at_first_use()
+    elif getattr(runner, "graphs", None) is not None:  # an engine before prefill graphs
+        runner.graphs.eager_uses = 0
 
 
 def abba(runs: int) -> list[str]:

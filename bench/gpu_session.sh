@@ -11,6 +11,9 @@
 #          seqkill (the ci_sequence kill matrix, bench/gpu_kill_sequence.sh, ~9 min)
 #          fp32seq (fp32_t2 --sequential at 5,000 seeds)
 #          fp32prof (cProfile of one fp32_t2 5k run: where the host's time goes)
+#          timeline (issue 16: host ms per phase of the graphed steady-state run, nospec
+#                    vs async, and CUDA runtime calls per step: bench/host_timeline.py)
+#          coldstart (issue 16: import, first CUDA call, model build in fresh processes)
 #          profile (issue 16: per-phase device time and kernels of one round, nospec vs
 #                   async, small and ouro-1.4b at c = 64 and 1,024: bench/round_profile.py)
 #          (sweep: launch configurations of the probabilities kernel, SWEEP_CONFIGS)
@@ -117,7 +120,7 @@ engine_preset() {
   local preset=$1; shift
   lim python3 bench/engine_throughput.py --device cuda --preset "$preset" \
     --max-tokens "${ENGINE_TOKENS:-128}" --concurrency "${ENGINE_CONCURRENCY:-1,4,64,1024}" \
-    --json "$OUT/engine-$preset.json" "$@"
+    --json "$OUT/engine-$preset.json" ${ENGINE_ARGS:-} "$@"  # e.g. ENGINE_ARGS="--kinds random"
 }
 part_shard() {
   # Issue 17: fp32_t2 at 5,000 seeds from one process and from two processes sharing
@@ -174,6 +177,17 @@ part_profile() {
   lim python3 bench/round_profile.py --device cuda --preset ouro-1.4b --concurrency 64,1024 \
     --json "$OUT/profile-ouro.json" 2>&1 | grep -v "^USDT\|^STAGE"
 }
+part_timeline() {
+  # Issue 16, part 2: where the graphed steady-state run's wall clock goes on the host
+  # (bench/host_timeline.py: per-phase host ms per step, CUDA runtime calls per step).
+  lim python3 bench/host_timeline.py --device cuda --preset small \
+    --concurrency "${TIMELINE_CONCURRENCY:-1,4,64}" --modes "${TIMELINE_MODES:-nospec,async}"
+}
+part_coldstart() {
+  # Issue 16, part 3: import torch, the first CUDA call and the model build, each in a
+  # fresh process (bench/cold_start.py), against the overlapped-build candidate.
+  lim python3 bench/cold_start.py --preset small --dtype float32 --runs 2
+}
 part_seqtol() {
   # Teacher forcing, trace and oracle differences of the correct engine on the GPU preset
   # (tolerances lifted, nothing falls back): run before sequence.yaml's first run.
@@ -211,7 +225,7 @@ for part in ${*:-env tests bench fp32 kill}; do
       tests_pid=$!
       part_kill
       wait $tests_pid; cat "$OUT/.tests.log"; rm -f "$OUT/.tests.log" ;;
-    env|tests|bench|sweep|fp32|fp32prof|profile|shard|kill|kill2|bonus|killci|engine|engine_small|engine_ouro|perf|seqtol|sequence|seqkill|fp32seq) "part_$part" ;;
+    env|tests|bench|sweep|fp32|fp32prof|profile|timeline|coldstart|shard|kill|kill2|bonus|killci|engine|engine_small|engine_ouro|perf|seqtol|sequence|seqkill|fp32seq) "part_$part" ;;
     *) echo "unknown part: $part"; exit 2 ;;
   esac
 done

@@ -25,6 +25,7 @@ import torch
 
 from ..model import KVCache, LoopedLM
 from ..sampling import RngRegistry, batched_probabilities, sample_target
+from .cuda_graphs import GraphedRound
 from .mutant_hooks import MutantHooks
 from .state import Request, SlotState
 
@@ -42,27 +43,27 @@ class PrefillOutputs(NamedTuple):
 
 @torch.no_grad()
 def prefill(
-    model: LoopedLM,
     cache: KVCache,
     state: SlotState,
     rng: RngRegistry,
     requests: list[Request],
     hooks: MutantHooks,
+    forward: PrefillForward,
     hints: dict | None = None,
     fault=None,
 ) -> PrefillOutputs:
     """Prefill ``requests`` (already bound to slots); outputs stay on the device.
 
+    forward: the runner's ``PrefillForward`` (graph-replayed on CUDA).
     hints: host promises forwarded to ``batched_probabilities`` (see
         ``RunnerBase.sampling_hints``).
     fault: test hook ``fault(("t1", None), logits) -> logits`` with [n, V] logits;
         None in production."""
     lengths = [len(r.prompt) for r in requests]
-    T = max(lengths)
     slots = state.upload([r.slot for r in requests], torch.int64)  # [n]
     last = state.upload([x - 1 for x in lengths], torch.int64)  # [n]
     budget = state.upload([r.params.max_tokens - 1 for r in requests], torch.int64)
-    logits = _distinct_prompt_logits(model, cache, state, requests, T)  # [n, V] f32
+    logits = _distinct_prompt_logits(forward, cache, state, requests, fault is not None)
     if fault is not None:
         logits = fault(("t1", None), logits)
     p = batched_probabilities(
@@ -85,8 +86,85 @@ def prefill(
     return PrefillOutputs(t1, res.invalid, failed)
 
 
+class PrefillForward:
+    """The model forward of a prefill batch's distinct prompts, graph-replayed on CUDA.
+
+    ``forward(cache, prompts, slots, upload)`` runs the u prompts (each in its own slot,
+    all R loops, keys and values written at every depth) and returns [u, V] float32
+    logits at each prompt's last position. An eager prefill is ~2,300 small kernels
+    launched from Python (35 to 55 ms on the host on an H200 at the small preset,
+    bench/host_timeline.py), which the device cannot run ahead of: under continuous
+    batching every refill of a few slots cost that much wall time. On CUDA the batch's
+    prompt axis is padded to a multiple of ``PAD_T`` (so that refills share a few
+    shapes) and each (u, padded length) is a ``GraphedRound`` key, captured at its third
+    use like a round; the inputs are copied into the key's static buffers first. CPU
+    runs unpadded and eagerly, exactly as before. Padding sits at positions >= the
+    prompt length: those keys are rewritten by the real tokens before any query at or
+    past them exists, and the causal mask hides them from the prompt's own queries.
+    Eager and replayed forwards of one shape run the same kernels on the same inputs."""
+
+    PAD_T = 16
+
+    def __init__(self, model: LoopedLM, device: torch.device, graphs: bool):
+        self.model = model
+        self.pad = torch.device(device).type == "cuda"
+        self.graphs = (
+            GraphedRound(self._forward, lambda: [], torch.device(device))
+            if graphs and self.pad
+            else None
+        )
+        self.cache: KVCache | None = None  # the cache the captured graphs write into
+        # (u, T) -> static (tokens [u, T], rows [u], last [u]) read by that key's graph
+        self.inputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    def _forward(self, u: int, T: int) -> tuple[torch.Tensor]:
+        """The graphed function of key (u, T): reads that key's static inputs."""
+        return (self._run(*self.inputs[(u, T)]),)
+
+    def _run(
+        self,
+        tokens: torch.Tensor,  # [u, T] int64 prompts, padded
+        rows: torch.Tensor,  # [u] int64 their slots
+        last: torch.Tensor,  # [u] int64 index of each prompt's last token
+    ) -> torch.Tensor:  # [u, V] f32
+        model, cache = self.model, self.cache
+        u, T = tokens.shape
+        positions = torch.arange(T, device=tokens.device)[None, :].expand(u, T)
+        ctx = model.context(positions, rows, cache.max_len, prefix=False)
+        h = model.run_loops(model.embed(tokens), 0, model.num_loops, cache, ctx)  # [u, T, D]
+        return model.logits(h[torch.arange(u, device=h.device), last])
+
+    def __call__(
+        self, cache: KVCache, prompts: list[list[int]], slots: list[int], upload, eager: bool
+    ) -> torch.Tensor:
+        """eager: run without graphs (a test fault sees the logits). Returns [u, V] f32."""
+        u, T = len(prompts), max(len(p) for p in prompts)
+        if self.pad:
+            T = min(-(-T // self.PAD_T) * self.PAD_T, cache.max_len)
+        if cache is not self.cache:  # a new or grown cache: graphs write the old one
+            if self.graphs is not None:
+                self.graphs.invalidate()
+            self.cache = cache
+        padded = [p + [0] * (T - len(p)) for p in prompts]
+        new = (
+            upload(padded, torch.int64),
+            upload(slots, torch.int64),
+            upload([len(p) - 1 for p in prompts], torch.int64),
+        )
+        if self.graphs is None or eager:
+            return self._run(*new)
+        static = self.inputs.setdefault((u, T), tuple(torch.empty_like(t) for t in new))
+        for buf, t in zip(static, new, strict=True):
+            buf.copy_(t)
+        return self.graphs(u, T)[0].clone()  # the next replay overwrites the static output
+
+
 def _distinct_prompt_logits(
-    model: LoopedLM, cache: KVCache, state: SlotState, requests: list[Request], T: int
+    forward: PrefillForward,
+    cache: KVCache,
+    state: SlotState,
+    requests: list[Request],
+    eager: bool,
 ) -> torch.Tensor:
     """[n, V] f32 logits at each request's last prompt position, with one forward per
     distinct prompt: a distribution protocol admits thousands of requests with the same
@@ -94,7 +172,8 @@ def _distinct_prompt_logits(
     thousands of times. The first request of each distinct prompt runs in its own slot;
     every other one receives that slot's keys and values (every depth, positions < T)
     and its logits row. A request's prefill thus never depends on the other prompts in
-    its batch beyond how many distinct ones there are (the GEMM's row count)."""
+    its batch beyond how many distinct ones there are and the longest (the GEMM's row
+    count)."""
     first: dict[tuple[int, ...], int] = {}
     reps: list[int] = []  # the request that computes each distinct prompt
     inverse: list[int] = []  # per request: the index of its prompt in reps
@@ -103,19 +182,16 @@ def _distinct_prompt_logits(
         if j == len(reps):
             reps.append(i)
         inverse.append(j)
-    u = len(reps)
-    padded = [requests[i].prompt + [0] * (T - len(requests[i].prompt)) for i in reps]
-    tokens = state.upload(padded, torch.int64)  # [u, T]
-    rep_slots = state.upload([requests[i].slot for i in reps], torch.int64)  # [u]
-    rep_last = state.upload([len(requests[i].prompt) - 1 for i in reps], torch.int64)  # [u]
-    positions = torch.arange(T, device=tokens.device)[None, :].expand(u, T)
-    # Padding sits at positions >= the prompt length: those keys are rewritten by the
-    # real tokens before any query at or past them exists.
-    ctx = model.context(positions, rep_slots, cache.max_len, prefix=False)
-    h = model.run_loops(model.embed(tokens), 0, model.num_loops, cache, ctx)  # [u, T, D]
-    logits = model.logits(h[torch.arange(u, device=h.device), rep_last])  # [u, V] f32
-    if u == len(requests):
+    logits = forward(
+        cache,
+        [requests[i].prompt for i in reps],
+        [requests[i].slot for i in reps],
+        state.upload,
+        eager,
+    )  # [u, V]
+    if len(reps) == len(requests):
         return logits
+    T = max(len(r.prompt) for r in requests)
     copies = [i for i, j in enumerate(inverse) if reps[j] != i]
     dst = state.upload([requests[i].slot for i in copies], torch.int64)  # [m]
     src = state.upload([requests[reps[inverse[i]]].slot for i in copies], torch.int64)  # [m]

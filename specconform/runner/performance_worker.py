@@ -55,12 +55,17 @@ def _llm(eut, torch, engine: dict, config: dict, concurrency: int, graphs: bool)
         max_num_seqs=concurrency,
         use_cuda_graphs=graphs,
     )
-    # An engine that runs a shape eagerly for its first uses (GraphedRound.eager_uses)
-    # captures at first use here, so the warm-up runs capture every shape the timed
-    # runs use; an older base without the attribute captures at first use anyway.
-    graphed = getattr(getattr(llm, "runner", None), "graphs", None)
-    if graphed is not None and hasattr(graphed, "eager_uses"):
-        graphed.eager_uses = 0
+    # An engine that runs a round or prefill shape eagerly for its first uses
+    # (GraphedRound.eager_uses) captures at first use here, so the warm-up runs capture
+    # every shape the timed runs use; an older base without the attribute captures at
+    # first use anyway.
+    runner = getattr(llm, "runner", None)
+    if hasattr(runner, "capture_at_first_use"):  # round and prefill graphs
+        runner.capture_at_first_use()
+    else:
+        graphed = getattr(runner, "graphs", None)
+        if graphed is not None and hasattr(graphed, "eager_uses"):
+            graphed.eager_uses = 0
     return llm
 
 

@@ -276,3 +276,39 @@ def test_repeated_prompts_prefill_once_and_equal_single_requests(model, mode):
         assert torch.equal(cache.k[:, :, a, :, :n], cache.k[:, :, b, :, :n])
         assert torch.equal(cache.v[:, :, a, :, :n], cache.v[:, :, b, :, :n])
     assert not torch.equal(cache.k[:, :, 0, :, :5], cache.k[:, :, 5, :, :5])  # [7, 8, 9]
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_padded_prefill_gives_the_unpadded_tokens(model, mode):
+    """CUDA pads a prefill batch's prompt axis to a multiple of PrefillForward.PAD_T (so
+    that refills share a few graph shapes). The padding's keys must never be seen: on
+    CPU, forced on, the padded prefill gives the same first logits (up to float32
+    summation order: GEMMs of other row counts) and the same tokens as the unpadded
+    one, with refills of different prompt lengths (2 slots, 6 requests)."""
+    prompts = [PROMPT, PROMPT[:5], [7, 8, 9], PROMPT + PROMPT[:9], PROMPT[:2], PROMPT]
+    params = [rand(s, max_tokens=4 + 3 * s, ignore_eos=True) for s in range(len(prompts))]
+    plain = LLM(model=model, max_num_seqs=2, **MODES[mode])
+    padded = LLM(model=model, max_num_seqs=2, **MODES[mode])
+    padded.runner.prefill_forward.pad = True
+    assert plain.runner.prefill_forward.pad is False  # CPU: unpadded unless forced
+    want = plain.generate(prompts, params)
+    got = padded.generate(prompts, params)
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+    forward, cache = padded.runner.prefill_forward, padded.runner.cache
+    slots = [0, 1]
+    a = forward(cache, [PROMPT[:5], [7, 8, 9]], slots, padded.runner.state.upload, False)
+    b = plain.runner.prefill_forward(
+        plain.runner.cache, [PROMPT[:5], [7, 8, 9]], slots, plain.runner.state.upload, False
+    )
+    assert a.shape == b.shape == (2, model.cfg.vocab_size)
+    assert torch.allclose(a, b, rtol=0, atol=1e-5)
+    # Negative control: padding that the causal mask did not hide (here: the pad id
+    # placed before the prompt) would change the logits.
+    shifted = forward(
+        cache,
+        [[0] * 11 + PROMPT[:5], [0] * 13 + [7, 8, 9]],
+        slots,
+        padded.runner.state.upload,
+        False,
+    )
+    assert not torch.allclose(shifted, b, rtol=0, atol=1e-3)

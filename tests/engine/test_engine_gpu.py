@@ -255,3 +255,61 @@ def test_a_shape_runs_eagerly_before_it_is_captured(model):
     assert first_use.runner.graphs.eager_calls == 0
     eager = async_llm(model, use_cuda_graphs=False).generate([PROMPT] * 4, params)
     assert [o.token_ids for o in eager] == [o.token_ids for o in outs]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_prefill_graphs_replay_like_eager(model, asynchronous):
+    """Refills of a few slots (2 slots, 8 requests of different prompt lengths and
+    budgets) replay captured prefill graphs (runners/prefill.py PrefillForward); the
+    tokens equal an engine without graphs, also after the KV cache grew (the last
+    requests need longer rows: the prefill graphs are dropped and recaptured)."""
+    prompts = [
+        PROMPT,
+        PROMPT[:5],
+        [7, 8, 9],
+        PROMPT[:3],
+        PROMPT,
+        PROMPT[:5],
+        PROMPT + PROMPT,
+        PROMPT[:4],
+    ]
+    params = [rand(s, max_tokens=6 + 2 * (s % 3)) for s in range(6)]
+    params += [rand(6, max_tokens=200), rand(7, max_tokens=150)]
+    kw = dict(speculative_config=SPEC, async_scheduling=asynchronous, device="cuda", max_num_seqs=2)
+    graphed = LLM(model=model, **kw)
+    graphed.runner.capture_at_first_use()
+    outs = graphed.generate(prompts, params)
+    forward = graphed.runner.prefill_forward
+    assert forward.graphs.captures >= 2 and forward.graphs.replays >= 1
+    eager = LLM(model=model, use_cuda_graphs=False, **kw).generate(prompts, params)
+    assert eager[0].token_ids  # something was generated
+    assert [o.token_ids for o in outs] == [o.token_ids for o in eager]
+
+
+def test_no_host_sync_while_a_refill_prefills(model):
+    """A refill's prefill (admission, graph replay of its forward, the t1 draw) never
+    synchronises the host: under continuous batching it is queued behind the round in
+    flight, which keeps running meanwhile."""
+    llm = async_llm(model, max_num_seqs=4)
+    runner = llm.runner
+    runner.capture_at_first_use()
+    for s in range(2):
+        llm.add_request(s, PROMPT, rand(s, max_tokens=200))
+    for _ in range(3):
+        llm.step()  # the prefill of (1 distinct prompt, 16 positions) is captured
+    assert runner.prefill_forward.graphs.captures == 1
+    replays = runner.prefill_forward.graphs.replays  # a capture also replays once
+    llm.add_request(2, PROMPT, rand(2, max_tokens=200))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        admitted = runner.admit()
+        out = runner.run_prefill(admitted)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert runner.prefill_forward.graphs.replays == replays + 1
+    torch.cuda.synchronize()
+    assert out.t1.shape == (1,)
+    for s in range(3):
+        llm.abort_request(s)
+    llm.step()
