@@ -1,4 +1,5 @@
-"""Shared pytest configuration: GPU tests skip cleanly on machines without CUDA."""
+"""Shared pytest configuration: GPU tests skip cleanly on machines without CUDA; no test
+builds its model from a weight cache it did not set up."""
 
 import pytest
 
@@ -18,3 +19,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(autouse=True)
+def _no_weight_cache(monkeypatch):
+    """Tests build their models from the seed: ``specconform run`` in-process would
+    otherwise point the engine's weight cache (engine_under_test/model/weight_cache.py)
+    at a test's output folder for every later test of the worker. An empty value means
+    "no cache" and survives ``use_persistent_caches``' setdefault; tests of the cache
+    set their own folder."""
+    monkeypatch.setenv("ENGINE_UNDER_TEST_WEIGHT_CACHE", "")

@@ -10,6 +10,7 @@ from ..config import ModelConfig
 from .init import init_weights
 from .kv_cache import KVCache
 from .model import LoopedLM
+from .weight_cache import memoised
 
 __all__ = ["KVCache", "LoopedLM", "build_model", "init_weights"]
 
@@ -18,7 +19,8 @@ def build_model(
     cfg: ModelConfig, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
 ) -> LoopedLM:  # or a LlamaLM
     """The model of ``cfg``: a Llama-family GGUF (architecture "llama"), else the looped
-    model with weights from ``cfg.checkpoint`` when set, else from the seed."""
+    model with weights from ``cfg.checkpoint`` when set, else from the seed (memoised on
+    disk when ``ENGINE_UNDER_TEST_WEIGHT_CACHE`` names a folder: weight_cache.py)."""
     if cfg.architecture == "llama":
         if cfg.gguf is not None:
             from .gguf import load_llama_gguf
@@ -42,8 +44,11 @@ def build_model(
         from .loader import load_checkpoint
 
         return load_checkpoint(cfg, device=device, dtype=dtype)
-    with torch.device("meta"):
-        model = LoopedLM(cfg, dtype=dtype)
-    model = model.to_empty(device=device)
-    init_weights(model, cfg)
+
+    def empty() -> LoopedLM:
+        with torch.device("meta"):
+            model = LoopedLM(cfg, dtype=dtype)
+        return model.to_empty(device=device)
+
+    model = memoised(cfg, dtype, empty, lambda m: init_weights(m, cfg))  # weight_cache.py
     return model.eval().requires_grad_(False)

@@ -1,0 +1,121 @@
+"""Seeded weights memoised on disk: the same tensors, without recomputing them.
+
+``init_weights`` computes every weight on the CPU from the seed (a QR of D x D, products
+of V x D, one generator in a fixed order) so that CPU and CUDA get the same fp32 values.
+For the ``small`` preset that is about 4 s of a GPU run's start-up (an H200 box,
+bench/cold_start.py; 16 s on a 2-core CI machine), every process, for the same 195 M
+numbers. When ``ENGINE_UNDER_TEST_WEIGHT_CACHE`` names a folder (``specconform run``
+sets it to ``<out>/.cache/weights``, beside the Triton cache; runner/caches.py), the
+first build of a configuration writes its state dict there and later builds load it.
+
+What makes an entry the same weights:
+
+- its key hashes everything that decides them: the whole ``ModelConfig`` (seed, sizes,
+  init constants), the dtype, the torch version (the CPU generator's stream) and the
+  source of the modules that define the parameters and their values (this package's
+  ``init.py``, ``model.py`` and ``layers.py``, and ``config.py``), so an edit of the
+  initialisation can never load weights of the old code;
+- the file's sha256 is stored beside it and checked before loading; an entry that does
+  not match (a torn write, a corrupted disk) is rebuilt and replaced, with one line on
+  stderr;
+- writes go to a temporary name and are renamed into place, so a concurrent reader (two
+  shards of one run) sees a whole entry or none.
+
+Checkpoint and GGUF models are loaded from their files as before; only the seeded looped
+model is memoised.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from ..config import ModelConfig
+
+ENV = "ENGINE_UNDER_TEST_WEIGHT_CACHE"
+_HERE = Path(__file__).resolve().parent
+SOURCES = (
+    _HERE / "init.py",
+    _HERE / "model.py",
+    _HERE / "layers.py",
+    _HERE.parent / "config.py",
+)
+_CHUNK = 8 << 20
+
+
+def cache_key(cfg: ModelConfig, dtype: torch.dtype) -> str:
+    """The entry name of (cfg, dtype) under this torch and this code."""
+    h = hashlib.sha256()
+    for part in (repr(cfg), str(dtype), torch.__version__):
+        h.update(part.encode())
+        h.update(b"\0")
+    for source in SOURCES:
+        h.update(source.read_bytes())
+    return f"{cfg.name}-{h.hexdigest()[:24]}"
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(_CHUNK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _load(entry: Path, model: torch.nn.Module) -> bool:
+    """Fill ``model`` from a verified entry; False when there is none or it is bad."""
+    digest = entry.with_suffix(".sha256")
+    if not entry.is_file() or not digest.is_file():
+        return False
+    try:
+        if digest.read_text().strip() != _file_digest(entry):
+            raise ValueError("sha256 mismatch")
+        state = torch.load(entry, map_location="cpu", mmap=True, weights_only=True)
+        model.load_state_dict(state, strict=True)
+    except Exception as e:  # noqa: BLE001 -- any unreadable entry is rebuilt, never fatal
+        print(f"weight cache: {entry.name} is unusable ({e}); rebuilding it", file=sys.stderr)
+        return False
+    return True
+
+
+def _save(entry: Path, model: torch.nn.Module) -> None:
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
+    state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+    try:
+        torch.save(state, tmp)
+        tmp_digest = tmp.with_suffix(".sha256tmp")
+        tmp_digest.write_text(_file_digest(tmp) + "\n")
+        os.replace(tmp, entry)
+        os.replace(tmp_digest, entry.with_suffix(".sha256"))
+    except OSError as e:  # a full or read-only disk: the run goes on uncached
+        tmp.unlink(missing_ok=True)
+        print(f"weight cache: could not write {entry} ({e})", file=sys.stderr)
+
+
+def memoised(
+    cfg: ModelConfig,
+    dtype: torch.dtype,
+    empty: Callable[[], torch.nn.Module],
+    fill: Callable[[torch.nn.Module], None],
+) -> torch.nn.Module:
+    """``empty()`` (parameters allocated on their device), filled from the cache entry of
+    (cfg, dtype) when ``ENGINE_UNDER_TEST_WEIGHT_CACHE`` is set and has a good one, else
+    by ``fill`` (then written to the cache when it is set)."""
+    model = empty()
+    folder = os.environ.get(ENV)
+    if not folder:
+        fill(model)
+        return model
+    entry = Path(folder) / f"{cache_key(cfg, dtype)}.pt"
+    with torch.no_grad():
+        if _load(entry, model):
+            return model
+    fill(model)
+    _save(entry, model)
+    return model
