@@ -109,57 +109,59 @@ def _execute(
 ):
     from specconform.progress import progress, set_verbose
     from specconform.protocol.load import apply_overrides, load_protocol
-    from specconform.runner.caches import use_persistent_caches
+    from specconform.runner.caches import persistent_caches
     from specconform.runner.execute import execute
 
     set_verbose(verbose)
-    use_persistent_caches(out_dir)  # before the engine imports torch and Triton
-    loaded = load_protocol(protocol)
-    loaded = apply_overrides(
-        loaded,
-        {
-            "--seeds": seeds,
-            "--offset": offset,
-            "--batch-size": batch_size,
-            "--device": device,
-            "--base-ref": base_ref,
-        },
-    )
-    loaded = _sequential_override(loaded, protocol, sequential, batch, resume)
-    if loaded.kind not in ("distribution", "sequence", "mcnemar") and ledger:
-        raise UsageError(
-            f"{protocol}: --ledger applies to distribution, sequence and mcnemar "
-            f"protocols, not {loaded.kind}"
-        )
-    if loaded.kind != "distribution" and resume:
-        raise UsageError(
-            f"{protocol}: --resume applies to distribution protocols, not {loaded.kind}"
-        )
-    signing_key = _signing_key(key, no_sign)
-    from specconform.runner.context import RunOptions
-
-    options = RunOptions(ledger=ledger, resume=resume, max_archive_size=max_archive_size)
-    if resume is not None:
-        from specconform.runner.distribution import read_checkpoint
-
-        # The resumed run keeps its id and folder; protocol, overrides and mutant are
-        # checked against the checkpoint before anything runs.
-        saved = read_checkpoint(resume)
-        options = replace(options, run_id=saved["run_id"], attempt=saved["attempt"])
-        out_dir = resume.parent
-    from specconform.extras import missing_extra
-
-    with missing_extra(f"running protocol {loaded.name}"):  # no torch: name the extra, exit 2
-        return execute(
+    # Before the engine imports torch and Triton; a failed run takes the caches it
+    # created with it (runner/caches.py).
+    with persistent_caches(out_dir):
+        loaded = load_protocol(protocol)
+        loaded = apply_overrides(
             loaded,
-            out_dir=out_dir,
-            argv=["specconform"] + sys.argv[1:],
-            mutant=mutant,
-            key=signing_key,
-            sign=not no_sign,
-            progress=progress,
-            options=options,
+            {
+                "--seeds": seeds,
+                "--offset": offset,
+                "--batch-size": batch_size,
+                "--device": device,
+                "--base-ref": base_ref,
+            },
         )
+        loaded = _sequential_override(loaded, protocol, sequential, batch, resume)
+        if loaded.kind not in ("distribution", "sequence", "mcnemar") and ledger:
+            raise UsageError(
+                f"{protocol}: --ledger applies to distribution, sequence and mcnemar "
+                f"protocols, not {loaded.kind}"
+            )
+        if loaded.kind != "distribution" and resume:
+            raise UsageError(
+                f"{protocol}: --resume applies to distribution protocols, not {loaded.kind}"
+            )
+        signing_key = _signing_key(key, no_sign)
+        from specconform.runner.context import RunOptions
+
+        options = RunOptions(ledger=ledger, resume=resume, max_archive_size=max_archive_size)
+        if resume is not None:
+            from specconform.runner.distribution import read_checkpoint
+
+            # The resumed run keeps its id and folder; protocol, overrides and mutant are
+            # checked against the checkpoint before anything runs.
+            saved = read_checkpoint(resume)
+            options = replace(options, run_id=saved["run_id"], attempt=saved["attempt"])
+            out_dir = resume.parent
+        from specconform.extras import missing_extra
+
+        with missing_extra(f"running protocol {loaded.name}"):  # no torch: name the extra, exit 2
+            return execute(
+                loaded,
+                out_dir=out_dir,
+                argv=["specconform"] + sys.argv[1:],
+                mutant=mutant,
+                key=signing_key,
+                sign=not no_sign,
+                progress=progress,
+                options=options,
+            )
 
 
 def _sequential_override(loaded, protocol, sequential: bool, batch: int | None, resume):

@@ -16,6 +16,9 @@ weight cache when it first writes an entry, both after every input check of the 
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 CACHE_FOLDER = ".cache"
@@ -31,3 +34,22 @@ def use_persistent_caches(out_dir: Path) -> None:
     os.environ.setdefault("TRITON_CACHE_DIR", str(root / "triton"))
     # Named here, not imported: the toolkit must not import the engine (nor torch).
     os.environ.setdefault(WEIGHT_CACHE_ENV, str(root / "weights"))
+
+
+@contextmanager
+def persistent_caches(out_dir: Path) -> Iterator[None]:
+    """``use_persistent_caches`` for one run, undone when the run stops with an error: a
+    cache folder it created goes (bad input leaves no output behind, contract of every
+    command), and so does ``out_dir`` if the run created it and left it empty. A cache
+    that existed before is kept whatever happens."""
+    root = Path(out_dir).resolve() / CACHE_FOLDER
+    out_existed, root_existed = root.parent.exists(), root.exists()
+    use_persistent_caches(out_dir)
+    try:
+        yield
+    except BaseException:
+        if not root_existed:
+            shutil.rmtree(root, ignore_errors=True)
+        if not out_existed and root.parent.is_dir() and not any(root.parent.iterdir()):
+            root.parent.rmdir()
+        raise

@@ -4,9 +4,15 @@ up front."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+
+import pytest
 
 from specconform.runner.caches import use_persistent_caches
+from tests.toolkit.cli_helpers import ROOT
 
 
 def test_triton_cache_defaults_under_the_out_folder(tmp_path, monkeypatch):
@@ -34,3 +40,59 @@ def test_weight_cache_defaults_under_the_out_folder(tmp_path, monkeypatch):
     monkeypatch.setenv(WEIGHT_CACHE_ENV, "/mine")
     use_persistent_caches(tmp_path)
     assert os.environ[WEIGHT_CACHE_ENV] == "/mine"
+
+
+def _fail_inside(out):
+    from specconform.runner.caches import persistent_caches
+
+    with pytest.raises(RuntimeError), persistent_caches(out):
+        (out / ".cache" / "weights").mkdir(parents=True)
+        (out / ".cache" / "weights" / "entry.pt").write_bytes(b"x")
+        raise RuntimeError("the run stopped")
+
+
+def test_a_failed_run_takes_the_caches_it_created(tmp_path):
+    from specconform.runner.caches import persistent_caches
+
+    out = tmp_path / "reports"
+    _fail_inside(out)
+    assert not out.exists()  # created by the run, empty again: removed
+    with persistent_caches(out):  # a run that finishes keeps what it cached
+        (out / ".cache").mkdir(parents=True)
+    assert (out / ".cache").is_dir()
+    (out / ".cache" / "triton").mkdir()
+    _fail_inside(out)  # existed before this run: kept, with what it holds
+    assert (out / ".cache" / "triton").is_dir()
+
+
+def test_bad_input_leaves_no_weight_cache_behind(tmp_path):
+    """The bundled engine caches its weights under <out>/.cache (it loads before the
+    prompts can be checked against its vocabulary); a run that then stops on bad input
+    (exit 2, one line) leaves the out folder as it found it: absent. Control: the same
+    run with a cache folder of the user's keeps its entry, so the engine did write one."""
+    from tests.toolkit.test_sequence_run import SMALL, _write
+
+    data = json.loads(json.dumps(SMALL))
+    data["prompts"][1] = [7, 600]
+    protocol = _write(tmp_path, data)
+    env = {k: v for k, v in os.environ.items() if k != "ENGINE_UNDER_TEST_WEIGHT_CACHE"}
+
+    def run(out, **extra):
+        args = ["run", str(protocol), "--out", str(out), "--no-sign"]
+        return subprocess.run(
+            [sys.executable, "-m", "specconform", *args],
+            capture_output=True,
+            text=True,
+            env={**env, "CI": "true", **extra},
+            cwd=ROOT,
+            timeout=120,
+        )
+
+    done = run(tmp_path / "out")
+    assert done.returncode == 2, done.stderr
+    assert "token 600 outside the engine's vocabulary" in done.stderr
+    assert not (tmp_path / "out").exists()
+    mine = tmp_path / "mine"
+    done = run(tmp_path / "out2", ENGINE_UNDER_TEST_WEIGHT_CACHE=str(mine))
+    assert done.returncode == 2, done.stderr
+    assert len(list(mine.glob("*.pt"))) == 1 and not (tmp_path / "out2").exists()
