@@ -19,6 +19,7 @@ already spent or the batch failed -- the same rules the host applies when it rea
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -63,7 +64,7 @@ def prefill(
     slots = state.upload([r.slot for r in requests], torch.int64)  # [n]
     last = state.upload([x - 1 for x in lengths], torch.int64)  # [n]
     budget = state.upload([r.params.max_tokens - 1 for r in requests], torch.int64)
-    logits = _distinct_prompt_logits(forward, cache, state, requests, fault is not None)
+    logits = _distinct_prompt_logits(forward, cache, state, requests)  # [n, V] f32
     if fault is not None:
         logits = fault(("t1", None), logits)
     p = batched_probabilities(
@@ -135,9 +136,13 @@ class PrefillForward:
         return model.logits(h[torch.arange(u, device=h.device), last])
 
     def __call__(
-        self, cache: KVCache, prompts: list[list[int]], slots: list[int], upload, eager: bool
+        self,
+        cache: KVCache,
+        prompts: list[list[int]],
+        slots: list[int],
+        upload: Callable[[list, torch.dtype], torch.Tensor],
     ) -> torch.Tensor:
-        """eager: run without graphs (a test fault sees the logits). Returns [u, V] f32."""
+        """[u, V] f32 logits; ``upload`` is ``SlotState.upload`` (pinned, no sync)."""
         u, T = len(prompts), max(len(p) for p in prompts)
         if self.pad:
             T = min(-(-T // self.PAD_T) * self.PAD_T, cache.max_len)
@@ -151,7 +156,7 @@ class PrefillForward:
             upload(slots, torch.int64),
             upload([len(p) - 1 for p in prompts], torch.int64),
         )
-        if self.graphs is None or eager:
+        if self.graphs is None:
             return self._run(*new)
         static = self.inputs.setdefault((u, T), tuple(torch.empty_like(t) for t in new))
         for buf, t in zip(static, new, strict=True):
@@ -164,7 +169,6 @@ def _distinct_prompt_logits(
     cache: KVCache,
     state: SlotState,
     requests: list[Request],
-    eager: bool,
 ) -> torch.Tensor:
     """[n, V] f32 logits at each request's last prompt position, with one forward per
     distinct prompt: a distribution protocol admits thousands of requests with the same
@@ -187,7 +191,6 @@ def _distinct_prompt_logits(
         [requests[i].prompt for i in reps],
         [requests[i].slot for i in reps],
         state.upload,
-        eager,
     )  # [u, V]
     if len(reps) == len(requests):
         return logits

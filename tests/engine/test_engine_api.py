@@ -296,9 +296,9 @@ def test_padded_prefill_gives_the_unpadded_tokens(model, mode):
     assert [o.token_ids for o in got] == [o.token_ids for o in want]
     forward, cache = padded.runner.prefill_forward, padded.runner.cache
     slots = [0, 1]
-    a = forward(cache, [PROMPT[:5], [7, 8, 9]], slots, padded.runner.state.upload, False)
+    a = forward(cache, [PROMPT[:5], [7, 8, 9]], slots, padded.runner.state.upload)
     b = plain.runner.prefill_forward(
-        plain.runner.cache, [PROMPT[:5], [7, 8, 9]], slots, plain.runner.state.upload, False
+        plain.runner.cache, [PROMPT[:5], [7, 8, 9]], slots, plain.runner.state.upload
     )
     assert a.shape == b.shape == (2, model.cfg.vocab_size)
     assert torch.allclose(a, b, rtol=0, atol=1e-5)
@@ -309,6 +309,5 @@ def test_padded_prefill_gives_the_unpadded_tokens(model, mode):
         [[0] * 11 + PROMPT[:5], [0] * 13 + [7, 8, 9]],
         slots,
         padded.runner.state.upload,
-        False,
     )
     assert not torch.allclose(shifted, b, rtol=0, atol=1e-3)
