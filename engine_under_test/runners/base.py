@@ -110,9 +110,9 @@ class RunnerBase:
         usable: the next admission reallocates the cache and recaptures."""
         if self.has_work():
             raise RuntimeError("release() with requests still waiting or in flight")
-        for graphed in (self.graphs, self.prefill_forward.graphs):
-            if graphed is not None:
-                graphed.invalidate()
+        if self.graphs is not None:
+            self.graphs.invalidate()
+        self.prefill_forward.release()
         self.cache = None
         self.cache_version += 1
 

@@ -118,6 +118,13 @@ class PrefillForward:
         # (u, T) -> static (tokens [u, T], rows [u], last [u]) read by that key's graph
         self.inputs: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
+    def release(self) -> None:
+        """Drop the captured graphs and the reference to the KV cache (so that
+        ``RunnerBase.release`` frees its memory now)."""
+        if self.graphs is not None:
+            self.graphs.invalidate()
+        self.cache = None
+
     def _forward(self, u: int, T: int) -> tuple[torch.Tensor]:
         """The graphed function of key (u, T): reads that key's static inputs."""
         return (self._run(*self.inputs[(u, T)]),)

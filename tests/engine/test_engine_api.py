@@ -221,8 +221,10 @@ def test_close_frees_the_cache_and_the_engine_serves_again(model, mode):
     llm = LLM(model=model, **MODES[mode])
     first = llm.generate([PROMPT] * 3, params)
     assert llm.runner.cache is not None
+    assert llm.runner.prefill_forward.cache is llm.runner.cache
     llm.close()
-    assert llm.runner.cache is None
+    # Nothing holds the cache any more (the prefill forward kept a reference to it).
+    assert llm.runner.cache is None and llm.runner.prefill_forward.cache is None
     again = llm.generate([PROMPT] * 3, params)  # reallocates; same fixed-seed tokens
     assert [o.token_ids for o in again] == [o.token_ids for o in first]
 
