@@ -36,6 +36,7 @@ way, preset, dtype = sys.argv[1], sys.argv[2], getattr(torch, sys.argv[3])
 sys.path.insert(0, sys.argv[4])
 from engine_under_test import ModelConfig
 from engine_under_test.model import LoopedLM, build_model, init_weights
+from engine_under_test.model.layers import allocate
 cfg = ModelConfig.preset(preset, seed=0)
 t1 = time.perf_counter()
 if way == "cuda_init":
@@ -46,9 +47,7 @@ else:
         import threading
         warming = threading.Thread(target=lambda: torch.empty(1, device="cuda"))
         warming.start()
-        with torch.device("meta"):
-            model = LoopedLM(cfg, dtype=dtype)
-        model = model.to_empty(device="cpu")
+        model = allocate(LoopedLM, cfg, dtype=dtype, device="cpu")
         init_weights(model, cfg)
         warming.join()
         model = model.to("cuda")

@@ -9,6 +9,7 @@ import torch
 from ..config import ModelConfig
 from .init import init_weights
 from .kv_cache import KVCache
+from .layers import allocate
 from .model import LoopedLM
 from .weight_cache import memoised
 
@@ -45,10 +46,10 @@ def build_model(
 
         return load_checkpoint(cfg, device=device, dtype=dtype)
 
-    def empty() -> LoopedLM:
-        with torch.device("meta"):
-            model = LoopedLM(cfg, dtype=dtype)
-        return model.to_empty(device=device)
-
-    model = memoised(cfg, dtype, empty, lambda m: init_weights(m, cfg))  # weight_cache.py
+    model = memoised(  # weight_cache.py
+        cfg,
+        dtype,
+        lambda: allocate(LoopedLM, cfg, dtype=dtype, device=device),
+        lambda m: init_weights(m, cfg),
+    )
     return model.eval().requires_grad_(False)

@@ -144,11 +144,10 @@ def load_llama_gguf(
     cfg: ModelConfig, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
 ):
     """Build the LlamaLM of ``cfg`` with the weights of ``cfg.gguf``."""
+    from .layers import allocate
     from .llama import LlamaLM
 
-    with torch.device("meta"):
-        model = LlamaLM(cfg, dtype=dtype)
-    model = model.to_empty(device=device)
+    model = allocate(LlamaLM, cfg, dtype=dtype, device=device)
     wanted = dict(model.named_parameters())
     tensors = dequantized_tensors(Path(cfg.gguf), cfg)
     missing = sorted(set(wanted) - set(tensors))

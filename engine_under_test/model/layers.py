@@ -38,6 +38,15 @@ class Embedding(nn.Embedding):
         pass
 
 
+def allocate(cls, cfg, *, dtype: torch.dtype, device) -> nn.Module:
+    """``cls(cfg, dtype=dtype)`` with its tensors allocated on ``device``, uninitialised
+    where a layer skips its random init (``Linear``, ``Embedding``): the caller writes
+    every weight (seed, checkpoint, GGUF, weight cache). Not ``meta`` + ``to_empty``,
+    which imports torch.fx's symbolic shapes and sympy: 0.5 s per process."""
+    with torch.device(device):
+        return cls(cfg, dtype=dtype)
+
+
 class RMSNorm(nn.Module):
     """Root-mean-square norm computed in float32, cast back to the input dtype."""
 

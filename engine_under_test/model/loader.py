@@ -33,6 +33,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from ..config import ModelConfig
+from .layers import allocate
 from .model import LoopedLM
 
 
@@ -65,9 +66,7 @@ def load_checkpoint(
         from .llama import LlamaLM as cls
     else:
         cls = LoopedLM
-    with torch.device("meta"):
-        model = cls(cfg, dtype=dtype)
-    model = model.to_empty(device=device)
+    model = allocate(cls, cfg, dtype=dtype, device=device)
     wanted = {hf_name(n): p for n, p in model.named_parameters()}
     seen: set[str] = set()
     unexpected = []

@@ -100,3 +100,33 @@ def test_t1_has_a_few_dominant_values(tiny):
     assert top[0] < 0.6
     assert (top > 0.05).sum() >= 3
     assert top[:6].sum() > 0.75
+
+
+def test_building_a_model_imports_nothing_heavy_and_draws_nothing():
+    """build_model allocates on the device directly (layers.allocate): meta + to_empty
+    imported torch.fx's symbolic shapes and sympy, 0.5 s of every process's start-up.
+    Also checked: the build leaves torch's global generator where it was (every weight
+    comes from the config's own generator). In a fresh process, against what `import
+    torch` alone loads."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys, torch\n"
+        "before = set(sys.modules)\n"
+        "state = torch.random.get_rng_state()\n"
+        "from engine_under_test import ModelConfig\n"
+        "from engine_under_test.model import build_model\n"
+        "build_model(ModelConfig.preset('tiny', seed=0))\n"
+        "new = set(sys.modules) - before\n"
+        "print(sorted(m for m in new if m.startswith(('sympy', 'torch.fx', 'torch._dynamo'))))\n"
+        "print(torch.equal(state, torch.random.get_rng_state()))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    heavy, rng_untouched = done.stdout.strip().splitlines()[-2:]
+    assert heavy == "[]" and rng_untouched == "True", done.stdout
