@@ -21,6 +21,10 @@ What makes an entry the same weights:
 - writes go to a temporary name and are renamed into place, so a concurrent reader (two
   shards of one run) sees a whole entry or none.
 
+An entry is written only up to ``ENGINE_UNDER_TEST_WEIGHT_CACHE_MAX_GIB`` (default 2):
+``small`` is 0.4 GB in bf16 and 0.8 GB in fp32, ``ouro-1.4b`` 2.8 and 5.6 GB, which a
+reports folder should not gain unasked (one line on stderr says how to allow it).
+
 Checkpoint and GGUF models are loaded from their files as before; only the seeded looped
 model is memoised.
 """
@@ -38,6 +42,8 @@ import torch
 from ..config import ModelConfig
 
 ENV = "ENGINE_UNDER_TEST_WEIGHT_CACHE"
+MAX_ENV = "ENGINE_UNDER_TEST_WEIGHT_CACHE_MAX_GIB"
+DEFAULT_MAX_GIB = 2.0
 _HERE = Path(__file__).resolve().parent
 SOURCES = (
     _HERE / "init.py",
@@ -83,7 +89,24 @@ def _load(entry: Path, model: torch.nn.Module) -> bool:
     return True
 
 
+def _max_bytes() -> float:
+    raw = os.environ.get(MAX_ENV, "")
+    try:
+        gib = float(raw) if raw else DEFAULT_MAX_GIB
+    except ValueError:
+        raise ValueError(f"{MAX_ENV} must be a number of GiB, got {raw!r}") from None
+    return gib * 2**30
+
+
 def _save(entry: Path, model: torch.nn.Module) -> None:
+    size = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    if size > _max_bytes():
+        print(
+            f"weight cache: not writing {entry.name} ({size / 2**30:.1f} GiB > "
+            f"{_max_bytes() / 2**30:g} GiB; set {MAX_ENV} to allow it)",
+            file=sys.stderr,
+        )
+        return
     entry.parent.mkdir(parents=True, exist_ok=True)
     tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
     state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}

@@ -4,6 +4,7 @@ separates configurations and dtypes. Deterministic: no alpha or power applies.""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from engine_under_test import ModelConfig
@@ -91,3 +92,21 @@ def test_no_folder_no_files(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     build_model(ModelConfig.preset("tiny", seed=0))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_entries_past_the_size_limit_are_not_written(tmp_path, monkeypatch, capsys):
+    """ouro-1.4b in fp32 would be 5.6 GB: past ENGINE_UNDER_TEST_WEIGHT_CACHE_MAX_GIB
+    (default 2) nothing is written and one line says how to allow it; a bad limit is
+    an error naming the variable."""
+    cfg = ModelConfig.preset("tiny", seed=0)
+    monkeypatch.setenv(weight_cache.ENV, str(tmp_path))
+    monkeypatch.setenv(weight_cache.MAX_ENV, "0.0001")  # ~100 KiB: tiny is larger
+    want = build_model(cfg)
+    assert _entries(tmp_path) == []
+    err = capsys.readouterr().err
+    assert "not writing" in err and weight_cache.MAX_ENV in err
+    monkeypatch.setenv(weight_cache.MAX_ENV, "lots")
+    with pytest.raises(ValueError, match=weight_cache.MAX_ENV):
+        build_model(cfg)
+    monkeypatch.delenv(weight_cache.MAX_ENV)
+    assert _equal(build_model(cfg), want) and len(_entries(tmp_path)) == 1
