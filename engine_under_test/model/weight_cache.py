@@ -31,6 +31,7 @@ model is memoised.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import sys
@@ -107,17 +108,19 @@ def _save(entry: Path, model: torch.nn.Module) -> None:
             file=sys.stderr,
         )
         return
-    entry.parent.mkdir(parents=True, exist_ok=True)
     tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
+    tmp_digest = tmp.with_suffix(".sha256tmp")
     state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
     try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
         torch.save(state, tmp)
-        tmp_digest = tmp.with_suffix(".sha256tmp")
         tmp_digest.write_text(_file_digest(tmp) + "\n")
         os.replace(tmp, entry)
         os.replace(tmp_digest, entry.with_suffix(".sha256"))
     except OSError as e:  # a full or read-only disk: the run goes on uncached
-        tmp.unlink(missing_ok=True)
+        for leftover in (tmp, tmp_digest):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
         print(f"weight cache: could not write {entry} ({e})", file=sys.stderr)
 
 

@@ -110,3 +110,15 @@ def test_entries_past_the_size_limit_are_not_written(tmp_path, monkeypatch, caps
         build_model(cfg)
     monkeypatch.delenv(weight_cache.MAX_ENV)
     assert _equal(build_model(cfg), want) and len(_entries(tmp_path)) == 1
+
+
+def test_an_unwritable_folder_only_costs_the_cache(tmp_path, monkeypatch, capsys):
+    """A cache folder that cannot be created (here: below a file) is one line on
+    stderr; the model is built from the seed all the same."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    cfg = ModelConfig.preset("tiny", seed=0)
+    want = build_model(cfg)
+    monkeypatch.setenv(weight_cache.ENV, str(blocker / "weights"))
+    assert _equal(build_model(cfg), want)
+    assert "could not write" in capsys.readouterr().err
