@@ -60,8 +60,9 @@ def _llm(eut, torch, engine: dict, config: dict, concurrency: int, graphs: bool)
     # every shape the timed runs use; an older base without the attribute captures at
     # first use anyway.
     runner = getattr(llm, "runner", None)
-    if hasattr(runner, "capture_at_first_use"):  # round and prefill graphs
-        runner.capture_at_first_use()
+    capture_at_first_use = getattr(runner, "capture_at_first_use", None)
+    if capture_at_first_use is not None:  # round and prefill graphs
+        capture_at_first_use()
     else:
         graphed = getattr(runner, "graphs", None)
         if graphed is not None and hasattr(graphed, "eager_uses"):
