@@ -128,6 +128,19 @@ def _wait_for_checkpoint(out: Path, proc, timeout: float = 300.0) -> Path:
     raise AssertionError("no checkpoint folder appeared")
 
 
+def _wait_for_batches(folder: Path, proc, n: int, timeout: float = 300.0) -> bool:
+    """True once the run's checkpoint holds at least n finished batches; False if the
+    process ended first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(list((folder / "batches").glob("*.csv"))) >= n:
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.02)
+    raise AssertionError(f"fewer than {n} batches after {timeout} s")
+
+
 def test_resume_after_kill_gives_identical_counts_and_verdict(tmp_path):
     """Kill a real run with SIGKILL (and once with SIGINT) at random points, resume each
     time, and compare with an uninterrupted run: same samples byte for byte, same tests,
@@ -142,10 +155,13 @@ def test_resume_after_kill_gives_identical_counts_and_verdict(tmp_path):
     proc = _start(["run", protocol, "--out", out, "--no-sign"], env)
     folder = _wait_for_checkpoint(out, proc)
     kills = 0
-    for sig in (signal.SIGKILL, signal.SIGINT, signal.SIGKILL):
-        # A random point after the run has started generating (imports take seconds on a
-        # loaded machine; a kill before the checkpoint exists would test nothing).
-        time.sleep(rng.uniform(0.5, 4.0))
+    # Each kill lands at a random point once the run has finished a given number of its
+    # 40 batches (progress, not wall time: a sleep-based kill missed the run on a fast
+    # machine, which then finished before the first signal).
+    for sig, after in ((signal.SIGKILL, 4), (signal.SIGINT, 14), (signal.SIGKILL, 24)):
+        if not _wait_for_batches(folder, proc, after):
+            break
+        time.sleep(rng.uniform(0.0, 0.1))
         if proc.poll() is not None:
             break
         proc.send_signal(sig)
@@ -158,7 +174,7 @@ def test_resume_after_kill_gives_identical_counts_and_verdict(tmp_path):
     if proc is not None:
         stdout, stderr = proc.communicate(timeout=600)
         assert proc.returncode in (0, 1), stderr
-    assert kills >= 1  # the run really was interrupted
+    assert kills == 3  # the run really was interrupted, three times
 
     whole = next(p for p in (tmp_path / "whole").iterdir() if (p / "verdict.json").exists())
     resumed = next(p for p in out.iterdir() if (p / "verdict.json").exists())
