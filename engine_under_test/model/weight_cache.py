@@ -2,9 +2,10 @@
 
 ``init_weights`` computes every weight on the CPU from the seed (a QR of D x D, products
 of V x D, one generator in a fixed order) so that CPU and CUDA get the same fp32 values.
-For the ``small`` preset that is about 4 s of a GPU run's start-up (an H200 box,
-bench/cold_start.py; 16 s on a 2-core CI machine), every process, for the same 195 M
-numbers. When ``ENGINE_UNDER_TEST_WEIGHT_CACHE`` names a folder (``specconform run``
+For the ``small`` preset that is about 5 s of every process on a 2-core CPU (an entry
+loads in 1.25 s there; on an H200 box ``build_model`` took 4.26 s in a fresh process,
+bench/cold_start.py, but the cached load's gain was within the engine load's noise,
+docs/gpu-runs.md session 7), for the same 195 M numbers. When ``ENGINE_UNDER_TEST_WEIGHT_CACHE`` names a folder (``specconform run``
 sets it to ``<out>/.cache/weights``, beside the Triton cache; runner/caches.py), the
 first build of a configuration writes its state dict there and later builds load it.
 

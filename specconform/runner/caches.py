@@ -6,8 +6,9 @@ loads instead of recomputing:
 - ``triton``: Triton's compiled kernels (about 0.1-1 s each to compile);
 - ``weights``: the bundled engine's seeded weights
   (engine_under_test/model/weight_cache.py: keyed by the configuration, dtype, torch
-  version and the initialisation's source, sha256-checked; about 4 s of a GPU run's
-  start-up for the small preset, 0.4-0.8 GB an entry).
+  version and the initialisation's source, sha256-checked; 0.4-0.8 GB an entry for
+  the small preset, whose build it takes from 6.9 s to 1.25 s on a 2-core CPU; on the
+  H200 the gain was within the engine load's noise, docs/gpu-runs.md session 7).
 
 A cache the user chose (``TRITON_CACHE_DIR``, ``ENGINE_UNDER_TEST_WEIGHT_CACHE`` set)
 wins. Nothing is created here: Triton creates its folder when it first compiles, the
