@@ -82,11 +82,7 @@ def capture_at_first_use(llm) -> None:
     costs more than a shape used once or twice saves); a benchmark wants every shape
     captured in its untimed warm-up instead, so that no capture falls inside a timed run
     (the timed runs repeat the warm-up's requests and seeds, hence its shapes)."""
-    runner = llm.runner
-    if hasattr(runner, "capture_at_first_use"):
-        runner.capture_at_first_use()
-    elif getattr(runner, "graphs", None) is not None:  # an engine before prefill graphs
-        runner.graphs.eager_uses = 0
+    llm.runner.capture_at_first_use()
 
 
 def abba(runs: int) -> list[str]:

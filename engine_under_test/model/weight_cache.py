@@ -101,17 +101,18 @@ def _max_bytes() -> float:
 
 
 def _save(entry: Path, model: torch.nn.Module) -> None:
-    size = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-    if size > _max_bytes():
+    state = model.state_dict()
+    size, limit = sum(t.numel() * t.element_size() for t in state.values()), _max_bytes()
+    if size > limit:
         print(
             f"weight cache: not writing {entry.name} ({size / 2**30:.1f} GiB > "
-            f"{_max_bytes() / 2**30:g} GiB; set {MAX_ENV} to allow it)",
+            f"{limit / 2**30:g} GiB; set {MAX_ENV} to allow it)",
             file=sys.stderr,
         )
         return
     tmp = entry.with_name(f".{entry.name}.{os.getpid()}.tmp")
     tmp_digest = tmp.with_suffix(".sha256tmp")
-    state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+    state = {k: v.detach().to("cpu") for k, v in state.items()}
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
         torch.save(state, tmp)

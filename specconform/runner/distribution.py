@@ -23,7 +23,6 @@ import pandas as pd
 
 from specconform.errors import UsageError
 from specconform.progress import timing
-from specconform.runner.caches import CACHE_FOLDER
 from specconform.runner.ledger import LedgerEntry, check_and_reserve
 
 SAMPLE_COLUMNS = (
@@ -287,11 +286,10 @@ class _Undo:
         elif self.ledger.exists():
             with open(self.ledger, "r+b") as fh:
                 fh.truncate(self.ledger_size)
-        if not self.out_existed and self.out_dir.exists():
-            # A kernel cache this run started (runner/caches.py) goes with the folder.
-            shutil.rmtree(self.out_dir / CACHE_FOLDER, ignore_errors=True)
-            if not any(self.out_dir.iterdir()):
-                self.out_dir.rmdir()
+        # A cache folder this run started goes with the CLI's persistent_caches
+        # (runner/caches.py), which sees the failure after this re-raises.
+        if not self.out_existed and self.out_dir.exists() and not any(self.out_dir.iterdir()):
+            self.out_dir.rmdir()
 
 
 def _batch_path(folder: Path, group: str, start: int) -> Path:
