@@ -1,0 +1,51 @@
+"""`specconform.cli.main` leaves without interpreter teardown (`cli._leave`): the exit
+code, every buffered line, non-daemon threads and atexit handlers must survive that."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A buffered stdout (a pipe), an atexit handler, and a non-daemon thread that writes a
+# file after main() has returned from click: a plain os._exit would lose all three.
+SCRIPT = """
+import atexit, sys, threading, time
+from pathlib import Path
+atexit.register(lambda: print("atexit ran"))
+late_file = Path(sys.argv[1])
+def late():
+    time.sleep(0.3)
+    late_file.write_text("thread finished")
+threading.Thread(target=late).start()
+sys.argv = ["specconform", *sys.argv[2:]]
+from specconform.cli import main
+main()
+"""
+
+
+def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path / "late.txt"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_leave_keeps_output_threads_and_atexit(tmp_path):
+    done = _run(tmp_path, "schema")
+    assert done.returncode == 0, done.stderr
+    assert "overridable" in done.stdout  # the command's own (buffered) output
+    assert done.stdout.rstrip().endswith("atexit ran")
+    assert (tmp_path / "late.txt").read_text() == "thread finished"
+
+
+def test_leave_keeps_the_exit_code_of_an_error(tmp_path):
+    done = _run(tmp_path, "run", str(tmp_path / "missing.yaml"))
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1
+    assert (tmp_path / "late.txt").read_text() == "thread finished"
