@@ -61,10 +61,13 @@ class BundledEngine:
     """engine_under_test behind the adapter interface; one LLM per group configuration."""
 
     def __init__(self, spec, *, mutant: str | None, log=print):
+        t0 = time.perf_counter()
         import torch
 
+        t1 = time.perf_counter()
         import engine_under_test as eut
 
+        _timing(f"imports: torch {t1 - t0:.1f}s, engine_under_test {time.perf_counter() - t1:.1f}s")
         if spec.device == "cuda" and not torch.cuda.is_available():
             raise UsageError("--device cuda: no CUDA device is available on this machine")
         if mutant is not None:
@@ -239,7 +242,10 @@ class BundledEngine:
         ``draft_probabilities`` run the model's reference forward, not the runner), built
         without the mutant: the reference is the clean law whatever is under test."""
         if self._reference is None:
+            t0 = time.perf_counter()
             self._reference = self._new_llm("nospec", None, mutant=None, max_num_seqs=1)
+            # The first engine builds (or loads) the weights every later engine shares.
+            _timing(f"model and reference engine built in {time.perf_counter() - t0:.1f}s")
         return self._reference
 
     def target_law(self, prefix: list[int]) -> np.ndarray:
