@@ -10,6 +10,8 @@
 #          sequence (protocols/sequence.yaml to a verdict, ~6 min estimated)
 #          seqkill (the ci_sequence kill matrix, bench/gpu_kill_sequence.sh, ~9 min)
 #          fp32seq (fp32_t2 --sequential at 5,000 seeds)
+#          fp32ab (fp32_t2 5k cold, three times warm, then 20,000 seeds warm)
+#          profile_ouro (the profile part's ouro-1.4b rows only)
 #          fp32prof (cProfile of one fp32_t2 5k run: where the host's time goes)
 #          timeline (issue 16: host ms per phase of the graphed steady-state run, nospec
 #                    vs async, and CUDA runtime calls per step: bench/host_timeline.py)
@@ -77,6 +79,28 @@ part_fp32() {
     grep -E "^timing|^error" "$OUT/fp32_time.txt"
   done
   mv "$OUT"/runs/*.zip "$OUT/" 2>/dev/null; rm -rf "$OUT/runs" "$OUT"/ledger-*.jsonl
+}
+fp32_once() {
+  # One fp32_t2 run (label, seeds): wall clock, peak RSS, the timing: lines.
+  local label=$1 seeds=$2
+  echo "--- fp32_t2 ${seeds}, $label"
+  /usr/bin/time -v python3 -m specconform run protocols/fp32_t2.yaml \
+    --seeds "$seeds" --offset 2e6 --out "$OUT/runs" --ledger "$OUT/ledger-$label-$seeds-$RANDOM.jsonl" --no-sign \
+    --verbose 2>"$OUT/fp32_time.txt" | grep -E "^result|^error"
+  grep -E "Elapsed|Maximum resident" "$OUT/fp32_time.txt"
+  grep -E "^timing|^error" "$OUT/fp32_time.txt"
+}
+part_fp32ab() {
+  # Issue 16, part 3: a cold run (this machine's first: Triton compiles), then warm runs
+  # (new processes, the caches in OUT/runs/.cache kept), then 20,000 seeds.
+  LIMIT_fp32ab=${LIMIT_fp32ab:-400}
+  lim bash -c "$(declare -f fp32_once); OUT=$OUT; fp32_once cold 5000
+    for i in 1 2 3; do fp32_once warm 5000; done; fp32_once warm 20000"
+  rm -rf "$OUT/runs" "$OUT"/ledger-*.jsonl
+}
+part_profile_ouro() {
+  lim python3 bench/round_profile.py --device cuda --preset ouro-1.4b --concurrency "${PROFILE_OURO_CONC:-64,1024}" --modes "${PROFILE_MODES:-nospec,async}" \
+    --json "$OUT/profile-ouro.json" 2>&1 | grep -v "^USDT\|^STAGE"
 }
 part_fp32prof() {
   # Where fp32_t2's wall time goes on the host: cProfile of one 5k run (device time
@@ -174,7 +198,7 @@ part_sequence() {
 part_profile() {
   lim python3 bench/round_profile.py --device cuda --preset small --concurrency 1,64,1024 \
     --json "$OUT/profile-small.json" 2>&1 | grep -v "^USDT\|^STAGE"
-  lim python3 bench/round_profile.py --device cuda --preset ouro-1.4b --concurrency 64,1024 \
+  lim python3 bench/round_profile.py --device cuda --preset ouro-1.4b --concurrency "${PROFILE_OURO_CONC:-64,1024}" --modes "${PROFILE_MODES:-nospec,async}" \
     --json "$OUT/profile-ouro.json" 2>&1 | grep -v "^USDT\|^STAGE"
 }
 part_timeline() {
@@ -225,7 +249,7 @@ for part in ${*:-env tests bench fp32 kill}; do
       tests_pid=$!
       part_kill
       wait $tests_pid; cat "$OUT/.tests.log"; rm -f "$OUT/.tests.log" ;;
-    env|tests|bench|sweep|fp32|fp32prof|profile|timeline|coldstart|shard|kill|kill2|bonus|killci|engine|engine_small|engine_ouro|perf|seqtol|sequence|seqkill|fp32seq) "part_$part" ;;
+    env|tests|bench|sweep|fp32|fp32ab|profile_ouro|fp32prof|profile|timeline|coldstart|shard|kill|kill2|bonus|killci|engine|engine_small|engine_ouro|perf|seqtol|sequence|seqkill|fp32seq) "part_$part" ;;
     *) echo "unknown part: $part"; exit 2 ;;
   esac
 done
