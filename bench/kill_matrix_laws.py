@@ -31,8 +31,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specconform.calibration import (  # noqa: E402
-    RUN_COLUMNS,
+from specconform.calibration import RUN_COLUMNS  # noqa: E402
+from specconform.calibration.world import (  # noqa: E402
     World,
     _draw,
     _sample_group,

@@ -1,20 +1,9 @@
-"""Engine-free calibration: samples drawn from exact laws, judged by the real evaluator.
+"""Exact laws and samples drawn from them (see :mod:`specconform.calibration`).
 
-A :class:`World` holds exact laws as dense tables: either a run's ``reference.json``
-(:func:`world_from_reference`: the shipped evidence archive's, or one replayed for every
-prefix by ``bench/calibration_make_reference.py``) or deterministic synthetic laws
-(:func:`make_world`, a test fixture). :func:`simulate` draws ``samples.csv`` for the
-*protocol's own groups*, with the first draft position exactly as the sampling core does
-it: draft x ~ q, accept iff u·q(x) < p(x), else the correction from (p − q)₊.
-:func:`replicate` runs the protocol's evaluator on each replication and records every
-test row and the verdict *as the Evaluation states it*, so whatever decision rule the
-protocol file declares is what gets measured (no copy of any protocol lives here).
-
-Dependence is reproduced, not assumed away: every seed owns one row of uniforms, so
-groups sharing a seed (sync/async at one depth) produce identical samples and all
-speculative groups share t1 — the worst case the combination rules must survive.
-
-Mutants (``MUTANTS``) are wrong samplers for the power side. Numpy/scipy/pandas only.
+A :class:`World` holds exact laws as dense tables (:func:`world_from_reference`,
+:func:`make_world`); :func:`simulate` draws ``samples.csv`` for the protocol's own groups
+with the first draft position exactly as the sampling core does it. ``MUTANTS`` are the
+wrong samplers of the power side.
 """
 
 from __future__ import annotations
@@ -27,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 K = 3  # drafts per round; only used for the drafted/accepted telemetry
 
@@ -306,135 +294,3 @@ def _sample_group(w: World, u: np.ndarray, d: int | None, mutant: str | None) ->
         "drafted": drafted,
         "accepted": accepted,
     }
-
-
-# --- replications --------------------------------------------------------------------------
-
-RUN_COLUMNS = ["replication", "test", "role", "pvalue", "passed", "rejected", "verdict"]
-
-
-def replicate(
-    world: World,
-    protocol: dict,
-    replications: int,
-    seed: int,
-    *,
-    mutant: str | None = None,
-    start: int = 0,
-    n_seeds: int | None = None,
-) -> pd.DataFrame:
-    """One row per replication and test (``RUN_COLUMNS``), the verdict as evaluated.
-
-    ``protocol`` is the validated protocol data (its groups, tests, strata, α and
-    decision rule all come from it); ``n_seeds`` defaults to its ``seeds.count``.
-    Replication r uses numpy's generator seeded with (seed, r) and the seed range
-    ``r * 10 * n_seeds`` (disjoint across replications, like fresh runs).
-    """
-    n_seeds = int(n_seeds or protocol["seeds"]["count"])
-    alpha = float(protocol["alpha"])
-    out = []
-    for r in range(start, start + replications):
-        rng = np.random.default_rng([seed, r])
-        samples = simulate(
-            world, n_seeds, rng, offset=r * 10 * n_seeds, mutant=mutant, groups=protocol["groups"]
-        )
-        ev = evaluate_frames(protocol, samples, world.reference)
-        for row in ev.tests:
-            # Rejection: a failed row; exploratory rows (never deciding) at p < alpha.
-            rejected = row.passed is False or (
-                row.passed is None and row.pvalue is not None and row.pvalue < alpha
-            )
-            out.append(
-                (r, row.test, row.role, row.pvalue, row.passed, rejected, ev.verdict.verdict)
-            )
-    return pd.DataFrame(out, columns=RUN_COLUMNS)
-
-
-def summarize(runs: pd.DataFrame, alpha: float, level: float = 0.99) -> pd.DataFrame:
-    """Per test: rejections, replications, rate, Clopper-Pearson interval at ``level``,
-    and whether the nominal ``alpha`` lies inside it. The verdict's row is 'VERDICT'."""
-    from statsmodels.stats.proportion import proportion_confint
-
-    per = runs.groupby("test", sort=False).agg(
-        role=("role", "first"), rejections=("rejected", "sum"), replications=("rejected", "size")
-    )
-    verdict = runs.drop_duplicates("replication")
-    per.loc["VERDICT"] = ["verdict", int((verdict["verdict"] == "FAIL").sum()), len(verdict)]
-    per["rate"] = per["rejections"] / per["replications"]
-    lo, hi = proportion_confint(
-        per["rejections"].astype(int),
-        per["replications"].astype(int),
-        alpha=1 - level,
-        method="beta",
-    )
-    per["ci_low"], per["ci_high"] = np.asarray(lo), np.asarray(hi)
-    per["alpha_inside"] = (per["ci_low"] <= alpha) & (alpha <= per["ci_high"])
-    return per.reset_index()
-
-
-@dataclass(frozen=True)
-class SecondLevel:
-    """NIST SP 800-22-style checks of one test's p-values across replications: KS and
-    10-bin χ² uniformity p-values, the proportion passing (p ≥ α) and NIST's acceptable
-    range for it, (1 − α) ± 3 sqrt(α (1 − α) / m)."""
-
-    test: str
-    m: int
-    ks_pvalue: float
-    chi2_pvalue: float
-    proportion: float
-    range_low: float
-    range_high: float
-
-    @property
-    def proportion_ok(self) -> bool:
-        return self.range_low <= self.proportion <= self.range_high
-
-
-def second_level(runs: pd.DataFrame, alpha: float) -> list[SecondLevel]:
-    out = []
-    for test, frame in runs.groupby("test", sort=False):
-        p = pd.to_numeric(frame["pvalue"], errors="coerce").to_numpy(dtype=float)
-        p = p[np.isfinite(p)]
-        if p.size < 10:
-            continue
-        ks = float(sps.kstest(p, "uniform").pvalue)
-        bins = np.bincount(np.minimum((p * 10).astype(int), 9), minlength=10)
-        chi = float(sps.chisquare(bins).pvalue)
-        half = 3 * np.sqrt(alpha * (1 - alpha) / p.size)
-        out.append(
-            SecondLevel(
-                str(test),
-                int(p.size),
-                ks,
-                chi,
-                float(np.mean(p >= alpha)),
-                1 - alpha - half,
-                min(1.0, 1 - alpha + half),
-            )
-        )
-    return out
-
-
-def deciding_tests(protocol: dict) -> list[dict]:
-    """The protocol's α-level deciding tests (its decision_roles, else prerequisite and
-    primary); the out-of-support row decides too but cannot false-fail on exact laws."""
-    roles = protocol.get("decision_roles") or ("prerequisite", "primary")
-    return [t for t in protocol["tests"] if t["role"] in roles]
-
-
-def verdict_bound(protocol: dict) -> float:
-    """Union bound on the verdict's false-fail rate when each deciding test runs at the
-    protocol's α: m · α (m deciding tests)."""
-    return min(1.0, len(deciding_tests(protocol)) * float(protocol["alpha"]))
-
-
-def stated_verdict_rate(protocol: dict) -> float:
-    """The false-fail rate the protocol file states for its verdict: the family-wise α of
-    a ``verdict:`` block when it has one, else its ``alpha``."""
-    block = protocol.get("verdict") or {}
-    return (
-        float(block.get("alpha", protocol["alpha"]))
-        if isinstance(block, dict)
-        else float(protocol["alpha"])
-    )
