@@ -211,6 +211,7 @@ part_coldstart() {
   # Issue 16, part 3: import torch, the first CUDA call and the model build, each in a
   # fresh process (bench/cold_start.py), against the overlapped-build candidate.
   lim python3 bench/cold_start.py --preset small --dtype float32 --runs 2
+  lim python3 bench/weight_cache_digest.py --runs 3  # the weight cache's entry check
 }
 part_seqtol() {
   # Teacher forcing, trace and oracle differences of the correct engine on the GPU preset

@@ -28,6 +28,7 @@ def main() -> int:
         ["engine_throughput.py"] + ([] if cuda else ["--quick"]),
         *([["probs_kernel_sweep.py", "", "PREFETCH=0", "BLOCK=8192"]] if cuda else []),
         ["calibration_reference.py", "--replications", "200" if not cuda else "1000"],
+        ["weight_cache_digest.py", "--runs", "3"],
     ]
     status = 0
     for script, *args in runs:

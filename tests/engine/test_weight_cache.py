@@ -73,6 +73,27 @@ def test_a_damaged_entry_is_rebuilt(tmp_path, monkeypatch, capsys):
     assert _equal(build_model(cfg), want) and capsys.readouterr().err == ""  # whole again
 
 
+def test_the_digest_covers_every_byte_of_every_piece(tmp_path, monkeypatch):
+    """The piecewise digest (pieces of 1 KiB here: five whole pieces and a partial one)
+    changes with any flipped byte, in any piece, and with the file's length."""
+    monkeypatch.setattr(weight_cache, "PIECE", 1024)
+    data = bytes(range(256)) * 21  # 5,376 bytes
+    original, copy = tmp_path / "a", tmp_path / "b"
+    original.write_bytes(data)
+    copy.write_bytes(data)
+    digest = weight_cache._file_digest(original)
+    assert weight_cache._file_digest(copy) == digest
+    for at in (0, 1023, 1024, 3000, len(data) - 1):
+        flipped = bytearray(data)
+        flipped[at] ^= 0x01
+        copy.write_bytes(bytes(flipped))
+        assert weight_cache._file_digest(copy) != digest, at
+    copy.write_bytes(data + b"\0")
+    assert weight_cache._file_digest(copy) != digest
+    (tmp_path / "empty").write_bytes(b"")
+    assert weight_cache._file_digest(tmp_path / "empty") != digest
+
+
 def test_the_key_follows_the_configuration_dtype_and_code(monkeypatch):
     tiny = ModelConfig.preset("tiny", seed=0)
     key = weight_cache.cache_key(tiny, torch.float32)
