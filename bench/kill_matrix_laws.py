@@ -31,12 +31,12 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specconform.calibration import RUN_COLUMNS  # noqa: E402
+from specconform.calibration.replicate import replicate_draws  # noqa: E402
 from specconform.calibration.world import (  # noqa: E402
     World,
     _draw,
     _sample_group,
-    evaluate_frames,
+    simulate_groups,
 )
 from specconform.plan import _group_law, raw_laws, t3_laws  # noqa: E402
 from specconform.stats.mutant_laws import affects  # noqa: E402
@@ -183,42 +183,24 @@ def simulate_engine_bug(
     """samples.csv of ``protocol``'s groups under engine bug ``bug`` (ENGINE_BUGS)."""
     if bug not in ENGINE_BUGS:
         raise ValueError(f"unknown engine bug {bug!r}; known: {', '.join(ENGINE_BUGS)}")
-    groups = protocol["groups"]
     batch = int(protocol["engine"].get("batch_size") or n_seeds)
-    seeds = {g["name"]: offset + (g.get("seed_offset") or 0) + np.arange(n_seeds) for g in groups}
-    all_seeds = np.unique(np.concatenate(list(seeds.values())))
-    uniforms = rng.random((all_seeds.size, 6))
-    frames = []
-    for g in groups:
-        u = uniforms[np.searchsorted(all_seeds, seeds[g["name"]])]
-        cols = _group(w, u, g, bug, batch)
-        frames.append(
-            pd.DataFrame(
-                {"group": g["name"], "seed": seeds[g["name"]], **cols, "finish_reason": "length"}
-            )
-        )
-    return pd.concat(frames, ignore_index=True)
+    return simulate_groups(
+        protocol["groups"], n_seeds, rng, lambda u, g: _group(w, u, g, bug, batch), offset=offset
+    )
 
 
 def replicate_engine_bug(
     w: World, protocol: dict, replications: int, seed: int, bug: str, start: int = 0
 ) -> pd.DataFrame:
     """RUN_COLUMNS rows, as specconform.calibration.replicate, for an engine bug."""
-    n_seeds = int(protocol["seeds"]["count"])
-    alpha = float(protocol["alpha"])
-    out = []
-    for r in range(start, start + replications):
-        rng = np.random.default_rng([seed, r])
-        samples = simulate_engine_bug(w, protocol, n_seeds, rng, bug, offset=r * 10 * n_seeds)
-        ev = evaluate_frames(protocol, samples, w.reference)
-        for row in ev.tests:
-            rejected = row.passed is False or (
-                row.passed is None and row.pvalue is not None and row.pvalue < alpha
-            )
-            out.append(
-                (r, row.test, row.role, row.pvalue, row.passed, rejected, ev.verdict.verdict)
-            )
-    return pd.DataFrame(out, columns=RUN_COLUMNS)
+    return replicate_draws(
+        protocol,
+        w.reference,
+        lambda n, rng, offset: simulate_engine_bug(w, protocol, n, rng, bug, offset=offset),
+        replications,
+        seed,
+        start=start,
+    )
 
 
 _JOB: dict = {}

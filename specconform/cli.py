@@ -361,6 +361,7 @@ def _leave(code) -> None:
     if "RANK" in os.environ or not isinstance(code, int | None):
         sys.exit(code)
     import atexit
+    import contextlib
     import threading
 
     for thread in threading.enumerate():  # what interpreter shutdown would wait for
@@ -368,10 +369,9 @@ def _leave(code) -> None:
             thread.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        # A closed pipe (`| head`) or a closed stream: nothing more can be written.
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):  # a closed pipe (`| head`) or a closed stream
-            pass
     os._exit(code or 0)
 
 

@@ -6,6 +6,7 @@ Clopper-Pearson intervals, :func:`second_level` NIST-style uniformity of the p-v
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,15 +35,37 @@ def replicate(
     Replication r uses numpy's generator seeded with (seed, r) and the seed range
     ``r * 10 * n_seeds`` (disjoint across replications, like fresh runs).
     """
+    groups = protocol["groups"]
+    return replicate_draws(
+        protocol,
+        world.reference,
+        lambda n, rng, offset: simulate(world, n, rng, offset=offset, mutant=mutant, groups=groups),
+        replications,
+        seed,
+        start=start,
+        n_seeds=n_seeds,
+    )
+
+
+def replicate_draws(
+    protocol: dict,
+    reference,
+    draw: Callable[[int, np.random.Generator, int], pd.DataFrame],
+    replications: int,
+    seed: int,
+    *,
+    start: int = 0,
+    n_seeds: int | None = None,
+) -> pd.DataFrame:
+    """:func:`replicate` for any sampler: ``draw(n_seeds, rng, offset)`` gives one
+    replication's samples.csv, judged against ``reference`` (the World's)."""
     n_seeds = int(n_seeds or protocol["seeds"]["count"])
     alpha = float(protocol["alpha"])
     out = []
     for r in range(start, start + replications):
         rng = np.random.default_rng([seed, r])
-        samples = simulate(
-            world, n_seeds, rng, offset=r * 10 * n_seeds, mutant=mutant, groups=protocol["groups"]
-        )
-        ev = evaluate_frames(protocol, samples, world.reference)
+        samples = draw(n_seeds, rng, r * 10 * n_seeds)
+        ev = evaluate_frames(protocol, samples, reference)
         for row in ev.tests:
             # Rejection: a failed row; exploratory rows (never deciding) at p < alpha.
             rejected = row.passed is False or (

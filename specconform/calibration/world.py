@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -227,6 +228,25 @@ def simulate(
     """samples.csv for ``groups`` over seeds ``offset + seed_offset + i`` (i < n_seeds)."""
     if mutant is not None and mutant not in MUTANTS:
         raise ValueError(f"unknown mutant {mutant!r}; known: {sorted(MUTANTS)}")
+    return simulate_groups(
+        groups,
+        n_seeds,
+        rng,
+        lambda u, g: _sample_group(world, u, g.get("draft_loops"), mutant),
+        offset=offset,
+    )
+
+
+def simulate_groups(
+    groups,
+    n_seeds: int,
+    rng: np.random.Generator,
+    sample: Callable[[np.ndarray, dict], dict],
+    *,
+    offset: int = 0,
+) -> pd.DataFrame:
+    """samples.csv for ``groups``: ``sample(u, group)`` gives a group's columns from its
+    rows of uniforms ([n_seeds, 6] float64, one row per seed)."""
     seeds = {g["name"]: offset + (g.get("seed_offset") or 0) + np.arange(n_seeds) for g in groups}
     all_seeds = np.unique(np.concatenate(list(seeds.values())))
     # One row of uniforms per seed: groups sharing a seed share its randomness exactly.
@@ -234,10 +254,14 @@ def simulate(
     frames = []
     for g in groups:
         u = uniforms[np.searchsorted(all_seeds, seeds[g["name"]])]
-        cols = _sample_group(world, u, g.get("draft_loops"), mutant)
         frames.append(
             pd.DataFrame(
-                {"group": g["name"], "seed": seeds[g["name"]], **cols, "finish_reason": "length"}
+                {
+                    "group": g["name"],
+                    "seed": seeds[g["name"]],
+                    **sample(u, g),
+                    "finish_reason": "length",
+                }
             )
         )  # exact laws: no errors
     return pd.concat(frames, ignore_index=True)
