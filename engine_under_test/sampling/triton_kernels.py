@@ -49,6 +49,11 @@ Two kernels, each tested against the torch path (tests/engine/test_sampling_gpu.
   it computes itself, with the same expression in every pass, so the kept set is
   consistent with the probabilities it writes.
 * `philox_uniforms`: re-exported from `triton_philox` (the Philox4x32-10 kernel).
+
+The probabilities kernel's helpers live in `triton_probs_rows` (row streaming, the
+candidate buffer) and `triton_probs_search` (the exact threshold searches);
+`bench/triton_sass_digest.py` prints a digest of the kernel's machine code, so a
+move of its code can be checked without a GPU.
 """
 
 from __future__ import annotations
@@ -58,6 +63,19 @@ import triton
 import triton.language as tl
 
 from engine_under_test.sampling.triton_philox import philox_uniforms  # noqa: F401
+from engine_under_test.sampling.triton_probs_rows import (
+    _compact,
+    _from_key,
+    _gather,
+    _key,
+    _masked_sum,
+    _pick,
+    _stream,
+    _stream_raw,
+    _stream_start,
+    _write_dense,
+)
+from engine_under_test.sampling.triton_probs_search import _search_kth, _search_top_p
 
 # Launch configuration of `probabilities` (benchmarks may change it before a call).
 # BLOCK: elements per streaming step, whatever V (one compiled variant for every
@@ -77,319 +95,6 @@ PROBS_CONFIG = {
     "PREFETCH": 1,
 }
 _BIG_INDEX = tl.constexpr(2147483647)  # an index past every row
-
-
-@triton.jit
-def _load_x(row_ptr, cols, V, t, EVICT: tl.constexpr):
-    """Scaled logits of one block of a row (0 past the end; `in_row` says where)."""
-    in_row = cols < V
-    raw = tl.load(row_ptr + cols, mask=in_row, other=0.0, eviction_policy=EVICT)
-    return tl.div_rn(raw.to(tl.float32), t), in_row  # IEEE division, as torch's
-
-
-@triton.jit
-def _stream_start(row_ptr, cols, V, PREFETCH: tl.constexpr, EVICT: tl.constexpr):
-    """The first block of a streamed row when prefetching (else a placeholder)."""
-    if PREFETCH:
-        nxt = tl.load(row_ptr + cols, mask=cols < V, other=0.0, eviction_policy=EVICT)
-    else:
-        nxt = tl.zeros(cols.shape, row_ptr.dtype.element_ty)
-    return nxt
-
-
-@triton.jit
-def _stream_raw(
-    row_ptr, cols, V, nxt, BLOCK: tl.constexpr, PREFETCH: tl.constexpr, EVICT: tl.constexpr
-):
-    """Unscaled float32 logits of the block at `cols`. With PREFETCH the block was loaded
-    one step earlier (`nxt`) and the next block's load is issued now, so a load is in
-    flight while this block is worked on; returns (raw, in_row, nxt)."""
-    if PREFETCH:
-        raw = nxt
-        nxt = tl.load(
-            row_ptr + cols + BLOCK, mask=cols + BLOCK < V, other=0.0, eviction_policy=EVICT
-        )
-    else:
-        raw = tl.load(row_ptr + cols, mask=cols < V, other=0.0, eviction_policy=EVICT)
-    return raw.to(tl.float32), cols < V, nxt
-
-
-@triton.jit
-def _stream(
-    row_ptr, cols, V, t, nxt, BLOCK: tl.constexpr, PREFETCH: tl.constexpr, EVICT: tl.constexpr
-):
-    """Scaled logits of the block at `cols` (see `_stream_raw`); returns (x, in_row, nxt)."""
-    raw, in_row, nxt = _stream_raw(row_ptr, cols, V, nxt, BLOCK, PREFETCH, EVICT)
-    return tl.div_rn(raw, t), in_row, nxt
-
-
-@triton.jit
-def _key(x):
-    """Order-preserving int32 key of float32 values; -0.0 and +0.0 share the key 0."""
-    b = x.to(tl.int32, bitcast=True)
-    return tl.where(b >= 0, b, -(b & 0x7FFFFFFF))
-
-
-@triton.jit
-def _from_key(k):
-    k = k.to(tl.int32)
-    b = tl.where(k >= 0, k, (-k) | (-2147483648))
-    return b.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _pick(values, positions, at, default):
-    """values[at] of a 1-D block (default when `at` is not a position)."""
-    return tl.max(tl.where(positions == at, values, default), 0)
-
-
-@triton.jit
-def _masked_sum(
-    row_ptr,
-    V,
-    t,
-    m,
-    kth,
-    s_k,
-    lp,
-    li,
-    USE_P: tl.constexpr,
-    BLOCK: tl.constexpr,
-    PREFETCH: tl.constexpr,
-):
-    """Sum of exp(x - m) over the kept set: x >= kth and, with USE_P, the top-p rule
-    (prob bits > lp or (== lp and index <= li)) on prob = exp(x - m) / s_k."""
-    total = tl.zeros([], tl.float32)
-    nxt = _stream_start(row_ptr, tl.arange(0, BLOCK), V, PREFETCH, "")
-    for start in range(0, V, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
-        x, in_row, nxt = _stream(row_ptr, cols, V, t, nxt, BLOCK, PREFETCH, "")
-        e = tl.exp(x - m)
-        keep = in_row & (x >= kth)
-        if USE_P:
-            pb = tl.div_rn(e, s_k).to(tl.int32, bitcast=True)
-            keep = keep & ((pb > lp) | ((pb == lp) & (cols <= li)))
-        total += tl.sum(tl.where(keep, e, 0.0), 0)
-    return total
-
-
-@triton.jit
-def _append(vbuf, ibuf, n, x, cols, sel, CAP: tl.constexpr):
-    """Append the selected (x, index) pairs to the row's buffer after its first n
-    entries, in order, keeping at most CAP; returns the new count (may exceed CAP)."""
-    pos = n + tl.cumsum(sel.to(tl.int32), 0) - 1
-    fit = sel & (pos < CAP)
-    tl.store(vbuf + pos, x, mask=fit)
-    tl.store(ibuf + pos, cols, mask=fit)
-    return n + tl.sum(sel.to(tl.int32), 0)
-
-
-@triton.jit
-def _compact(
-    row_ptr, vbuf, ibuf, V, t, lower, CAP: tl.constexpr, BLOCK: tl.constexpr, PREFETCH: tl.constexpr
-):
-    """Copy the scaled logits >= lower (and their indices) into the row's buffer, in
-    index order, up to CAP of them; returns how many there are (may exceed CAP)."""
-    n = tl.zeros([], tl.int32)
-    nxt = _stream_start(row_ptr, tl.arange(0, BLOCK), V, PREFETCH, "")
-    for start in range(0, V, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
-        x, in_row, nxt = _stream(row_ptr, cols, V, t, nxt, BLOCK, PREFETCH, "")
-        n = _append(vbuf, ibuf, n, x, cols, in_row & (x >= lower), CAP)
-    tl.debug_barrier()  # the buffer is read back by other threads of this program
-    return n
-
-
-@triton.jit
-def _gather(row_ptr, cbuf, vbuf, ibuf, V, t, lower, colmax, CAP: tl.constexpr, BLOCK: tl.constexpr):
-    """`_compact` without streaming the row, when at most CAP columns can hold a logit
-    >= lower. Column c holds the elements c, c + BLOCK, c + 2 BLOCK, ... and colmax[c]
-    is their (scaled) maximum, so every logit >= lower lies in a column whose maximum is
-    >= lower; only those columns are read (a few times k elements instead of V).
-    Returns how many logits are >= lower (may exceed CAP), or -1 when the columns do
-    not fit in `cbuf` (the caller streams the row instead)."""
-    col_sel = colmax >= lower
-    n_cols = tl.sum(col_sel.to(tl.int32), 0)
-    n = tl.zeros([], tl.int32) - 1
-    if n_cols <= CAP:
-        n = n + 1
-        at = tl.cumsum(col_sel.to(tl.int32), 0) - 1
-        tl.store(cbuf + at, tl.arange(0, BLOCK), mask=col_sel)
-        tl.debug_barrier()  # the column list is read back by other threads
-        j = tl.arange(0, CAP)
-        col = tl.load(cbuf + j, mask=j < n_cols, other=0, cache_modifier=".cg")
-        for start in range(0, V, BLOCK):
-            cols = col + start
-            ok = (j < n_cols) & (cols < V)
-            raw = tl.load(row_ptr + cols, mask=ok, other=0.0)
-            x = tl.div_rn(raw.to(tl.float32), t)
-            n = _append(vbuf, ibuf, n, x, cols, ok & (x >= lower), CAP)
-        tl.debug_barrier()  # the buffer is read back by other threads of this program
-    return n
-
-
-@triton.jit
-def _write_dense(
-    orow,
-    lrow,
-    V,
-    ts,
-    m,
-    kth,
-    s_k,
-    s_final,
-    lp,
-    li,
-    top_p_on,
-    BLOCK: tl.constexpr,
-    PREFETCH: tl.constexpr,
-):
-    """The write pass that streams the row: exp(x - m) / s_final over the kept set (x >=
-    kth and, with top-p, the (lp, li) rule on exp(x - m) / s_k). The output is zero
-    already, so only kept tokens are stored."""
-    ar = tl.arange(0, BLOCK)
-    nxt = _stream_start(lrow, ar, V, PREFETCH, "evict_first")
-    if top_p_on:
-        for start in range(0, V, BLOCK):
-            cols = start + ar
-            x, in_row, nxt = _stream(lrow, cols, V, ts, nxt, BLOCK, PREFETCH, "evict_first")
-            e = tl.exp(x - m)
-            pb = tl.div_rn(e, s_k).to(tl.int32, bitcast=True)
-            keep = (x >= kth) & ((pb > lp) | ((pb == lp) & (cols <= li)))
-            tl.store(orow + cols, tl.div_rn(e, s_final), mask=in_row & keep)
-    else:
-        for start in range(0, V, BLOCK):
-            cols = start + ar
-            x, in_row, nxt = _stream(lrow, cols, V, ts, nxt, BLOCK, PREFETCH, "evict_first")
-            keep = x >= kth
-            tl.store(orow + cols, tl.div_rn(tl.exp(x - m), s_final), mask=in_row & keep)
-
-
-@triton.jit
-def _search_kth(row_ptr, V, t, k, lo, cnt_lo, hi, SB: tl.constexpr, NT: tl.constexpr):
-    """Exact top-k threshold key: the largest key lo with count(key >= lo) >= k, or any
-    key with exactly k keys above it (the same kept set). Starts from a bracket with
-    count(key >= lo) = cnt_lo >= k and count(key >= hi) < k; each pass counts the keys
-    above NT thresholds spread over the bracket and narrows it NT-fold."""
-    jv = tl.arange(0, NT).to(tl.int64)
-    lo = lo.to(tl.int64)
-    hi = hi.to(tl.int64)
-    cnt_lo = cnt_lo.to(tl.int64)
-    while (hi - lo > 1) & (cnt_lo != k):
-        thr = lo + ((hi - lo) * jv) // NT  # thr[0] == lo
-        thr32 = thr.to(tl.int32)  # between lo and hi: int32 keys
-        # Per-thread partial counts, reduced across threads once per pass.
-        acc = tl.zeros([SB, NT], tl.int32)
-        for start in range(0, V, SB):
-            cols = start + tl.arange(0, SB)
-            x, in_row = _load_x(row_ptr, cols, V, t, "")
-            key = _key(x)
-            acc += (in_row[:, None] & (key[:, None] >= thr32[None, :])).to(tl.int32)
-        cnt = tl.sum(acc, 0).to(tl.int64)
-        jlo = tl.maximum(tl.max(tl.where(cnt >= k, jv, -1), 0), 0)
-        new_lo = _pick(thr, jv, jlo, -(2**62))
-        cnt_lo = _pick(cnt, jv, jlo, 0)
-        hi = tl.where(jlo + 1 < NT, _pick(thr, jv, jlo + 1, -(2**62)), hi)
-        lo = new_lo
-    return lo, cnt_lo
-
-
-@triton.jit
-def _search_top_p(
-    row_ptr,
-    V,
-    t,
-    m,
-    kth,
-    s_k,
-    p64,
-    pmax_bits,
-    SB: tl.constexpr,
-    NT: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    """The top-p cut over prob = exp(x - m) / s_k on the kept set x >= kth, as the
-    pair (lp, li): keep prob bits > lp, or == lp with index <= li.
-
-    tau, the prob of the last kept token, is the largest prob value whose tail mass
-    (sum of probs >= it, float64) reaches P; every prob > tau is kept, and of the
-    probs == tau the lowest indices, as many as the prefix needs. No value reaching P
-    (float rounding) keeps everything."""
-    jv = tl.arange(0, NT).to(tl.int64)
-    lo = tl.zeros([], tl.int64)
-    hi = pmax_bits.to(tl.int64) + 1
-    cnt_lo = tl.zeros([], tl.int64) + 2 * V + 2  # unknown yet: forces the first pass
-    cnt_hi = tl.zeros([], tl.int64)
-    mass_hi = tl.zeros([], tl.float64)
-    first = tl.zeros([], tl.int32) + 1
-    keep_all = tl.zeros([], tl.int32)
-    while (keep_all == 0) & (hi - lo > 1) & (cnt_lo - cnt_hi != 1):
-        thr = lo + ((hi - lo) * jv) // NT  # thr[0] == lo
-        thr32 = thr.to(tl.int32)  # prob bits: int32
-        # Per-thread partial counts and float64 masses, reduced across threads once per
-        # pass (a reduction per block would cost more than the block's arithmetic).
-        acc_n = tl.zeros([SB, NT], tl.int32)
-        acc_m = tl.zeros([SB, NT], tl.float64)
-        for start in range(0, V, SB):
-            cols = start + tl.arange(0, SB)
-            x, in_row = _load_x(row_ptr, cols, V, t, "")
-            p = tl.div_rn(tl.exp(x - m), s_k)
-            pb = p.to(tl.int32, bitcast=True)
-            ge = (in_row & (x >= kth))[:, None] & (pb[:, None] >= thr32[None, :])
-            acc_n += ge.to(tl.int32)
-            acc_m += tl.where(ge, p.to(tl.float64)[:, None], 0.0)
-        cnt = tl.sum(acc_n, 0).to(tl.int64)
-        mass = tl.sum(acc_m, 0)
-        # the first pass has thr[0] == 0: its mass is the whole kept mass
-        keep_all = tl.where((first == 1) & (_pick(mass, jv, 0, 0.0) < p64), 1, 0)
-        first = first * 0
-        jlo = tl.maximum(tl.max(tl.where(mass >= p64, jv, -1), 0), 0)
-        new_lo = _pick(thr, jv, jlo, -1)
-        cnt_lo = _pick(cnt, jv, jlo, 0)
-        up = jlo + 1 < NT
-        hi = tl.where(up, _pick(thr, jv, jlo + 1, -1), hi)
-        cnt_hi = tl.where(up, _pick(cnt, jv, jlo + 1, 0), cnt_hi)
-        mass_hi = tl.where(up, _pick(mass, jv, jlo + 1, 0.0), mass_hi)
-        lo = new_lo
-    keep_all = tl.where(first == 1, 1, keep_all)  # no pass ran: no positive max prob
-    lp = (lo - 1).to(tl.int32)  # keep every prob >= tau (bits >= lo)
-    li = tl.zeros([], tl.int32) - 1
-    if keep_all != 0:
-        lp = tl.zeros([], tl.int32) - 1
-    elif cnt_lo - cnt_hi > 1:
-        # hi == lo + 1: tau has the bits lo and n_tie tokens share it. The prefix takes
-        # the first c of them (by index), c the least with mass_hi + c * tau >= P.
-        tau = _from_bits64(lo)
-        n_tie = cnt_lo - cnt_hi
-        c = ((p64 - mass_hi) / tau).to(tl.int64)
-        c = tl.where(mass_hi + c.to(tl.float64) * tau < p64, c + 1, c)
-        c = tl.where((c > 1) & (mass_hi + (c - 1).to(tl.float64) * tau >= p64), c - 1, c)
-        c = tl.minimum(tl.maximum(c, 1), n_tie)
-        if c < n_tie:
-            lp = lo.to(tl.int32)
-            li = _nth_tie(row_ptr, V, t, m, kth, s_k, lo.to(tl.int32), c.to(tl.int32), BLOCK)
-    return lp, li
-
-
-@triton.jit
-def _from_bits64(bits):
-    return bits.to(tl.int32).to(tl.float32, bitcast=True).to(tl.float64)
-
-
-@triton.jit
-def _nth_tie(row_ptr, V, t, m, kth, s_k, tie_bits, c, BLOCK: tl.constexpr):
-    """Index of the c-th kept token (by index) whose prob has the bits tie_bits."""
-    run = tl.zeros([], tl.int32)
-    found = tl.zeros([], tl.int32) - 1
-    for start in range(0, V, BLOCK):
-        cols = start + tl.arange(0, BLOCK)
-        x, in_row = _load_x(row_ptr, cols, V, t, "")
-        pb = tl.div_rn(tl.exp(x - m), s_k).to(tl.int32, bitcast=True)
-        tie = in_row & (x >= kth) & (pb == tie_bits)
-        rank = run + tl.cumsum(tie.to(tl.int32), 0)
-        found = tl.maximum(found, tl.max(tl.where(tie & (rank == c), cols, -1), 0))
-        run += tl.sum(tie.to(tl.int32), 0)
-    return found
 
 
 @triton.jit

@@ -14,6 +14,7 @@ request's parameters and the raw logits the independent oracle reads.
 
 from __future__ import annotations
 
+import functools
 import gc
 import inspect
 import time
@@ -45,8 +46,14 @@ def _engine_traces(llm_class) -> bool:
     return "trace" in inspect.signature(llm_class.generate).parameters
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def token_events(mode: str, n_tokens: int, rounds) -> tuple[TokenEvent, ...]:
-    """Events of the committed tokens from the round telemetry, truncated at n_tokens."""
+    """Events of the committed tokens from the round telemetry, truncated at n_tokens.
+
+    ``rounds``: a tuple of (drafted, accepted) pairs. Memoised: a distribution batch of
+    5,000 requests has a handful of distinct round patterns, and building the events
+    anew took 0.14 s a batch on the 2-core CPU (the events are frozen, so sharing them
+    between records is safe)."""
     events = [TokenEvent(-1, -1, "target")]
     if mode == "nospec":
         events += [TokenEvent(-1, -1, "target")] * (n_tokens - 1)
@@ -214,7 +221,7 @@ class BundledEngine:
         outs = llm.generate(
             [self.prompt] * len(seeds), [self.params(s) for s in seeds], progress=progress
         )
-        _timing(f"group {group.name}: {len(seeds)} seeds in {time.perf_counter() - t0:.1f}s")
+        t1 = time.perf_counter()
         records = []
         for seed, out in zip(seeds, outs, strict=False):
             rounds = tuple((int(r.drafted), int(r.accepted)) for r in out.rounds)
@@ -234,6 +241,10 @@ class BundledEngine:
                     token_events(group.mode, len(tokens), rounds),
                 )
             )
+        _timing(
+            f"group {group.name}: {len(seeds)} seeds in {t1 - t0:.1f}s "
+            f"(records {time.perf_counter() - t1:.2f}s)"
+        )
         return records
 
     # -- serial reference ----------------------------------------------------------------

@@ -47,6 +47,18 @@ def test_add_abort_and_id_reuse(model, mode):
     assert done["a"].token_ids == alone[0].token_ids
 
 
+def test_prompts_out_of_the_vocabulary_are_refused(model):
+    llm = LLM(model=model, speculative_config=SPEC)
+    V = model.cfg.vocab_size
+    for bad in ([], [0, -1, 2], [V], [1, V + 7]):
+        with pytest.raises(
+            ValueError, match=rf"prompt must be a non-empty list of ids in \[0, {V}\)"
+        ):
+            llm.add_request(None, bad, rand(1))
+    llm.add_request(None, [0, V - 1], rand(1))  # both ends of the range are ids
+    assert llm.has_unfinished_requests()
+
+
 def test_abort_waiting_request(model):
     llm = LLM(model=model, speculative_config=SPEC, max_num_seqs=1)
     llm.add_request(0, PROMPT, rand(1))

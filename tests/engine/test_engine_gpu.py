@@ -239,30 +239,36 @@ def test_nan_target_once_fires_once_under_graphs(model):
 
 def test_a_shape_runs_eagerly_before_it_is_captured(model):
     """GraphedRound.eager_uses: a round shape's first two uses run eagerly, the third
-    captures and later ones replay; the tokens equal an engine without graphs and one
-    that captures at first use (fixed seeds, random rows)."""
+    captures (without side-stream warm-ups: the eager uses initialised the shape) and
+    later ones replay; the tokens equal an engine without graphs and one that captures
+    at first use, after its warm-ups (fixed seeds, random rows)."""
     params = [rand(s, max_tokens=24) for s in range(4)]
     default = async_llm(model)
     outs = default.generate([PROMPT] * 4, params)
     graphs = default.runner.graphs
     assert graphs.eager_calls >= 2 and graphs.captures >= 1 and graphs.replays >= 1
     assert all(graphs.uses[key] == 2 for key in graphs.graphs)  # captured at the third use
+    assert graphs.warmup_runs == 0
     first_use = async_llm(model)
     first_use.runner.graphs.eager_uses = 0
     assert [o.token_ids for o in first_use.generate([PROMPT] * 4, params)] == [
         o.token_ids for o in outs
     ]
     assert first_use.runner.graphs.eager_calls == 0
+    assert first_use.runner.graphs.warmup_runs == 2 * first_use.runner.graphs.captures > 0
     eager = async_llm(model, use_cuda_graphs=False).generate([PROMPT] * 4, params)
     assert [o.token_ids for o in eager] == [o.token_ids for o in outs]
 
 
 @pytest.mark.parametrize("asynchronous", [False, True])
-def test_prefill_graphs_replay_like_eager(model, asynchronous):
+@pytest.mark.parametrize("first_use", [True, False])
+def test_prefill_graphs_replay_like_eager(model, asynchronous, first_use):
     """Refills of a few slots (2 slots, 8 requests of different prompt lengths and
     budgets) replay captured prefill graphs (runners/prefill.py PrefillForward); the
     tokens equal an engine without graphs, also after the KV cache grew (the last
-    requests need longer rows: the prefill graphs are dropped and recaptured)."""
+    requests need longer rows: the prefill graphs are dropped and recaptured). Both
+    policies: capture at first use (after side-stream warm-ups) and the default
+    eager-first one (captured at the third use, no warm-up)."""
     prompts = [
         PROMPT,
         PROMPT[:5],
@@ -277,10 +283,12 @@ def test_prefill_graphs_replay_like_eager(model, asynchronous):
     params += [rand(6, max_tokens=200), rand(7, max_tokens=150)]
     kw = dict(speculative_config=SPEC, async_scheduling=asynchronous, device="cuda", max_num_seqs=2)
     graphed = LLM(model=model, **kw)
-    graphed.runner.capture_at_first_use()
+    if first_use:
+        graphed.runner.capture_at_first_use()
     outs = graphed.generate(prompts, params)
     forward = graphed.runner.prefill_forward
-    assert forward.graphs.captures >= 2 and forward.graphs.replays >= 1
+    assert forward.graphs.captures >= (2 if first_use else 1) and forward.graphs.replays >= 1
+    assert (forward.graphs.warmup_runs > 0) == first_use
     eager = LLM(model=model, use_cuda_graphs=False, **kw).generate(prompts, params)
     assert eager[0].token_ids  # something was generated
     assert [o.token_ids for o in outs] == [o.token_ids for o in eager]
