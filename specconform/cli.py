@@ -357,8 +357,11 @@ def _leave(code) -> None:
     was sealed, 0.2-0.3 s with this (docs/gpu-runs.md, session 8); 0.6 s less on the
     2-core CPU. Non-daemon threads are joined and
     atexit handlers run, as in a normal shutdown. Ranks of a
-    sharded run (torchrun) exit normally: their process group shuts down in teardown."""
-    if "RANK" in os.environ or not isinstance(code, int | None):
+    sharded run (torchrun) exit normally: their process group shuts down in teardown;
+    so does a process under a profiler or tracer (``python -m cProfile -o``, a
+    debugger), which writes its output after ``main`` returns."""
+    traced = sys.getprofile() is not None or sys.gettrace() is not None
+    if "RANK" in os.environ or traced or not isinstance(code, int | None):
         sys.exit(code)
     import atexit
     import contextlib

@@ -149,12 +149,17 @@ class BundledEngine:
         slots = self.spec.batch_size if max_num_seqs is None else max_num_seqs
         key = (mode, draft_loops, slots)
         if key not in self._engines:
-            self._free_engines()
             t0 = time.perf_counter()
+            freed = bool(self._engines)
+            self._free_engines()
+            t1 = time.perf_counter()
             self._engines[key] = self._new_llm(
                 mode, draft_loops, mutant=self.mutant, max_num_seqs=slots
             )
-            _timing(f"engine {mode} d={draft_loops} built in {time.perf_counter() - t0:.1f}s")
+            _timing(
+                f"engine {mode} d={draft_loops} built in {time.perf_counter() - t1:.1f}s"
+                + (f" (the previous one freed in {t1 - t0:.2f}s)" if freed else "")
+            )
         return self._engines[key]
 
     def _free_engines(self) -> None:
@@ -168,12 +173,14 @@ class BundledEngine:
     def close(self) -> None:
         """Free every engine and the weights (GPU memory goes back to the allocator's
         pool and the pool to the device), so that runs in one process do not pile up."""
+        t0 = time.perf_counter()
         self._free_engines()
         self._reference = None
         self._model = None
         if self.spec.device == "cuda":
             gc.collect()
             self._torch.cuda.empty_cache()
+        _timing(f"engines and weights freed in {time.perf_counter() - t0:.2f}s")
 
     def params(self, seed: int | None):
         s = self.spec

@@ -49,3 +49,19 @@ def test_leave_keeps_the_exit_code_of_an_error(tmp_path):
     assert done.returncode == 2
     assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1
     assert (tmp_path / "late.txt").read_text() == "thread finished"
+
+
+def test_a_profiled_run_exits_normally_and_writes_its_profile(tmp_path):
+    """`python -m cProfile -o F -m specconform ...` (bench/gpu_session.sh fp32prof)
+    writes F after main returns: _leave must not os._exit under a profiler."""
+    profile = tmp_path / "cli.prof"
+    done = subprocess.run(
+        [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "specconform", "schema"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "overridable" in done.stdout
+    assert profile.stat().st_size > 0
