@@ -360,8 +360,7 @@ def _leave(code) -> None:
     sharded run (torchrun) exit normally: their process group shuts down in teardown;
     so does a process under a profiler or tracer (``python -m cProfile -o``, a
     debugger), which writes its output after ``main`` returns."""
-    traced = sys.getprofile() is not None or sys.gettrace() is not None
-    if "RANK" in os.environ or traced or not isinstance(code, int | None):
+    if "RANK" in os.environ or _instrumented() or not isinstance(code, int | None):
         sys.exit(code)
     import atexit
     import contextlib
@@ -376,6 +375,18 @@ def _leave(code) -> None:
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     os._exit(code or 0)
+
+
+def _instrumented() -> bool:
+    """Whether a profiler, tracer or debugger watches this process: sys.setprofile or
+    sys.settrace (Python <= 3.11's cProfile), or a sys.monitoring tool (3.12's cProfile
+    registers one and leaves sys.getprofile() None)."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return True
+    monitoring = getattr(sys, "monitoring", None)
+    return monitoring is not None and any(
+        monitoring.get_tool(tool) is not None for tool in range(6)
+    )
 
 
 def _main() -> None:

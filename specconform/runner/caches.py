@@ -10,14 +10,27 @@ loads instead of recomputing:
   the small preset, whose build it takes from 6.9 s to 1.25 s on a 2-core CPU; on the
   H200 the gain was within the engine load's noise, docs/gpu-runs.md session 7).
 
-A cache the user chose (``TRITON_CACHE_DIR``, ``ENGINE_UNDER_TEST_WEIGHT_CACHE`` set)
-wins. Nothing is created here: Triton creates its folder when it first compiles, the
-weight cache when it first writes an entry, both after every input check of the run."""
+- ``pycache``: Python bytecode of the modules imported from then on (torch, scipy,
+  pandas, the engine), only when this interpreter would keep none: bytecode writing
+  is off (``PYTHONDONTWRITEBYTECODE``, as in many container images) and no
+  ``PYTHONPYCACHEPREFIX`` is set. Then every process compiled torch from source: on
+  the lab's H200 image (no ``__pycache__`` under torch, PYTHONDONTWRITEBYTECODE=1)
+  ``import torch`` took 3.9-4.1 s against 1.4-1.9 s with this cache, and fp32_t2 at
+  5,000 seeds 15.0-15.4 s against 11.4-12.3 s (alternating A/B in one call,
+  docs/gpu-runs.md session 9). Nothing is written beside the sources.
+
+A cache the user chose (``TRITON_CACHE_DIR``, ``ENGINE_UNDER_TEST_WEIGHT_CACHE``,
+``PYTHONPYCACHEPREFIX`` set) wins. Nothing is created here: Triton creates its folder
+when it first compiles, the weight cache when it first writes an entry (both after the
+run's input checks), Python the bytecode folder at the next import of a module it has
+not cached; a run that stops with an error takes every cache folder it created
+(``persistent_caches``)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,12 +42,18 @@ WEIGHT_CACHE_ENV = "ENGINE_UNDER_TEST_WEIGHT_CACHE"  # engine_under_test.model.w
 
 
 def use_persistent_caches(out_dir: Path) -> None:
-    """Point Triton's kernel cache at ``out_dir/.cache/triton`` and the engine's weight
-    cache at ``out_dir/.cache/weights``, each unless one is set."""
+    """Point Triton's kernel cache at ``out_dir/.cache/triton``, the engine's weight
+    cache at ``out_dir/.cache/weights``, each unless one is set, and Python's bytecode
+    at ``out_dir/.cache/pycache`` when the interpreter would keep none."""
     root = Path(out_dir).resolve() / CACHE_FOLDER
     os.environ.setdefault("TRITON_CACHE_DIR", str(root / "triton"))
     # Named here, not imported: the toolkit must not import the engine (nor torch).
     os.environ.setdefault(WEIGHT_CACHE_ENV, str(root / "weights"))
+    if sys.dont_write_bytecode and sys.pycache_prefix is None:
+        # Read at each import (importlib.util.cache_from_source): modules imported from
+        # now on are loaded from, or compiled once into, root/pycache.
+        sys.pycache_prefix = str(root / "pycache")
+        sys.dont_write_bytecode = False
 
 
 @contextmanager

@@ -4,6 +4,7 @@ up front."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -96,3 +97,59 @@ def test_bad_input_leaves_no_weight_cache_behind(tmp_path):
     done = run(tmp_path / "out2", ENGINE_UNDER_TEST_WEIGHT_CACHE=str(mine))
     assert done.returncode == 2, done.stderr
     assert len(list(mine.glob("*.pt"))) == 1 and not (tmp_path / "out2").exists()
+
+
+# A module imported after use_persistent_caches, in a fresh interpreter: where its
+# bytecode went (the prefix, and whether a __pycache__ appeared beside the source).
+BYTECODE_PROBE = """
+import sys
+from pathlib import Path
+from specconform.runner.caches import use_persistent_caches
+out, src = Path(sys.argv[1]), Path(sys.argv[2])
+use_persistent_caches(out)
+sys.path.insert(0, str(src))
+import probe_module
+print(sys.pycache_prefix)
+print(sorted(str(p.relative_to(out)) for p in out.rglob("*.pyc")))
+print((src / "__pycache__").exists())
+"""
+
+
+def _bytecode_probe(tmp_path, **env_changes):
+    src = tmp_path / "src"
+    src.mkdir(parents=True)
+    (src / "probe_module.py").write_text("VALUE = 1\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update({k: v for k, v in env_changes.items() if v is not None})
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", BYTECODE_PROBE, str(tmp_path / "out"), str(src)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    prefix, pycs, beside = done.stdout.strip().splitlines()
+    return prefix, ast.literal_eval(pycs), beside == "True"
+
+
+def test_bytecode_goes_under_the_out_folder_when_python_would_keep_none(tmp_path):
+    """PYTHONDONTWRITEBYTECODE=1 (the lab's GPU image): without this every process
+    compiled torch from source; now the bytecode goes to <out>/.cache/pycache, and
+    nothing is written beside the sources."""
+    prefix, pycs, beside = _bytecode_probe(tmp_path, PYTHONDONTWRITEBYTECODE="1")
+    assert prefix == str((tmp_path / "out").resolve() / ".cache" / "pycache")
+    assert any(p.startswith(".cache/pycache/") and "probe_module" in p for p in pycs), pycs
+    assert not beside
+
+
+def test_bytecode_settings_the_user_chose_are_kept(tmp_path):
+    # A normal interpreter writes beside the sources as always: no prefix is set.
+    prefix, pycs, beside = _bytecode_probe(tmp_path)
+    assert prefix == "None" and pycs == [] and beside
+    # A prefix the user chose wins over the flag.
+    mine = tmp_path / "mine"
+    prefix, pycs, _ = _bytecode_probe(
+        tmp_path / "b", PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=str(mine)
+    )
+    assert prefix == str(mine) and pycs == []
