@@ -99,31 +99,40 @@ def test_bad_input_leaves_no_weight_cache_behind(tmp_path):
     assert len(list(mine.glob("*.pt"))) == 1 and not (tmp_path / "out2").exists()
 
 
-# A module imported after use_persistent_caches, in a fresh interpreter: where its
-# bytecode went (the prefix, and whether a __pycache__ appeared beside the source).
+# A module imported after use_persistent_caches, in a fresh interpreter, with the
+# installation probe pointed at a package of the test's own (argv[3]): where the
+# module's bytecode went (the prefix, and whether a __pycache__ appeared beside it).
 BYTECODE_PROBE = """
 import sys
 from pathlib import Path
-from specconform.runner.caches import use_persistent_caches
+from specconform.runner import caches
 out, src = Path(sys.argv[1]), Path(sys.argv[2])
-use_persistent_caches(out)
 sys.path.insert(0, str(src))
+caches.BYTECODE_PROBES = (sys.argv[3],)
+caches.use_persistent_caches(out)
 import probe_module
 print(sys.pycache_prefix)
 print(sorted(str(p.relative_to(out)) for p in out.rglob("*.pyc")))
-print((src / "__pycache__").exists())
+print((src / "__pycache__" / f"probe_module.{sys.implementation.cache_tag}.pyc").exists())
 """
 
 
-def _bytecode_probe(tmp_path, **env_changes):
+def _bytecode_probe(tmp_path, probe="bare_package", **env_changes):
+    """Run BYTECODE_PROBE with `bare_package` (no bytecode) and `compiled_package`
+    (compiled beside its source) installed under tmp_path/src."""
+    import py_compile
+
     src = tmp_path / "src"
-    src.mkdir(parents=True)
+    for package in ("bare_package", "compiled_package"):
+        (src / package).mkdir(parents=True)
+        (src / package / "__init__.py").write_text("")
+    py_compile.compile(str(src / "compiled_package" / "__init__.py"))
     (src / "probe_module.py").write_text("VALUE = 1\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env.update({k: v for k, v in env_changes.items() if v is not None})
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run(
-        [sys.executable, "-c", BYTECODE_PROBE, str(tmp_path / "out"), str(src)],
+        [sys.executable, "-c", BYTECODE_PROBE, str(tmp_path / "out"), str(src), probe],
         env=env,
         capture_output=True,
         text=True,
@@ -133,23 +142,29 @@ def _bytecode_probe(tmp_path, **env_changes):
     return prefix, ast.literal_eval(pycs), beside == "True"
 
 
-def test_bytecode_goes_under_the_out_folder_when_python_would_keep_none(tmp_path):
-    """PYTHONDONTWRITEBYTECODE=1 (the lab's GPU image): without this every process
-    compiled torch from source; now the bytecode goes to <out>/.cache/pycache, and
-    nothing is written beside the sources."""
+def test_bytecode_goes_under_the_out_folder_when_the_install_has_none(tmp_path):
+    """PYTHONDONTWRITEBYTECODE=1 and a torch without bytecode (the lab's GPU image):
+    every process compiled torch from source. Now the bytecode goes to
+    <out>/.cache/pycache, and nothing is written beside the sources."""
     prefix, pycs, beside = _bytecode_probe(tmp_path, PYTHONDONTWRITEBYTECODE="1")
     assert prefix == str((tmp_path / "out").resolve() / ".cache" / "pycache")
     assert any(p.startswith(".cache/pycache/") and "probe_module" in p for p in pycs), pycs
     assert not beside
 
 
-def test_bytecode_settings_the_user_chose_are_kept(tmp_path):
-    # A normal interpreter writes beside the sources as always: no prefix is set.
-    prefix, pycs, beside = _bytecode_probe(tmp_path)
+def test_an_install_with_bytecode_and_the_users_choices_are_left_alone(tmp_path):
+    # pip compiled the installation: a prefix would hide its bytecode. Nothing changes
+    # (and, writing being off, nothing is written anywhere).
+    prefix, pycs, beside = _bytecode_probe(
+        tmp_path / "a", probe="compiled_package", PYTHONDONTWRITEBYTECODE="1"
+    )
+    assert prefix == "None" and pycs == [] and not beside
+    # A normal interpreter writes beside the sources, as always.
+    prefix, pycs, beside = _bytecode_probe(tmp_path / "b")
     assert prefix == "None" and pycs == [] and beside
-    # A prefix the user chose wins over the flag.
+    # A prefix the user chose wins.
     mine = tmp_path / "mine"
     prefix, pycs, _ = _bytecode_probe(
-        tmp_path / "b", PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=str(mine)
+        tmp_path / "c", PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=str(mine)
     )
     assert prefix == str(mine) and pycs == []
