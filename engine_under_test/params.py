@@ -37,11 +37,16 @@ def to_float32(value: float) -> float:
 
 def _is_int(value: object) -> bool:
     # bool is an int subclass; a flag passed where a count belongs is a caller bug.
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    # type() first: the ABC check costs ~1 us, 5 per request, 5,000 requests a batch.
+    return type(value) is int or (
+        isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    )
 
 
 def _is_real(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return type(value) in (float, int) or (
+        isinstance(value, numbers.Real) and not isinstance(value, bool)
+    )
 
 
 @dataclass(frozen=True)

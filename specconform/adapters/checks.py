@@ -42,7 +42,8 @@ BATCHED_TOLERANCE = 1e-4
 
 
 def _is_int(x) -> bool:
-    return isinstance(x, Integral) and not isinstance(x, bool)
+    # type() first: the ABC check costs ~1 us, and a batch checks ~10 ints per record.
+    return type(x) is int or (isinstance(x, Integral) and not isinstance(x, bool))
 
 
 class CheckedEngine(SequenceChecks):

@@ -1,5 +1,6 @@
-"""``params.to_float32`` rounds exactly as ``np.float32`` does (the device's float32):
-nearest-even, subnormals, the signed zero, inf past the float32 range, NaN kept."""
+"""SamplingParams' number checks: ``params.to_float32`` rounds exactly as ``np.float32``
+does (the device's float32: nearest-even, subnormals, the signed zero, inf past the
+float32 range, NaN kept), and the int/real checks take numpy scalars but not flags."""
 
 from __future__ import annotations
 
@@ -57,3 +58,22 @@ def test_float32_range_decides_validation_and_greedy():
         else:
             raise AssertionError(f"temperature={too_hot} accepted")
     SamplingParams(temperature=3.4028235677973362e38)  # rounds to FLT_MAX: finite
+
+
+def test_counts_take_numpy_integers_but_not_flags():
+    params = SamplingParams(temperature=np.float32(0.5), top_k=np.int64(20), seed=np.int64(7))
+    assert (params.temperature, params.top_k, params.seed) == (0.5, 20, 7)
+    assert type(params.top_k) is int and type(params.seed) is int
+    for field, flag in (("top_k", True), ("max_tokens", True), ("seed", False)):
+        try:
+            SamplingParams(**{field: flag})
+        except ValueError as exc:
+            assert field in str(exc)
+        else:
+            raise AssertionError(f"{field}={flag!r} accepted")
+    try:
+        SamplingParams(temperature=True)
+    except ValueError as exc:
+        assert "temperature must be a real number" in str(exc)
+    else:
+        raise AssertionError("temperature=True accepted")
