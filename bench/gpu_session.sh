@@ -48,6 +48,9 @@ lim() {
 part_env() {
   nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv
   python3 -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__, 'gpu', torch.cuda.get_device_name(0))"
+  # Whether this image keeps Python bytecode (session 9: it does not, and every process
+  # compiled torch from source; specconform run then caches it under OUT/.cache/pycache).
+  python3 -c "import sys; from specconform.runner.caches import _installed_without_bytecode as f; print('bytecode: dont_write', sys.flags.dont_write_bytecode, 'prefix', sys.pycache_prefix, 'torch without bytecode', f())"
 }
 part_tests() {
   lim python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/ 2>&1 | tail -40
