@@ -69,20 +69,6 @@ part_sweep() {
   [ -n "${SWEEP_CONFIGS:-}" ] && read -ra configs <<< "$SWEEP_CONFIGS"
   lim python3 bench/probs_kernel_sweep.py --json "$OUT/probs-sweep.json" "${configs[@]}"
 }
-part_fp32() {
-  # Cold (a fresh process on this machine: imports, Triton compiles) then warm (the same
-  # command again, the Triton cache now filled); --verbose prints the timing: breakdown.
-  local run
-  for run in cold warm; do
-    echo "--- fp32_t2 5k, $run"
-    lim /usr/bin/time -v python3 -m specconform run protocols/fp32_t2.yaml --seeds 5000 \
-      --offset 2e6 --out "$OUT/runs" --ledger "$OUT/ledger-$run.jsonl" --no-sign --verbose \
-      2>"$OUT/fp32_time.txt" | grep -E "^timing|^result|^error"
-    grep -E "Elapsed|Maximum resident" "$OUT/fp32_time.txt"
-    grep -E "^timing|^error" "$OUT/fp32_time.txt"
-  done
-  mv "$OUT"/runs/*.zip "$OUT/" 2>/dev/null; rm -rf "$OUT/runs" "$OUT"/ledger-*.jsonl
-}
 fp32_once() {
   # One fp32_t2 run (label, seeds): wall clock, peak RSS, the timing: lines.
   local label=$1 seeds=$2
@@ -92,6 +78,12 @@ fp32_once() {
     --verbose 2>"$OUT/fp32_time.txt" | grep -E "^result|^error"
   grep -E "Elapsed|Maximum resident" "$OUT/fp32_time.txt"
   grep -E "^timing|^error" "$OUT/fp32_time.txt"
+}
+part_fp32() {
+  # Cold (a fresh process on this machine: imports, Triton compiles) then warm (the same
+  # command again, the Triton cache now filled); --verbose prints the timing: breakdown.
+  lim bash -c "$(declare -f fp32_once); OUT=$OUT; fp32_once cold 5000; fp32_once warm 5000"
+  mv "$OUT"/runs/*.zip "$OUT/" 2>/dev/null; rm -rf "$OUT/runs" "$OUT"/ledger-*.jsonl
 }
 part_fp32ab() {
   # Issue 16, part 3: a cold run (this machine's first: Triton compiles), then warm runs

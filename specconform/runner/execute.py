@@ -228,7 +228,7 @@ def _execute_locked(
     )
     if raw is None:  # a follower rank of a sharded run: the leader seals the archive
         return RunOutcome(run_id, None, None, None)
-    t0 = time.perf_counter()  # the statistics' imports count (runner.prefetch may have them)
+    t0 = time.perf_counter()  # the statistics' imports (scipy, statsmodels) count
     from specconform.kinds import reevaluate
 
     evaluation = reevaluate(loaded.data, RawData(raw))
