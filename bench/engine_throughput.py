@@ -27,7 +27,11 @@ lasts as long as its slowest request).
 Beside each measured ratio the script prints what the ratio can be at best
 (bench/throughput_bounds.py, with the arithmetic): the compute bound (FLOP-bound
 batches) and the bandwidth bound (weight reads), from the run's own committed tokens
-and drafts per request-round, and the measured ratio as a share of the compute bound.
+and drafts per request-round, and the measured ratio as a share of the compute bound;
+the JSON rows also hold the pass bound (every loop pass costing the same in both modes:
+the launch-bound regime of small batches), printed in a line under each row that
+takes the measured async/nospec apart: committed tokens per slot-round (and their
+share of τ, the occupancy) over a round's time per nospec step.
 
     python bench/engine_throughput.py --preset small --device cuda
     python bench/engine_throughput.py --quick            # CPU smoke: tiny, few tokens
@@ -38,6 +42,7 @@ and drafts per request-round, and the measured ratio as a share of the compute b
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import resource
 import statistics
@@ -60,6 +65,7 @@ try:  # run as a script (bench/ on sys.path) or imported as bench.engine_through
         matmul_flops_per_s,
         model_costs,
         nospec_flops,
+        ratio_parts,
         round_flops,
         round_shape,
         speedup_bounds,
@@ -69,6 +75,7 @@ except ImportError:  # pragma: no cover
         matmul_flops_per_s,
         model_costs,
         nospec_flops,
+        ratio_parts,
         round_flops,
         round_shape,
         speedup_bounds,
@@ -277,6 +284,13 @@ def main(argv=None) -> int:
                 if costs is not None and shape is not None
                 else None
             )
+            parts = (
+                ratio_parts(
+                    first, runs["nospec"][0], c, shape, model.cfg.num_loops, args.draft_loops
+                )
+                if shape is not None and model.cfg.architecture == "looped"
+                else None
+            )
             row = {
                 "concurrency": c,
                 "kind": kind,
@@ -288,6 +302,8 @@ def main(argv=None) -> int:
                 "drafts_per_round": shape.drafts if shape else None,
                 "compute_bound": bounds.compute if bounds else None,
                 "bandwidth_bound": bounds.bandwidth if bounds else None,
+                "pass_bound": bounds.passes if bounds else None,
+                "ratio_parts": dataclasses.asdict(parts) if parts else None,
                 "async_of_compute_bound": ratio_async / bounds.compute if bounds else None,
                 "matmul_flops_per_s": peak_flops,
                 "mfu": (
@@ -325,6 +341,16 @@ def main(argv=None) -> int:
                 + "/".join(str(runs[m][0]["prefills"]) for m in MODES),
                 flush=True,
             )
+            if parts is not None and bounds is not None:
+                print(
+                    f"#      async/nospec {parts.ratio:.3f} (first runs) = tokens per slot-round "
+                    f"{parts.slot_tokens:.3f}/{parts.nospec_slot_tokens:.3f} (occupancy "
+                    f"{parts.occupancy:.3f} of tau {shape.tokens:.3f}) over ms per round/step "
+                    f"{parts.round_ms:.2f}/{parts.step_ms:.2f} "
+                    f"({parts.round_ms / parts.step_ms:.3f}; loop passes "
+                    f"{parts.passes_ratio:.3f}); pass bound {bounds.passes:.3f}",
+                    flush=True,
+                )
         for e in engines.values():  # free this concurrency's KV caches and graphs
             e.close()
         if {"greedy", "random"} <= per_round.keys():

@@ -83,7 +83,7 @@ part_fp32() {
   # Cold (a fresh process on this machine: imports, Triton compiles) then warm (the same
   # command again, the Triton cache now filled); --verbose prints the timing: breakdown.
   lim bash -c "$(declare -f fp32_once); OUT=$OUT; fp32_once cold 5000; fp32_once warm 5000"
-  mv "$OUT"/runs/*.zip "$OUT/" 2>/dev/null; rm -rf "$OUT/runs" "$OUT"/ledger-*.jsonl
+  mv "$OUT"/runs/*.zip "$OUT/" 2>/dev/null; rm -rf "$OUT/runs" "$OUT"/ledger-*.jsonl*
 }
 part_fp32ab() {
   # Issue 16, part 3: a cold run (this machine's first: Triton compiles), then warm runs
@@ -91,7 +91,7 @@ part_fp32ab() {
   LIMIT_fp32ab=${LIMIT_fp32ab:-400}
   lim bash -c "$(declare -f fp32_once); OUT=$OUT; fp32_once cold 5000
     for i in 1 2 3; do fp32_once warm 5000; done; fp32_once warm 20000"
-  rm -rf "$OUT/runs" "$OUT"/ledger-*.jsonl
+  rm -rf "$OUT/runs" "$OUT"/ledger-*.jsonl*
 }
 part_profile_ouro() {
   lim python3 bench/round_profile.py --device cuda --preset ouro-1.4b --concurrency "${PROFILE_OURO_CONC:-64,1024}" --modes "${PROFILE_MODES:-nospec,async}" \

@@ -16,7 +16,12 @@ tokens/s can at best be:
   τ · (R·W_loop + W_head) / (((w + 1)·d + R − d)·W_loop + (w + 1)·W_head),
   W the weights' bytes: w + 1 shallow passes of d loops, one deep pass of R − d loops,
   w + 1 head reads (KV cache and activations left out: they grow with the batch and
-  the context, and favour neither side much at the benchmark's lengths).
+  the context, and favour neither side much at the benchmark's lengths);
+- **pass bound** (launch- or latency-bound batches, the H200's regime up to c = 64 on
+  ``small``: every loop pass costs the same wall time in both modes, heads, sampling and
+  accept free): τ · R / ((w + 1)·d + R − d). Heads and the round's sampling only lower
+  it (session 7 in docs/gpu-runs.md: the kernel-count bound at (K, d) = (3, 2) is 0.98
+  of it), so no implementation of this algorithm beats it at those batches.
 
 The absolute bound: at the device's matmul rate P (measured in the same run,
 :func:`matmul_flops_per_s`), no mode commits more than P / (FLOPs per committed token)
@@ -92,6 +97,55 @@ def model_costs(cfg: ModelConfig, context: float, bytes_per_weight: int) -> Mode
 class Bounds:
     compute: float  # best speculative / nospec tokens/s ratio when FLOP-bound
     bandwidth: float  # ... when weight-read-bound
+    passes: float  # ... when every loop pass costs the same (launch-bound), heads free
+
+
+@dataclass(frozen=True)
+class RatioParts:
+    """A measured speculative / nospec tokens/s ratio, taken apart (one run pair):
+
+        ratio = (slot_tokens / nospec_slot_tokens) / (round_ms / step_ms)
+
+    slot_tokens: committed tokens per slot and round (occupied or not), so
+    ``occupancy = slot_tokens / τ`` is the share of τ the scheduling keeps (a finished
+    request's slot idles until its refill, the last wave drains, the last round of a
+    request is cut at max_tokens); round_ms / step_ms: a round's wall time over a nospec
+    step's, prefills included, against ``passes_ratio`` = ((w + 1)·d + R − d) / R."""
+
+    slot_tokens: float
+    nospec_slot_tokens: float
+    occupancy: float
+    round_ms: float
+    step_ms: float
+    passes_ratio: float
+
+    @property
+    def ratio(self) -> float:
+        return (self.slot_tokens / self.nospec_slot_tokens) / (self.round_ms / self.step_ms)
+
+
+def ratio_parts(
+    spec_run: dict, nospec_run: dict, slots: int, shape: RoundShape, loops: int, draft_loops: int
+) -> RatioParts:
+    """Take one speculative run and one nospec run of the same requests apart (runs as
+    engine_throughput's ``run_once`` returns them: tokens, rounds, requests, ms_per_round)."""
+
+    def per_slot(run: dict) -> float:
+        return run["tokens"] / run["rounds"] / min(slots, run["requests"])
+
+    return RatioParts(
+        slot_tokens=per_slot(spec_run),
+        nospec_slot_tokens=per_slot(nospec_run),
+        occupancy=per_slot(spec_run) / shape.tokens,
+        round_ms=spec_run["ms_per_round"],
+        step_ms=nospec_run["ms_per_round"],
+        passes_ratio=loop_passes(shape, loops, draft_loops) / loops,
+    )
+
+
+def loop_passes(shape: RoundShape, loops: int, draft_loops: int) -> float:
+    """Loop passes a round runs in sequence: w + 1 shallow passes of d loops, then R − d."""
+    return (shape.drafts + 1) * draft_loops + loops - draft_loops
 
 
 def nospec_flops(costs: ModelCosts) -> float:
@@ -125,8 +179,10 @@ def matmul_flops_per_s(device: torch.device, dtype: torch.dtype, n: int = 8192) 
 def speedup_bounds(costs: ModelCosts, shape: RoundShape, draft_loops: int) -> Bounds:
     R, d, w, tau = costs.loops, draft_loops, shape.drafts, shape.tokens
     nospec_bytes = R * costs.loop_bytes + costs.head_bytes
-    round_bytes = ((w + 1) * d + R - d) * costs.loop_bytes + (w + 1) * costs.head_bytes
+    passes = loop_passes(shape, R, d)
+    round_bytes = passes * costs.loop_bytes + (w + 1) * costs.head_bytes
     return Bounds(
         compute=tau * nospec_flops(costs) / round_flops(costs, shape),
         bandwidth=tau * nospec_bytes / round_bytes,
+        passes=tau * R / passes,
     )

@@ -13,6 +13,7 @@ from bench.throughput_bounds import (
     ModelCosts,
     RoundShape,
     model_costs,
+    ratio_parts,
     round_shape,
     speedup_bounds,
 )
@@ -54,3 +55,29 @@ def test_weights_per_token_are_the_models_matrices():
     assert costs.loop_flops == 2 * matrices  # no context: no attention FLOPs
     with pytest.raises(ValueError, match="bounds are stated for looped models"):
         model_costs(cfg.replace(architecture="llama", stage_layers=(1, 2)), 0.0, 2)
+
+
+def test_pass_bound_counts_loop_passes_only():
+    # (K, d) = (2, 1), R = 4, every draft drafted: 3 shallow passes of 1 loop and 3 deep
+    # loops, so a round is 6 passes against nospec's 4; heads cost nothing here.
+    costs = ModelCosts(loops=4, loop_flops=1.0, head_flops=9.0, loop_bytes=1.0, head_bytes=9.0)
+    b = speedup_bounds(costs, RoundShape(tokens=2.0, drafts=2.0), draft_loops=1)
+    assert b.passes == pytest.approx(2.0 * 4 / 6)
+    assert b.bandwidth < b.passes  # the heads' reads only lower the weight-read bound
+
+
+def test_ratio_parts_multiply_back_to_the_measured_ratio():
+    # Session 10's (K, d) = (2, 1) runs at c = 64 (docs/gpu-results/2026-12-04-session10-*).
+    spec = {"tokens": 32768, "rounds": 268, "requests": 256, "ms_per_round": 11.92}
+    nospec = {"tokens": 32768, "rounds": 508, "requests": 256, "ms_per_round": 7.18}
+    shape = RoundShape(tokens=2.022, drafts=1.9)
+    parts = ratio_parts(spec, nospec, 64, shape, loops=4, draft_loops=1)
+    tok_s = {
+        r["ms_per_round"]: r["tokens"] / (r["rounds"] * r["ms_per_round"]) for r in (spec, nospec)
+    }
+    assert parts.ratio == pytest.approx(tok_s[11.92] / tok_s[7.18])
+    assert parts.occupancy == pytest.approx(32768 / 268 / 64 / 2.022)
+    assert parts.passes_ratio == pytest.approx((2.9 * 1 + 3) / 4)
+    # Fewer slots than requests in flight: a run of 4 requests on 64 slots uses 4.
+    one = {"tokens": 512, "rounds": 100, "requests": 4, "ms_per_round": 1.0}
+    assert ratio_parts(one, one, 64, shape, 4, 1).slot_tokens == pytest.approx(512 / 100 / 4)
