@@ -28,10 +28,12 @@ The absolute bound: at the device's matmul rate P (measured in the same run,
 tokens/s -- F_nospec for nospec, F_round / τ for speculation; the measured tokens/s
 over it is the mode's model-FLOP utilisation (MFU).
 
-Both ratios are upper bounds of the ratio for a perfect implementation of either mode; a
-measured ratio above the bandwidth bound means nospec was latency-bound (launches,
-host work), which is what speculation amortises at small batches. The measured
-τ and w come from the run's own counters (:func:`round_shape`).
+The three are upper bounds of the ratio for a perfect implementation of either mode in
+their regime (the bandwidth bound is never above the pass bound: a round reads the
+head w + 1 times). A measured ratio above the bandwidth bound means the batch was
+launch-bound rather than weight-read-bound; one above the pass bound means nospec lost
+time on the host (c = 1: a blocking step per token), which speculation amortises. The
+measured τ and w come from the run's own counters (:func:`round_shape`).
 """
 
 from __future__ import annotations

@@ -72,10 +72,11 @@ def test_ratio_parts_multiply_back_to_the_measured_ratio():
     nospec = {"tokens": 32768, "rounds": 508, "requests": 256, "ms_per_round": 7.18}
     shape = RoundShape(tokens=2.022, drafts=1.9)
     parts = ratio_parts(spec, nospec, 64, shape, loops=4, draft_loops=1)
-    tok_s = {
-        r["ms_per_round"]: r["tokens"] / (r["rounds"] * r["ms_per_round"]) for r in (spec, nospec)
-    }
-    assert parts.ratio == pytest.approx(tok_s[11.92] / tok_s[7.18])
+
+    def tok_per_ms(run):
+        return run["tokens"] / (run["rounds"] * run["ms_per_round"])
+
+    assert parts.ratio == pytest.approx(tok_per_ms(spec) / tok_per_ms(nospec))
     assert parts.occupancy == pytest.approx(32768 / 268 / 64 / 2.022)
     assert parts.passes_ratio == pytest.approx((2.9 * 1 + 3) / 4)
     # Fewer slots than requests in flight: a run of 4 requests on 64 slots uses 4.
