@@ -284,11 +284,9 @@ def main(argv=None) -> int:
                 if costs is not None and shape is not None
                 else None
             )
-            parts = (
-                ratio_parts(
-                    first, runs["nospec"][0], c, shape, model.cfg.num_loops, args.draft_loops
-                )
-                if shape is not None and model.cfg.architecture == "looped"
+            parts = (  # bounds exist exactly when the preset is looped and rounds ran
+                ratio_parts(first, runs["nospec"][0], c, shape, costs.loops, args.draft_loops)
+                if bounds is not None
                 else None
             )
             row = {
@@ -341,7 +339,7 @@ def main(argv=None) -> int:
                 + "/".join(str(runs[m][0]["prefills"]) for m in MODES),
                 flush=True,
             )
-            if parts is not None and bounds is not None:
+            if parts is not None:
                 print(
                     f"#      async/nospec {parts.ratio:.3f} (first runs) = tokens per slot-round "
                     f"{parts.slot_tokens:.3f}/{parts.nospec_slot_tokens:.3f} (occupancy "

@@ -102,6 +102,11 @@ class Bounds:
     passes: float  # ... when every loop pass costs the same (launch-bound), heads free
 
 
+def loop_passes(shape: RoundShape, loops: int, draft_loops: int) -> float:
+    """Loop passes a round runs in sequence: w + 1 shallow passes of d loops, then R − d."""
+    return (shape.drafts + 1) * draft_loops + loops - draft_loops
+
+
 @dataclass(frozen=True)
 class RatioParts:
     """A measured speculative / nospec tokens/s ratio, taken apart (one run pair):
@@ -143,11 +148,6 @@ def ratio_parts(
         step_ms=nospec_run["ms_per_round"],
         passes_ratio=loop_passes(shape, loops, draft_loops) / loops,
     )
-
-
-def loop_passes(shape: RoundShape, loops: int, draft_loops: int) -> float:
-    """Loop passes a round runs in sequence: w + 1 shallow passes of d loops, then R − d."""
-    return (shape.drafts + 1) * draft_loops + loops - draft_loops
 
 
 def nospec_flops(costs: ModelCosts) -> float:
