@@ -23,6 +23,7 @@ import pandas as pd
 
 from specconform.errors import UsageError
 from specconform.progress import timing
+from specconform.runner import interrupt
 from specconform.runner.ledger import LedgerEntry, check_and_reserve
 
 SAMPLE_COLUMNS = (
@@ -154,6 +155,7 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes] | Non
     from specconform.adapters.engine import AdapterError
     from specconform.runner import sharding
 
+    interrupt.check_environment()
     model = loaded.model
     coord = context.coordinator or sharding.Coordinator(sharding.Shard())
     shard = coord.shard
@@ -234,6 +236,7 @@ def _collect(loaded, model, shard, coord, engine, folder, *, progress, log, cont
                     )
                     _atomic_write(path, buf.getvalue().encode())
                     written += time.perf_counter() - t0
+                    interrupt.batch_written()
                 bar.advance(stop - start)
     except KeyboardInterrupt:
         print(f"interrupted: continue with --resume {folder}", file=sys.stderr, flush=True)

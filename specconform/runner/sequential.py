@@ -29,6 +29,7 @@ import pandas as pd
 from specconform.kinds.distribution.reference import Reference
 from specconform.kinds.distribution.sequential import sequential_alpha, sequential_outcome
 from specconform.progress import silent
+from specconform.runner import interrupt
 from specconform.runner.distribution import (
     _atomic_write,
     _batch_path,
@@ -129,6 +130,7 @@ def _run_batch(engine, model, group, folder: Path, start: int, end: int) -> pd.D
         buf = io.StringIO()
         frame.to_csv(buf, index=False, lineterminator="\n")
         _atomic_write(_batch_path(folder, group.name, lo), buf.getvalue().encode())
+        interrupt.batch_written()
         parts.append(frame)
     return pd.concat(parts, ignore_index=True)
 

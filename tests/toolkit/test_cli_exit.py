@@ -9,20 +9,28 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# A buffered stdout (a pipe), an atexit handler, and a non-daemon thread that writes a
-# file after main() has returned from click: a plain os._exit would lose all three.
+# A buffered stdout (a pipe), an atexit handler, and a non-daemon thread that is still
+# running when main() reaches _leave and writes a file only after that: a plain os._exit
+# would lose all three. The thread waits for an event that a wrapper around _leave sets,
+# so it is alive at _leave on any machine (a sleep made that a race with the command).
 SCRIPT = """
-import atexit, sys, threading, time
+import atexit, sys, threading
 from pathlib import Path
 atexit.register(lambda: print("atexit ran"))
 late_file = Path(sys.argv[1])
+leaving = threading.Event()
 def late():
-    time.sleep(0.3)
+    leaving.wait()
     late_file.write_text("thread finished")
 threading.Thread(target=late).start()
 sys.argv = ["specconform", *sys.argv[2:]]
-from specconform.cli import main
-main()
+from specconform import cli
+real_leave = cli._leave
+def leave(code):
+    leaving.set()
+    real_leave(code)
+cli._leave = leave
+cli.main()
 """
 
 
@@ -33,6 +41,7 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         check=False,
+        timeout=300,  # a hang guard only: the thread waits for _leave, which must come
     )
 
 
