@@ -18,7 +18,9 @@ import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from specconform.errors import ProtocolError, UsageError
+from specconform.protocol.schema_base import BOUND_HINTS, PATTERN_HINTS
 from specconform.protocol.union import KIND_NAMES, Protocol
+from specconform.protocol.yaml_safe import YamlRefused, parse_yaml, read_protocol_bytes
 
 # A discriminated union of the kinds' models (mypy cannot type a TypeAdapter of an
 # Annotated union; pydantic validates it at run time).
@@ -56,38 +58,63 @@ def protocol_hash(model) -> str:
 
 
 def load_protocol(path: str | Path) -> LoadedProtocol:
+    """Read, parse and validate a protocol file. Any bad input, whatever its kind, raises
+    UsageError (ProtocolError for a file that is read but invalid) with a one-line
+    message: the file must be a regular file of at most 1 MiB, its YAML within the
+    limits of `yaml_safe` (depth, aliases, numbers, no duplicate keys), its content
+    within the schema's bounds (schema_base)."""
     path = Path(path)
     try:
-        source = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read protocol file: {exc.strerror or exc}") from None
+        source = read_protocol_bytes(path)
+    except YamlRefused as exc:
+        raise UsageError(one_line(f"{path}: {exc}")) from None
     try:
-        data = yaml.safe_load(source)
+        data = parse_yaml(source)
+    except YamlRefused as exc:
+        raise ProtocolError(one_line(f"{path}: {exc}")) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ProtocolError(f"{path}: not valid YAML{where}: {problem}") from None
+        raise ProtocolError(one_line(f"{path}: not valid YAML{where}: {problem}")) from None
     if not isinstance(data, dict):
-        raise ProtocolError(f"{path}: a protocol file must be a YAML mapping")
+        raise ProtocolError(one_line(f"{path}: a protocol file must be a YAML mapping"))
     model = validate(data, path)
-    return LoadedProtocol(path, source, model, protocol_hash(model))
+    try:
+        digest = protocol_hash(model)
+    except UnicodeEncodeError:
+        raise ProtocolError(
+            one_line(f"{path}: a string holds a lone surrogate (not Unicode text)")
+        ) from None
+    return LoadedProtocol(path, source, model, digest)
 
 
 def validate(data: dict[str, Any], path: Path | str):
     try:
         return _ADAPTER.validate_python(data)
     except ValidationError as exc:
-        raise ProtocolError(f"{path}: {_first_problem(exc)}") from None
+        raise ProtocolError(one_line(f"{path}: {_first_problem(exc)}")) from None
+
+
+def one_line(text: str, limit: int = 2000) -> str:
+    """`text` as one printable line: control characters (newlines included) escaped,
+    at most `limit` characters (user input such as an unknown key can be anything)."""
+    shown = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
 
 
 def _first_problem(exc: ValidationError) -> str:
     err = exc.errors()[0]
     # Drop the discriminator tag pydantic inserts (e.g. 'quadrature') from the location.
-    loc = [str(p) for p in err["loc"]]
+    loc = [_short(str(p)) for p in err["loc"]]
     if loc and loc[0] in KIND_NAMES:
         loc = loc[1:]
     msg = err["msg"].removeprefix("Value error, ")
+    ctx = err.get("ctx") or {}
+    if err["type"] == "string_pattern_mismatch" and ctx.get("pattern") in PATTERN_HINTS:
+        msg = f"{_short(repr(err.get('input')))}: {PATTERN_HINTS[ctx['pattern']]}"
+    elif err["type"] in ("less_than_equal", "less_than") and ctx.get("le") in BOUND_HINTS:
+        msg = f"{_short(repr(err.get('input')))} is {BOUND_HINTS[ctx['le']]}"
     if err["type"] == "extra_forbidden":
         msg = "unknown field"
     elif err["type"] == "missing":
@@ -98,6 +125,10 @@ def _first_problem(exc: ValidationError) -> str:
         msg = "missing field 'kind'"
     field = ".".join(loc) if loc else "(top level)"
     return f"field '{field}': {msg}"
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def overridable_fields(model) -> dict[str, str]:
@@ -160,4 +191,6 @@ def exact_int(text: str, option: str) -> int:
         raise UsageError(f"{option}: {text!r} is not an exact integer")
     if value < 0:
         raise UsageError(f"{option}: {text!r} must not be negative")
+    if value.adjusted() > 100:  # far past every bound of the schema; int() would be slow
+        raise UsageError(f"{option}: {text!r} is too large")
     return int(value)

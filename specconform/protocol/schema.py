@@ -11,32 +11,62 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    field_validator,
-    model_serializer,
-    model_validator,
-)
+from pydantic import Field, field_validator, model_serializer, model_validator
 
+from specconform.protocol.schema_base import (
+    BATCH_MAX,
+    COUNT_MAX,
+    DEPTH_MAX,
+    K_MAX,
+    LAYER_MAX,
+    LIST_MAX,
+    MASS_MAX,
+    SAMPLES_MAX,
+    SCALE_MAX,
+    SHORT_MAX,
+    SMALL_LIST_MAX,
+    TEMPERATURE_MAX,
+    VOCAB_MAX,
+    DraftLoops,
+    EngineAdapter,
+    FilePath,
+    Name,
+    NonNegInt,
+    Probability,
+    ProtocolName,
+    SamplerAdapter,
+    Seed,
+    Strict,
+    Text,
+    TokenList,
+    TopK,
+    _unique,
+    overridable,
+)
+from specconform.protocol.schema_equality import (  # re-exported: kinds import them here
+    Comparison,
+    EqualityConfig,
+    EqualityEngine,
+    EqualityProtocol,
+    PromptPlan,
+)
 from specconform.protocol.schema_sequential import (
     SequentialPlan,
     check_sequential,
     omit_unset,
 )
 
-Probability = Annotated[float, Field(gt=0.0, lt=1.0)]
-NonNegInt = Annotated[int, Field(ge=0)]
-
-
-def overridable(option: str) -> dict:
-    """Schema marker: the CLI option that may override this field."""
-    return {"overridable": option}
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+__all__ = [
+    "Comparison",
+    "EqualityConfig",
+    "EqualityEngine",
+    "EqualityProtocol",
+    "NonNegInt",
+    "Probability",
+    "PromptPlan",
+    "Strict",
+    "overridable",
+]
 
 
 # --- kernel protocols -------------------------------------------------------------------
@@ -46,25 +76,29 @@ class RandomLaw(Strict):
     """A deterministic pseudo-random law: `support` tokens drawn from the vocabulary with
     Dirichlet(`concentration`) masses, all from numpy's PCG64 seeded with `seed`."""
 
-    seed: NonNegInt
-    support: Annotated[int, Field(ge=1)]
-    concentration: Annotated[float, Field(gt=0.0)] = 1.0
+    seed: Seed
+    support: Annotated[int, Field(ge=1, le=VOCAB_MAX)]
+    concentration: Annotated[float, Field(gt=0.0, le=SCALE_MAX)] = 1.0
     within: Literal["vocab", "p"] = "vocab"  # q's support drawn inside p's support
 
 
-LawSpec = list[Annotated[float, Field(ge=0.0)]] | RandomLaw
+# An explicit law: one unnormalised mass per token of the vocabulary.
+LawSpec = (
+    Annotated[list[Annotated[float, Field(ge=0.0, le=MASS_MAX)]], Field(max_length=VOCAB_MAX)]
+    | RandomLaw
+)
 
 
 class SamplerSpec(Strict):
     """Which accept kernel to test: the bundled engine's, or a user's factory
     `package.module:callable` returning an object with `accept(...)` (see adapters)."""
 
-    adapter: str = "bundled"
+    adapter: SamplerAdapter = "bundled"
 
 
 class QuadratureCase(Strict):
-    name: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
-    vocab: Annotated[int, Field(ge=1, le=262144)]
+    name: Name
+    vocab: Annotated[int, Field(ge=1, le=VOCAB_MAX)]
     p: LawSpec
     q: LawSpec
     # Target law at the bonus position; omitted: p rolled by one token (a law different
@@ -87,11 +121,11 @@ class QuadratureCase(Strict):
 
 class QuadratureProtocol(Strict):
     kind: Literal["quadrature"]
-    name: Annotated[str, Field(pattern=r"^[a-z0-9_\-]+$")]
-    description: str = ""
+    name: ProtocolName
+    description: Text = ""
     sampler: SamplerSpec = SamplerSpec()
     device: Literal["cpu", "cuda"] = Field("cpu", json_schema_extra=overridable("--device"))
-    cases: Annotated[list[QuadratureCase], Field(min_length=1)]
+    cases: Annotated[list[QuadratureCase], Field(min_length=1, max_length=LIST_MAX)]
 
     @field_validator("cases")
     @classmethod
@@ -114,22 +148,24 @@ class EngineErrors(Strict):
 
 
 class SeedPlan(Strict):
-    count: Annotated[int, Field(ge=1, le=100_000_000)] = Field(
+    count: Annotated[int, Field(ge=1, le=COUNT_MAX)] = Field(
         json_schema_extra=overridable("--seeds")
     )
-    offset: NonNegInt = Field(0, json_schema_extra=overridable("--offset"))
+    offset: Seed = Field(0, json_schema_extra=overridable("--offset"))
 
 
 class MonteCarloCase(Strict):
-    name: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
-    vocab: Annotated[int, Field(ge=2, le=262144)]
-    K: Annotated[int, Field(ge=1, le=16)]
+    name: Name
+    vocab: Annotated[int, Field(ge=2, le=VOCAB_MAX)]
+    K: Annotated[int, Field(ge=1, le=K_MAX)]
     # Draft lengths used round-robin over rows (ragged batches); each must be in [0, K].
-    draft_lens: Annotated[list[NonNegInt], Field(min_length=1)]
-    law_seed: NonNegInt
-    p_support: Annotated[int, Field(ge=1)]
-    q_support: Annotated[int, Field(ge=1)]
-    concentration: Annotated[float, Field(gt=0.0)] = 1.0
+    draft_lens: Annotated[
+        list[Annotated[int, Field(ge=0, le=K_MAX)]], Field(min_length=1, max_length=LIST_MAX)
+    ]
+    law_seed: Seed
+    p_support: Annotated[int, Field(ge=1, le=VOCAB_MAX)]
+    q_support: Annotated[int, Field(ge=1, le=VOCAB_MAX)]
+    concentration: Annotated[float, Field(gt=0.0, le=SCALE_MAX)] = 1.0
 
     @model_validator(mode="after")
     def _ranges(self):
@@ -143,14 +179,14 @@ class MonteCarloCase(Strict):
 
 class MonteCarloProtocol(Strict):
     kind: Literal["montecarlo"]
-    name: Annotated[str, Field(pattern=r"^[a-z0-9_\-]+$")]
-    description: str = ""
+    name: ProtocolName
+    description: Text = ""
     alpha: Probability
-    min_expected: Annotated[float, Field(gt=0.0)] = 5.0
+    min_expected: Annotated[float, Field(gt=0.0, le=SCALE_MAX)] = 5.0
     sampler: SamplerSpec = SamplerSpec()
     device: Literal["cpu", "cuda"] = Field("cpu", json_schema_extra=overridable("--device"))
     seeds: SeedPlan  # seeds.count rows per case; generator keyed by offset + case index
-    cases: Annotated[list[MonteCarloCase], Field(min_length=1)]
+    cases: Annotated[list[MonteCarloCase], Field(min_length=1, max_length=LIST_MAX)]
     verdict: FamilyVerdict | None = None  # None: Holm at `alpha`
 
     @model_validator(mode="after")
@@ -170,28 +206,33 @@ class EngineSpec(Strict):
     # Which engine: the bundled one, the Hugging Face transformers adapter, or a user's
     # factory "package.module:callable" (docs/adapters.md). `options` is that adapter's
     # own mapping, validated by the adapter (the bundled engine takes none).
-    adapter: Annotated[str, Field(min_length=1)] = "bundled"
-    options: dict[str, Any] = {}
+    adapter: EngineAdapter = "bundled"
+    options: Annotated[
+        dict[Annotated[str, Field(max_length=SHORT_MAX)], Any], Field(max_length=SMALL_LIST_MAX)
+    ] = {}
     # The bundled engine's model: a preset (or a checkpoint); other adapters ignore it.
     preset: Literal["tiny", "small", "ouro-1.4b"] | None = None
-    model_seed: NonNegInt = 0
-    checkpoint: str | None = None  # local directory in Ouro's layout; None: seeded weights
+    model_seed: Seed = 0
+    checkpoint: FilePath | None = None  # local directory in Ouro's layout; None: seeded weights
     dtype: Literal["float32", "bfloat16"] = "float32"
     device: Literal["cpu", "cuda"] = Field("cpu", json_schema_extra=overridable("--device"))
-    num_speculative_tokens: Annotated[int, Field(ge=1, le=16)]
-    temperature: Annotated[float, Field(gt=0.0)]
-    top_k: NonNegInt = 0  # 0: off
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=K_MAX)]
+    temperature: Annotated[float, Field(gt=0.0, le=TEMPERATURE_MAX)]
+    top_k: TopK = 0  # 0: off
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
-    prompt: list[NonNegInt] | Literal["default"] = "default"
+    prompt: TokenList | Literal["default"] = "default"
     max_tokens: Annotated[int, Field(ge=2, le=3)] = 3
-    batch_size: Annotated[int, Field(ge=1)] = Field(
+    batch_size: Annotated[int, Field(ge=1, le=BATCH_MAX)] = Field(
         1024, json_schema_extra=overridable("--batch-size")
     )
     # A real model shipped by a package (engine_under_test.models_pkg), instead of a
     # preset: its layers cut into stages (cumulative layer ends; draft_loops counts
     # stages) and the draft's exit head ("plain" early exit or "fitted" exit maps).
     model: Literal["smollm2-135m"] | None = None
-    stage_layers: list[Annotated[int, Field(ge=1)]] | None = None
+    stage_layers: (
+        Annotated[list[Annotated[int, Field(ge=1, le=LAYER_MAX)]], Field(max_length=DEPTH_MAX)]
+        | None
+    ) = None
     draft_head: Literal["plain", "fitted"] = "plain"
 
     @model_validator(mode="after")
@@ -206,10 +247,10 @@ class EngineSpec(Strict):
 
 
 class Group(Strict):
-    name: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
+    name: Name
     mode: Literal["nospec", "sync", "async"]
-    draft_loops: Annotated[int, Field(ge=1)] | None = None
-    seed_offset: NonNegInt = 0  # added to the run's offset: disjoint ranges per group
+    draft_loops: DraftLoops | None = None
+    seed_offset: Seed = 0  # added to the run's offset: disjoint ranges per group
 
     @model_validator(mode="after")
     def _draft_loops(self):
@@ -222,40 +263,41 @@ class Group(Strict):
 
 class TestSpec(Strict):
     __test__ = False
-    name: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
+    name: Name
     type: Literal[
         "t1_gof", "t2_gof", "t2_homogeneity", "t3_gof", "acceptance", "joint", "joint_score"
     ]
     role: Literal["prerequisite", "primary", "secondary", "exploratory", "mechanism"]
-    groups: Annotated[list[str], Field(min_length=1)]
+    groups: Annotated[list[Name], Field(min_length=1, max_length=LIST_MAX)]
 
 
 class Strata(Strict):
-    min_samples: Annotated[int, Field(ge=1)] = 200
-    min_expected: Annotated[float, Field(gt=0.0)] = 5.0
+    min_samples: Annotated[int, Field(ge=1, le=SAMPLES_MAX)] = 200
+    min_expected: Annotated[float, Field(gt=0.0, le=SCALE_MAX)] = 5.0
 
 
 class Expansion(Strict):
     """Declares this run an expansion of an earlier one: its seed ranges may include the
     earlier run's ranges (same offset, more seeds) instead of being refused as overlap."""
 
-    of_offset: NonNegInt
-    of_count: Annotated[int, Field(ge=1)]
+    of_offset: Seed
+    of_count: Annotated[int, Field(ge=1, le=COUNT_MAX)]
 
 
 class DistributionProtocol(Strict):
     kind: Literal["distribution"]
-    name: Annotated[str, Field(pattern=r"^[a-z0-9_\-]+$")]
-    description: str = ""
+    name: ProtocolName
+    description: Text = ""
     alpha: Probability
     engine: EngineSpec
     seeds: SeedPlan
-    groups: Annotated[list[Group], Field(min_length=1)]
+    groups: Annotated[list[Group], Field(min_length=1, max_length=LIST_MAX)]
     strata: Strata = Strata()
-    tests: Annotated[list[TestSpec], Field(min_length=1)]
+    tests: Annotated[list[TestSpec], Field(min_length=1, max_length=LIST_MAX)]
     # The roles whose tests decide the verdict (PASS iff all of them pass at alpha).
     decision_roles: Annotated[
-        list[Literal["prerequisite", "primary", "secondary", "mechanism"]], Field(min_length=1)
+        list[Literal["prerequisite", "primary", "secondary", "mechanism"]],
+        Field(min_length=1, max_length=SMALL_LIST_MAX),
     ] = ["prerequisite", "primary"]
     expansion: Expansion | None = None
     # The family-wise rule over the deciding tests; None: Holm at `alpha`. `alpha` above
@@ -292,106 +334,9 @@ class DistributionProtocol(Strict):
         return self
 
 
-# --- equality protocols ---------------------------------------------------------------------
-
-
-class EqualityEngine(Strict):
-    """The model both sides run (the same preset or checkpoint in each tree)."""
-
-    preset: Literal["tiny", "small", "ouro-1.4b"]
-    model_seed: NonNegInt = 0
-    checkpoint: str | None = None
-    device: Literal["cpu", "cuda"] = Field("cpu", json_schema_extra=overridable("--device"))
-    num_speculative_tokens: Annotated[int, Field(ge=1, le=16)] = 3
-
-
-class PromptPlan(Strict):
-    """`count` prompts of `length` token ids, uniform over the vocabulary from numpy's
-    PCG64 seeded with `seed` (the same on both sides)."""
-
-    count: Annotated[int, Field(ge=1, le=1000)]
-    length: Annotated[int, Field(ge=1, le=4096)]
-    seed: NonNegInt = 0
-
-
-class EqualityConfig(Strict):
-    """One greedy configuration: decoding mode, concurrency (max_num_seqs) and dtype."""
-
-    name: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
-    mode: Literal["nospec", "sync", "async"]
-    draft_loops: Annotated[int, Field(ge=1)] | None = None
-    concurrency: Annotated[int, Field(ge=1, le=4096)] = 1
-    dtype: Literal["float32", "bfloat16"] = "float32"
-
-    @model_validator(mode="after")
-    def _draft_loops(self):
-        if (self.mode == "nospec") != (self.draft_loops is None):
-            raise ValueError(
-                f"configuration {self.name!r}: draft_loops is required for "
-                "sync/async and not allowed for nospec"
-            )
-        return self
-
-
-class Comparison(Strict):
-    """Within one tree: `candidate`'s greedy tokens must equal `base`'s, prompt by prompt."""
-
-    name: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
-    base: str
-    candidate: str
-    role: Literal["primary", "secondary"] = "primary"
-
-
-class EqualityProtocol(Strict):
-    """Greedy token identity: between configurations of one tree (`comparisons`), and,
-    with `base_ref` (`--base-ref`), every configuration of the candidate (this tree)
-    against the same configuration of the base commit. Deterministic: no alpha."""
-
-    kind: Literal["equality"]
-    name: Annotated[str, Field(pattern=r"^[a-z0-9_\-]+$")]
-    description: str = ""
-    engine: EqualityEngine
-    prompts: (
-        PromptPlan
-        | Annotated[list[Annotated[list[NonNegInt], Field(min_length=1)]], Field(min_length=1)]
-    )
-    max_tokens: Annotated[int, Field(ge=1, le=4096)] = 128
-    configurations: Annotated[list[EqualityConfig], Field(min_length=1)]
-    comparisons: list[Comparison] = []
-    base_ref: str | None = Field(None, json_schema_extra=overridable("--base-ref"))
-    # A divergence whose top-2 log-probability gap (at T = 1, on either side) is below
-    # this is labelled a near-tie; `near_ties: allow` then lets it pass (bf16 runs).
-    near_tie_gap: Annotated[float, Field(ge=0.0)] = 1e-3
-    near_ties: Literal["fail", "allow"] = "fail"
-
-    @model_validator(mode="after")
-    def _references(self):
-        _unique(self.configurations, "configuration")
-        _unique(self.comparisons, "comparison")
-        names = {c.name for c in self.configurations}
-        for comp in self.comparisons:
-            for side in (comp.base, comp.candidate):
-                if side not in names:
-                    raise ValueError(
-                        f"comparison {comp.name!r} names unknown configuration {side!r}"
-                    )
-        if self.base_ref is not None and not self.base_ref.strip():
-            raise ValueError("base_ref must be a git ref (e.g. HEAD~1 or main)")
-        return self
-
-
 def _with_verdict(model):
     """Fill the default family rule (Holm at the protocol's alpha) so that the stored
     protocol always states its rule (and archives of this schema are told apart)."""
     if model.verdict is None:
         object.__setattr__(model, "verdict", FamilyVerdict(combine="holm", alpha=model.alpha))
     return model
-
-
-def _unique(items, what):
-    seen = set()
-    for item in items:
-        if item.name in seen:
-            raise ValueError(f"duplicate {what} name {item.name!r}")
-        seen.add(item.name)
-    return items

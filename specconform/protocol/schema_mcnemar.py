@@ -19,7 +19,6 @@ from pydantic import Field, model_validator
 from specconform.protocol.schema import (
     EngineErrors,
     FamilyVerdict,
-    NonNegInt,
     Probability,
     SeedPlan,
     Strict,
@@ -27,8 +26,23 @@ from specconform.protocol.schema import (
     _with_verdict,
     overridable,
 )
-
-Name = Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
+from specconform.protocol.schema_base import (
+    BATCH_MAX,
+    DEPTH_MAX,
+    K_MAX,
+    LAYER_MAX,
+    LIST_MAX,
+    SHORT_MAX,
+    SMALL_LIST_MAX,
+    TEMPERATURE_MAX,
+    TOKENS_MAX,
+    DraftLoops,
+    Name,
+    ProtocolName,
+    Seed,
+    Text,
+    TopK,
+)
 
 
 class McNemarEngine(Strict):
@@ -38,17 +52,20 @@ class McNemarEngine(Strict):
     adapter: Literal["bundled"] = "bundled"
     model: Literal["smollm2-135m"] | None = None
     preset: Literal["tiny", "small"] | None = None
-    model_seed: NonNegInt = 0
-    stage_layers: list[Annotated[int, Field(ge=1)]] | None = None
+    model_seed: Seed = 0
+    stage_layers: (
+        Annotated[list[Annotated[int, Field(ge=1, le=LAYER_MAX)]], Field(max_length=DEPTH_MAX)]
+        | None
+    ) = None
     draft_head: Literal["plain", "fitted"] = "plain"
     dtype: Literal["float32", "bfloat16"] = "float32"
     device: Literal["cpu", "cuda"] = Field("cpu", json_schema_extra=overridable("--device"))
-    num_speculative_tokens: Annotated[int, Field(ge=1, le=16)] = 3
-    temperature: Annotated[float, Field(ge=0.0)] = 0.0  # 0: greedy
-    top_k: NonNegInt = 0
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=K_MAX)] = 3
+    temperature: Annotated[float, Field(ge=0.0, le=TEMPERATURE_MAX)] = 0.0  # 0: greedy
+    top_k: TopK = 0
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
-    max_tokens: Annotated[int, Field(ge=1, le=4096)] = 256
-    batch_size: Annotated[int, Field(ge=1)] = Field(
+    max_tokens: Annotated[int, Field(ge=1, le=TOKENS_MAX)] = 256
+    batch_size: Annotated[int, Field(ge=1, le=BATCH_MAX)] = Field(
         32, json_schema_extra=overridable("--batch-size")
     )
 
@@ -69,17 +86,23 @@ class GSM8KSubset(Strict):
 
     name: Literal["gsm8k"] = "gsm8k"
     questions: Annotated[int, Field(ge=1, le=1319)]
-    salt: str = "specconform-gsm8k-v1"
+    salt: Annotated[str, Field(max_length=SHORT_MAX)] = "specconform-gsm8k-v1"
     # 8: the records' 8-shot chain-of-thought context; 0: only its last "Question: ...
     # Answer:" block (short prompts for tests on presets, whose answers are noise).
     shots: Literal[0, 8] = 8
-    stop: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
+    stop: (
+        Annotated[
+            list[Annotated[str, Field(min_length=1, max_length=SHORT_MAX)]],
+            Field(min_length=1, max_length=SMALL_LIST_MAX),
+        ]
+        | None
+    ) = None
 
 
 class McNemarGroup(Strict):
     name: Name
     mode: Literal["nospec", "sync", "async"]
-    draft_loops: Annotated[int, Field(ge=1)] | None = None
+    draft_loops: DraftLoops | None = None
 
     @model_validator(mode="after")
     def _draft_loops(self):
@@ -102,21 +125,21 @@ class McNemarPair(Strict):
 
 class McNemarProtocol(Strict):
     kind: Literal["mcnemar"]
-    name: Annotated[str, Field(pattern=r"^[a-z0-9_\-]+$")]
-    description: str = ""
+    name: ProtocolName
+    description: Text = ""
     alpha: Probability  # per-test level of the rows that do not decide
     engine: McNemarEngine
     dataset: GSM8KSubset
     seeds: SeedPlan  # seeds per question
-    groups: Annotated[list[McNemarGroup], Field(min_length=2)]
-    pairs: Annotated[list[McNemarPair], Field(min_length=1)]
+    groups: Annotated[list[McNemarGroup], Field(min_length=2, max_length=LIST_MAX)]
+    pairs: Annotated[list[McNemarPair], Field(min_length=1, max_length=LIST_MAX)]
     metric: Literal["flexible-extract", "strict-match"] = "flexible-extract"
     # worse: a pair fails when the candidate loses significantly more trials than it
     # wins (one-sided exact p); different: any significant difference fails (two-sided).
     fail_on: Literal["worse", "different"] = "worse"
-    decision_roles: Annotated[list[Literal["primary", "secondary"]], Field(min_length=1)] = [
-        "primary"
-    ]
+    decision_roles: Annotated[
+        list[Literal["primary", "secondary"]], Field(min_length=1, max_length=SMALL_LIST_MAX)
+    ] = ["primary"]
     verdict: FamilyVerdict | None = None
     engine_errors: EngineErrors = EngineErrors()
     power: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.8  # for the detectable drop

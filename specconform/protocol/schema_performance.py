@@ -25,19 +25,30 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from specconform.protocol.schema import NonNegInt, Strict, overridable
-
-Name = Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
+from specconform.protocol.schema_base import (
+    CONCURRENCY_MAX,
+    K_MAX,
+    SMALL_LIST_MAX,
+    TOKENS_MAX,
+    DraftLoops,
+    GitRef,
+    ProtocolName,
+    Seed,
+    Strict,
+    Text,
+    overridable,
+)
+from specconform.protocol.schema_equality import check_git_ref
 
 
 class PerformanceEngine(Strict):
     """The model both sides run (the same preset in each tree)."""
 
     preset: Literal["tiny", "small", "ouro-1.4b"]
-    model_seed: NonNegInt = 0
+    model_seed: Seed = 0
     device: Literal["cpu", "cuda"] = Field("cpu", json_schema_extra=overridable("--device"))
     dtype: Literal["float32", "bfloat16"] = "float32"
-    num_speculative_tokens: Annotated[int, Field(ge=1, le=16)] = 3
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=K_MAX)] = 3
     cuda_graphs: bool = True  # timed runs; the profile window always runs eagerly
 
 
@@ -45,7 +56,7 @@ class SideConfig(Strict):
     """One side's decoding configuration."""
 
     mode: Literal["nospec", "sync", "async"]
-    draft_loops: Annotated[int, Field(ge=1)] | None = None
+    draft_loops: DraftLoops | None = None
 
     @model_validator(mode="after")
     def _draft_loops(self):
@@ -67,13 +78,19 @@ class Criterion(Strict):
     rule: Literal["mean_within", "ranges_overlap", "either"] = "mean_within"
     max_slowdown: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.05
     # Cells whose rows decide the verdict; the others are reported (role secondary).
-    deciding_concurrency: list[Annotated[int, Field(ge=1)]] | None = None
+    deciding_concurrency: (
+        Annotated[
+            list[Annotated[int, Field(ge=1, le=CONCURRENCY_MAX)]],
+            Field(max_length=SMALL_LIST_MAX),
+        ]
+        | None
+    ) = None
 
 
 class ProfileSpec(Strict):
     """torch.profiler over a fixed window of engine steps, one request per slot."""
 
-    concurrency: Annotated[int, Field(ge=1, le=4096)] = 1
+    concurrency: Annotated[int, Field(ge=1, le=CONCURRENCY_MAX)] = 1
     sampling: Literal["greedy", "random"] = "greedy"
     warmup_steps: Annotated[int, Field(ge=0, le=1000)] = 2
     steps: Annotated[int, Field(ge=1, le=1000)] = 8
@@ -82,23 +99,26 @@ class ProfileSpec(Strict):
 
 class PerformanceProtocol(Strict):
     kind: Literal["performance"]
-    name: Annotated[str, Field(pattern=r"^[a-z0-9_\-]+$")]
-    description: str = ""
+    name: ProtocolName
+    description: Text = ""
     engine: PerformanceEngine
     base: SideConfig
     candidate: SideConfig
-    base_ref: str | None = Field(None, json_schema_extra=overridable("--base-ref"))
+    base_ref: GitRef | None = Field(None, json_schema_extra=overridable("--base-ref"))
     processes: Annotated[int, Field(ge=2, le=64)] = 4  # per side: SD needs two
     warmup_runs: Annotated[int, Field(ge=1, le=100)] = 1
     timed_runs: Annotated[int, Field(ge=1, le=100)] = 3
-    concurrency: Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=1)]
-    sampling: Annotated[list[Literal["greedy", "random"]], Field(min_length=1)] = [
+    concurrency: Annotated[
+        list[Annotated[int, Field(ge=1, le=CONCURRENCY_MAX)]],
+        Field(min_length=1, max_length=SMALL_LIST_MAX),
+    ]
+    sampling: Annotated[list[Literal["greedy", "random"]], Field(min_length=1, max_length=2)] = [
         "greedy",
         "random",
     ]
-    max_tokens: Annotated[int, Field(ge=2, le=4096)] = 64
-    prompt_length: Annotated[int, Field(ge=1, le=4096)] = 16
-    prompt_seed: NonNegInt = 0
+    max_tokens: Annotated[int, Field(ge=2, le=TOKENS_MAX)] = 64
+    prompt_length: Annotated[int, Field(ge=1, le=TOKENS_MAX)] = 16
+    prompt_seed: Seed = 0
     criterion: Criterion = Criterion()
     profile: ProfileSpec | None = ProfileSpec()
 
@@ -113,8 +133,7 @@ class PerformanceProtocol(Strict):
             raise ValueError(
                 f"criterion.deciding_concurrency {wanted} is not a subset of concurrency"
             )
-        if self.base_ref is not None and not self.base_ref.strip():
-            raise ValueError("base_ref must be a git ref (e.g. HEAD~1 or main)")
+        check_git_ref(self.base_ref)
         if self.base_ref is None and self.base == self.candidate:
             raise ValueError(
                 "base and candidate are the same configuration: give --base-ref to compare "

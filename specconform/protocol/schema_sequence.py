@@ -35,15 +35,31 @@ from specconform.protocol.schema import (
     EngineErrors,
     EngineSpec,
     FamilyVerdict,
-    NonNegInt,
     Probability,
     SeedPlan,
     Strict,
     _unique,
     _with_verdict,
 )
-
-Name = Annotated[str, Field(pattern=r"^[a-z0-9_]+$")]
+from specconform.protocol.schema_base import (
+    CONCURRENCY_MAX,
+    COUNT_MAX,
+    K_MAX,
+    LIST_MAX,
+    SAMPLES_MAX,
+    SMALL_LIST_MAX,
+    TEMPERATURE_MAX,
+    TOKENS_MAX,
+    TOLERANCE_MAX,
+    DraftLoops,
+    Name,
+    ProtocolName,
+    Seed,
+    Text,
+    TokenId,
+    TokenList,
+    TopK,
+)
 
 
 class SequenceEngine(EngineSpec):
@@ -51,16 +67,16 @@ class SequenceEngine(EngineSpec):
     are long (``max_tokens`` up to 4,096, the default of requests that do not set one)
     and temperature 0 (greedy) is allowed for the engine-wide default."""
 
-    temperature: Annotated[float, Field(ge=0.0)] = 1.0
-    num_speculative_tokens: Annotated[int, Field(ge=1, le=16)] = 3
-    max_tokens: Annotated[int, Field(ge=1, le=4096)] = 256
+    temperature: Annotated[float, Field(ge=0.0, le=TEMPERATURE_MAX)] = 1.0
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=K_MAX)] = 3
+    max_tokens: Annotated[int, Field(ge=1, le=TOKENS_MAX)] = 256
 
 
 class SamplingConfig(Strict):
     """One request's sampling parameters; unset fields take the engine's."""
 
-    temperature: Annotated[float, Field(ge=0.0)] | None = None  # 0: greedy
-    top_k: NonNegInt | None = None  # 0: off
+    temperature: Annotated[float, Field(ge=0.0, le=TEMPERATURE_MAX)] | None = None  # 0: greedy
+    top_k: TopK | None = None  # 0: off
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
 
 
@@ -76,16 +92,25 @@ class SequenceGroup(Strict):
 
     name: Name
     mode: Literal["nospec", "sync", "async"]
-    draft_loops: Annotated[int, Field(ge=1)] | None = None
-    requests: Annotated[int, Field(ge=1)] | None = None  # None: the protocol's seeds.count
-    seed_offset: NonNegInt = 0
-    max_num_seqs: Annotated[int, Field(ge=1)] | None = None  # None: all requests at once
-    prompts: Annotated[list[NonNegInt], Field(min_length=1)] = [0]  # indices into prompts
-    sampling: Annotated[list[SamplingConfig], Field(min_length=1)] = [SamplingConfig()]
+    draft_loops: DraftLoops | None = None
+    requests: Annotated[int, Field(ge=1, le=COUNT_MAX)] | None = None  # None: seeds.count
+    seed_offset: Seed = 0
+    max_num_seqs: Annotated[int, Field(ge=1, le=CONCURRENCY_MAX)] | None = None  # None: all
+    # indices into the protocol's prompts
+    prompts: Annotated[
+        list[Annotated[int, Field(ge=0, lt=LIST_MAX)]], Field(min_length=1, max_length=LIST_MAX)
+    ] = [0]
+    sampling: Annotated[list[SamplingConfig], Field(min_length=1, max_length=LIST_MAX)] = [
+        SamplingConfig()
+    ]
     max_tokens: (
-        Annotated[list[Annotated[int, Field(ge=1, le=4096)]], Field(min_length=1)] | None
+        Annotated[
+            list[Annotated[int, Field(ge=1, le=TOKENS_MAX)]],
+            Field(min_length=1, max_length=LIST_MAX),
+        ]
+        | None
     ) = None  # None: [engine.max_tokens]
-    stop_token_ids: list[NonNegInt] = []
+    stop_token_ids: Annotated[list[TokenId], Field(max_length=SMALL_LIST_MAX)] = []
     ignore_eos: bool = True
 
     @model_validator(mode="after")
@@ -130,7 +155,7 @@ class SequenceTest(Strict):
     name: Name
     type: StochasticType | DeterministicType
     role: Literal["primary", "secondary", "exploratory", "mechanism", "conformance"]
-    groups: list[Name] = []  # none: every group the type applies to
+    groups: Annotated[list[Name], Field(max_length=LIST_MAX)] = []  # none: every group
     # pit_independence, pit_correlation: which pairs of U's (lag1: consecutive tokens
     # of one request; rounds: the same draft position in consecutive rounds of one
     # request; requests: the same step of requests 2i and 2i+1 of one group;
@@ -141,19 +166,19 @@ class SequenceTest(Strict):
     # mechanism_mean: law (None: correction) and min_samples per group (no bins).
     law: Literal["correction", "accepted", "both"] | None = None
     bins: Annotated[int, Field(ge=2, le=100)] | None = None
-    min_samples: Annotated[int, Field(ge=1)] | None = None
+    min_samples: Annotated[int, Field(ge=1, le=SAMPLES_MAX)] | None = None
     # greedy_equality: the greedy nospec group the speculative groups are compared with.
     against: Name | None = None
     # Deterministic checks: max |Δp| allowed (oracle, teacher_forcing, trace).
-    tolerance: Annotated[float, Field(ge=0.0)] | None = None
+    tolerance: Annotated[float, Field(ge=0.0, le=TOLERANCE_MAX)] | None = None
     # How many requests (trace, isolation) or prefixes (oracle, teacher_forcing) the
     # check covers; None: the type's default (docs/sequence.md).
-    sample: Annotated[int, Field(ge=1)] | None = None
+    sample: Annotated[int, Field(ge=1, le=COUNT_MAX)] | None = None
     # crossing_count: only tokens at a round position >= min_position (1: past the first
     # draft position, which the distribution kind's first-position tests already cover;
     # None: every token). Left out of the canonical JSON when None, so adding the field
     # changed no existing protocol's hash.
-    min_position: Annotated[int, Field(ge=0)] | None = None
+    min_position: Annotated[int, Field(ge=0, le=K_MAX)] | None = None  # positions 0..K
 
     @model_serializer(mode="wrap")
     def _omit_unset(self, handler):
@@ -168,29 +193,34 @@ class SequenceStrata(Strict):
     j, bonus) and by round band (round index in [b_i, b_{i+1})); strata with fewer than
     ``min_samples`` tokens are pooled into their slot's last band."""
 
-    round_bands: Annotated[list[NonNegInt], Field(min_length=1)] = [0, 1, 4, 16]
-    min_samples: Annotated[int, Field(ge=1)] = 50
+    # round indices: a request has at most TOKENS_MAX rounds
+    round_bands: Annotated[
+        list[Annotated[int, Field(ge=0, le=TOKENS_MAX)]],
+        Field(min_length=1, max_length=SMALL_LIST_MAX),
+    ] = [0, 1, 4, 16]
+    min_samples: Annotated[int, Field(ge=1, le=SAMPLES_MAX)] = 50
     bins: Annotated[int, Field(ge=2, le=100)] = 10  # equiprobable bins of U per stratum
 
 
 class SequenceProtocol(Strict):
     kind: Literal["sequence"]
-    name: Annotated[str, Field(pattern=r"^[a-z0-9_\-]+$")]
-    description: str = ""
+    name: ProtocolName
+    description: Text = ""
     alpha: Probability  # per-test level of rows that do not decide
     engine: SequenceEngine
     # Prompts referenced by index from the groups: token lists, or "default" (the
     # engine's default prompt).
-    prompts: Annotated[list[list[NonNegInt] | Literal["default"]], Field(min_length=1)] = [
-        "default"
-    ]
+    prompts: Annotated[
+        list[TokenList | Literal["default"]], Field(min_length=1, max_length=LIST_MAX)
+    ] = ["default"]
     seeds: SeedPlan
-    pit_seed: NonNegInt = 0  # seeds specconform's own generator of the V_t
-    groups: Annotated[list[SequenceGroup], Field(min_length=1)]
+    pit_seed: Seed = 0  # seeds specconform's own generator of the V_t
+    groups: Annotated[list[SequenceGroup], Field(min_length=1, max_length=LIST_MAX)]
     strata: SequenceStrata = SequenceStrata()
-    tests: Annotated[list[SequenceTest], Field(min_length=1)]
+    tests: Annotated[list[SequenceTest], Field(min_length=1, max_length=LIST_MAX)]
     decision_roles: Annotated[
-        list[Literal["primary", "secondary", "mechanism", "conformance"]], Field(min_length=1)
+        list[Literal["primary", "secondary", "mechanism", "conformance"]],
+        Field(min_length=1, max_length=SMALL_LIST_MAX),
     ] = ["primary", "mechanism", "conformance"]
     verdict: FamilyVerdict | None = None
     engine_errors: EngineErrors = EngineErrors()

@@ -13,13 +13,15 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specconform.protocol.schema_base import COUNT_MAX
+
 SEQUENTIAL_TEST_NAME = "sequential_eprocess"  # the deciding row of a sequential run
 
 
 class SequentialPlan(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
-    batch: Annotated[int, Field(ge=1)]
+    batch: Annotated[int, Field(ge=1, le=COUNT_MAX)]  # at most the budget, seeds.count
 
 
 def check_sequential(plan: SequentialPlan | None, budget: int, test_names: list[str]) -> None:
