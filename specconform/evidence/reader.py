@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import stat
+import struct
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -23,8 +24,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from specconform.errors import EvidenceError, UsageError
+from specconform.errors import EvidenceError, SpecconformError, UsageError
 from specconform.evidence.sha256sums import check_member_name, sha256_file, sha256_hex
+from specconform.evidence.zipcheck import check_structure, one_line, shown
 from specconform.results import Evaluation, RawData, TestRow, Verdict
 
 # Bounds that keep `verify` and `report` under MEMORY_BOUND_BYTES of RSS for any input.
@@ -110,13 +112,26 @@ class ArchiveContents:
 
 def read_archive(zip_path: Path) -> ArchiveContents:
     """Open `zip_path` and return its members; EvidenceError unless it is a readable zip
-    of regular-file entries, all under one top folder, within the bounds above."""
-    zip_path = Path(zip_path)
+    of regular-file entries, all under one top folder, within the bounds above (and the
+    structure zipcheck allows); every message is one line."""
+    try:
+        return _read_archive(Path(zip_path))
+    except SpecconformError as exc:
+        raise one_line(exc) from None
+
+
+def _read_archive(zip_path: Path) -> ArchiveContents:
     if not zip_path.is_file():
         raise UsageError(f"{zip_path}: archive not found")
     try:
-        with zipfile.ZipFile(zip_path) as zf:
+        with open(zip_path, "rb") as fh, zipfile.ZipFile(fh) as zf:
+            # The raw structure first (zipcheck: no encryption, spanning, data
+            # descriptors, extra bytes, or local headers that disagree), then zipfile.
+            size = fh.seek(0, 2)
+            entries = check_structure(fh, size, shown(str(zip_path)))
             infos = zf.infolist()
+            if [i.header_offset for i in infos] != [e.offset for e in entries]:
+                raise EvidenceError(f"{zip_path}: the central directory reads two ways")
             top = _check_layout(zip_path, infos)
             files: dict[str, bytes] = {}
             digests: dict[str, str] = {}
@@ -137,6 +152,7 @@ def read_archive(zip_path: Path) -> ArchiveContents:
         ValueError,
         NotImplementedError,
         RuntimeError,
+        struct.error,
     ) as exc:
         raise EvidenceError(f"{zip_path}: not a readable zip archive ({_one_line(exc)})") from None
     return ArchiveContents(zip_path, top, files, digests)
@@ -155,23 +171,30 @@ def _check_layout(zip_path: Path, infos: list[zipfile.ZipInfo]) -> str:
     if len(infos) > MAX_ENTRIES:
         raise EvidenceError(f"{zip_path}: {len(infos)} entries, more than {MAX_ENTRIES}")
     seen: set[str] = set()
+    folded: dict[str, str] = {}
     declared = 0
     for info in infos:
         name = info.filename
         if name in seen:
-            raise EvidenceError(f"{name}: entry appears twice in the zip")
+            raise EvidenceError(f"{shown(name)}: entry appears twice in the zip")
         seen.add(name)
+        # Names equal but for case collide when extracted on macOS and Windows.
+        other = folded.setdefault(name.casefold(), name)
+        if other != name:
+            raise EvidenceError(f"{shown(name)}: entry differs from {shown(other)} only in case")
+        if not name.isprintable():
+            raise EvidenceError(f"{shown(name)}: file name with a control character")
         kind = _entry_type(info)
         if kind != "file":
-            raise EvidenceError(f"{name}: a {kind} entry; evidence holds regular files only")
+            raise EvidenceError(f"{shown(name)}: a {kind} entry; evidence holds regular files only")
         if name.startswith("/") or "/" not in name:
             raise EvidenceError(f"{zip_path}: entry {name!r} is not under the archive's top folder")
         check_member_name(name)
         if info.flag_bits & 0x1:
-            raise EvidenceError(f"{name}: encrypted entry")
+            raise EvidenceError(f"{shown(name)}: encrypted entry")
         if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
             raise EvidenceError(
-                f"{name}: compression method {info.compress_type} is not stored or deflate"
+                f"{shown(name)}: compression method {info.compress_type} is not stored or deflate"
             )
         _check_ratio(name, info.file_size, info.compress_size)
         declared += info.file_size

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specconform.errors import EvidenceError
+from specconform.errors import EvidenceError, SpecconformError
 from specconform.evidence.external import MANIFEST_NAME, check_external
 from specconform.evidence.reader import ArchiveContents, read_archive
 from specconform.evidence.recompute import check_recomputation, reevaluate_archive
@@ -43,6 +43,7 @@ from specconform.evidence.sha256sums import (
     parse_sums,
 )
 from specconform.evidence.signing import check_signature, load_public_key, open_envelope
+from specconform.evidence.zipcheck import one_line
 
 
 @dataclass(frozen=True)
@@ -96,12 +97,19 @@ def verify_archive(
     zip_path: Path, pubkey: Path | None = None, *, skip_external: bool = False
 ) -> VerifyReport:
     """Verify `zip_path`; return what was established, or raise EvidenceError (or
-    UsageError for a missing archive or unreadable key file).
+    UsageError for a missing archive or unreadable key file), its message one line.
 
     An archive with external/MANIFEST.json (``--max-archive-size``): every listed file
     found beside it must match its size and sha256; raw files absent there make the
     recomputation impossible, which raises EvidenceError naming them unless
     `skip_external` (then the report says "recomputed: NOT DONE" and which files)."""
+    try:
+        return _verify_archive(zip_path, pubkey, skip_external=skip_external)
+    except SpecconformError as exc:
+        raise one_line(exc) from None
+
+
+def _verify_archive(zip_path: Path, pubkey: Path | None, *, skip_external: bool) -> VerifyReport:
     public = load_public_key(pubkey) if pubkey is not None else None
     contents = read_archive(zip_path)
     signed = _check_seal_files(contents)
