@@ -28,6 +28,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .gguf_meta import llama_config_fields
+from .models_pkg import locate
+
 # The prompt every distribution protocol starts from (ids valid for every preset).
 DEFAULT_PROMPT: tuple[int, ...] = (328, 21, 225, 180, 14, 497, 310, 177, 322, 344, 411, 274)
 
@@ -121,10 +124,10 @@ class ModelConfig:
         name: str | None = None,
     ) -> ModelConfig:
         """A Llama-family GGUF file's shape; ``stage_layers`` None: one stage per layer."""
-        from .model.gguf import read_llama_config
-
-        return read_llama_config(
-            Path(path), stage_layers=stage_layers, draft_head=draft_head, name=name
+        return cls(
+            **llama_config_fields(
+                Path(path), stage_layers=stage_layers, draft_head=draft_head, name=name
+            )
         )
 
     @classmethod
@@ -135,8 +138,6 @@ class ModelConfig:
         draft_head: str = "plain",
     ) -> ModelConfig:
         """A model shipped by a package (``models_pkg``), sha256-checked before use."""
-        from .models_pkg import locate
-
         return cls.from_gguf(
             locate(name), stage_layers=stage_layers, draft_head=draft_head, name=name
         )

@@ -1,4 +1,4 @@
-"""Llama-family GGUF files: shape from the metadata, weights dequantised to float32.
+"""Llama-family GGUF files: weights dequantised to float32 (the shape: ``gguf_meta``).
 
 Parsing and dequantisation are the ``gguf`` package's (``GGUFReader``, ``dequantize``),
 the same functions transformers' GGUF loader calls, so every dequantised tensor is
@@ -30,6 +30,9 @@ import numpy as np
 import torch
 
 from ..config import ModelConfig
+from ..gguf_meta import reader
+from .layers import allocate
+from .llama import LlamaLM
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
@@ -43,61 +46,6 @@ _LAYER_NAMES = {
     "ffn_down": "mlp.down_proj",
 }
 _TOP_NAMES = {"token_embd": "embed_tokens", "output_norm": "norm", "output": "lm_head"}
-
-
-def _reader(path: Path):
-    try:
-        from gguf import GGUFReader
-    except ImportError:  # pragma: no cover - gguf is a dependency of the engine extra
-        raise RuntimeError("reading GGUF files needs the gguf package: pip install gguf") from None
-    return GGUFReader(str(path))
-
-
-def _field(reader, key: str, default=None):
-    f = reader.fields.get(key)
-    return default if f is None else f.contents()
-
-
-def read_llama_config(
-    path: Path,
-    stage_layers: tuple[int, ...] | None = None,
-    draft_head: str = "plain",
-    name: str | None = None,
-) -> ModelConfig:
-    """The ModelConfig of a Llama-family GGUF file (architecture "llama")."""
-    r = _reader(path)
-    arch = _field(r, "general.architecture")
-    if arch != "llama":
-        raise ValueError(f"{path}: GGUF architecture {arch!r}; only 'llama' is supported")
-    g = lambda k, d=None: _field(r, f"llama.{k}", d)  # noqa: E731
-    layers, hidden, heads = (
-        int(g("block_count")),
-        int(g("embedding_length")),
-        int(g("attention.head_count")),
-    )
-    tokens = _field(r, "tokenizer.ggml.tokens")
-    vocab = int(g("vocab_size", len(tokens) if tokens is not None else 0))
-    names = {t.name for t in r.tensors}
-    return ModelConfig(
-        name=name or str(_field(r, "general.name", path.stem)),
-        architecture="llama",
-        vocab_size=vocab,
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=int(g("attention.head_count_kv", heads)),
-        head_dim=int(g("rope.dimension_count", hidden // heads)),
-        intermediate_size=int(g("feed_forward_length")),
-        total_ut_steps=1,
-        rope_theta=float(g("rope.freq_base", 10000.0)),
-        rms_norm_eps=float(g("attention.layer_norm_rms_epsilon", 1e-5)),
-        max_position_embeddings=int(g("context_length", 2048)),
-        tie_word_embeddings="output.weight" not in names,
-        eos_token_id=int(_field(r, "tokenizer.ggml.eos_token_id", 0)),
-        gguf=str(path),
-        draft_head=draft_head,
-        stage_layers=tuple(stage_layers) if stage_layers else tuple(range(1, layers + 1)),
-    )
 
 
 def unpermute_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -125,7 +73,7 @@ def dequantized_tensors(path: Path, cfg: ModelConfig) -> dict[str, torch.Tensor]
     from gguf import dequantize
 
     out: dict[str, torch.Tensor] = {}
-    for t in _reader(path).tensors:
+    for t in reader(path).tensors:
         name = engine_name(t.name)
         if name is None:
             continue
@@ -144,9 +92,6 @@ def load_llama_gguf(
     cfg: ModelConfig, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
 ):
     """Build the LlamaLM of ``cfg`` with the weights of ``cfg.gguf``."""
-    from .layers import allocate
-    from .llama import LlamaLM
-
     model = allocate(LlamaLM, cfg, dtype=dtype, device=device)
     wanted = dict(model.named_parameters())
     tensors = dequantized_tensors(Path(cfg.gguf), cfg)

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from engine_under_test.sampling.rng import (
+from engine_under_test.sampling.philox import (
     DOMAIN,
     PHILOX_M0,
     PHILOX_M1,

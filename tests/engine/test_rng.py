@@ -7,7 +7,8 @@ import torch
 from scipy import stats
 
 from engine_under_test.sampling import RngRegistry, philox_uniforms
-from engine_under_test.sampling.rng import philox4x32_10, philox_uniforms_torch, words_to_uniforms
+from engine_under_test.sampling.philox import philox4x32_10, words_to_uniforms
+from engine_under_test.sampling.rng import philox_uniforms_torch
 from tests.engine.helpers import forbid_host_reads
 
 # Random123's kat_vectors for philox4x32 with 10 rounds: counter (4 words), key (2
@@ -63,7 +64,7 @@ def test_uniforms_shape_dtype_range_and_layout():
     assert torch.equal(philox_uniforms(seeds, rounds, 4), u[:, :4])
     assert philox_uniforms(seeds, rounds, 0).shape == (3, 0)
     # The stream is the Philox output of counter (index, round lo, round hi, DOMAIN).
-    from engine_under_test.sampling.rng import DOMAIN
+    from engine_under_test.sampling.philox import DOMAIN
 
     words = philox4x32_10(torch.tensor([3, 7, 0, DOMAIN]), torch.tensor([1, 0]))
     assert u[1, 6] == words_to_uniforms(words[0], words[1])
