@@ -1,0 +1,354 @@
+"""Hostile protocol files and archives, case by case (issues 32.5, 37.1, 37.4).
+
+Every case ends in one line naming what is wrong and the documented exit code: 2 for a
+protocol (UsageError/ProtocolError), 3 for an archive (EvidenceError). Most cases call
+the loader or `verify_archive` in-process; a few go through the real CLI (`run_cli`) to
+show the exit code, the single stderr line and that nothing is written.
+The property-based counterparts are in test_hostile_properties.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from specconform.errors import EvidenceError, ProtocolError, UsageError
+from specconform.evidence import seal, verify_archive
+from specconform.protocol import yaml_safe
+from specconform.protocol.load import json_schema, load_protocol
+from specconform.protocol.schema_base import SEED_MAX
+from tests.toolkit.cli_helpers import ROOT, run_cli
+from tests.toolkit.fixtures import evidence_toy as toy
+
+CI_GATE = (ROOT / "protocols" / "ci_gate.yaml").read_text()
+
+
+def _write(tmp_path: Path, text: str, name: str = "p.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _refused(path: Path, *fragments: str, error=ProtocolError) -> str:
+    start = time.monotonic()
+    with pytest.raises(error) as info:
+        load_protocol(path)
+    assert time.monotonic() - start < 10, "refusal took too long"
+    message = str(info.value)
+    assert len(message.splitlines()) == 1, message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+# --- 32.5: duplicate keys ------------------------------------------------------------------
+
+
+def test_duplicate_top_level_key_names_key_and_both_lines(tmp_path):
+    path = _write(tmp_path, CI_GATE + "alpha: 0.05\n")
+    first = CI_GATE.splitlines().index("alpha: 0.01") + 1
+    last = len(CI_GATE.splitlines()) + 1
+    _refused(path, "duplicate key 'alpha'", f"lines {first} and {last}")
+
+
+def test_duplicate_nested_key_is_refused(tmp_path):
+    text = CI_GATE.replace("  top_k: 20\n", "  top_k: 20\n  top_k: 40\n")
+    line = text.splitlines().index("  top_k: 20") + 1
+    _refused(_write(tmp_path, text), "duplicate key 'top_k'", f"lines {line} and {line + 1}")
+
+
+def test_duplicate_key_in_a_flow_mapping_and_equal_python_keys(tmp_path):
+    _refused(_write(tmp_path, "a: {x: 1, x: 2}\n"), "duplicate key 'x'", "lines 1 and 1")
+    _refused(_write(tmp_path, "1: a\n0x1: b\n"), "duplicate key 1", "lines 1 and 2")
+
+
+def test_merge_keys_may_still_be_overridden(tmp_path):
+    text = "base: &b {x: 1, y: 2}\nderived: {<<: *b, x: 3}\n"
+    assert yaml_safe.parse_yaml(text.encode())["derived"] == {"x": 3, "y": 2}
+
+
+# --- 37.1: bounds at the schema --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "old, new, fragments",
+    [
+        ("top_k: 20", f"top_k: {2**70}", ["engine.top_k", "less than or equal to 262144"]),
+        ("min_samples: 200", f"min_samples: {10**20}", ["strata.min_samples", "10000000000"]),
+        ("name: ci_gate", "name: " + "x" * 10_000, ["field 'name'", "at most 64 characters"]),
+        ("offset: 0", f"offset: {SEED_MAX + 1}", ["seeds.offset", "seed domain [0, 2**63)"]),
+        ("temperature: 1.0", "temperature: 1e999", ["engine.temperature"]),
+        ("temperature: 1.0", "temperature: .nan", ["engine.temperature"]),
+        ("count: 2000", "count: 1000000000", ["seeds.count"]),
+    ],
+)
+def test_out_of_range_values_are_refused(tmp_path, old, new, fragments):
+    assert old in CI_GATE
+    _refused(_write(tmp_path, CI_GATE.replace(old, new, 1)), *fragments)
+
+
+@pytest.mark.parametrize(
+    "adapter", ["../../x:factory", "a/b:c", "os.system", "a:b:c", "x:", ":f", "a b:c", "1x:f"]
+)
+def test_adapter_references_are_validated_before_any_import(tmp_path, adapter):
+    text = CI_GATE.replace("engine:\n", f"engine:\n  adapter: '{adapter}'\n", 1)
+    _refused(_write(tmp_path, text), "engine.adapter", "expected 'bundled', 'hf'")
+
+
+def test_valid_adapter_references_still_load(tmp_path):
+    for adapter in ("bundled", "hf", "my_pkg.adapters:factory", "_x:_y"):
+        text = CI_GATE.replace("engine:\n", f"engine:\n  adapter: '{adapter}'\n", 1)
+        assert load_protocol(_write(tmp_path, text)).model.engine.adapter == adapter
+
+
+def test_deep_nesting_is_refused_not_a_recursion_error(tmp_path):
+    _refused(_write(tmp_path, "a: " + "[" * 20_000 + "]" * 20_000 + "\n"), "nested deeper")
+    _refused(_write(tmp_path, "a:\n" + "".join(" " * i + "- \n" for i in range(1, 60))), "deeper")
+
+
+def test_alias_expansion_is_bounded(tmp_path):
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    _refused(_write(tmp_path, "\n".join(lines) + "\n"), "once aliases are expanded")
+    _refused(_write(tmp_path, "a: &a [*a]\n"), "refers to a node that contains it")
+    many = "a: &a x\nb: [" + ", ".join(["*a"] * 2000) + "]\n"
+    _refused(_write(tmp_path, many), "more than 1024 aliases")
+    # Aliases nested through each other add their depth.
+    deep = "a0: &a0 [[[[[[[[x]]]]]]]]\n" + "".join(
+        f"a{i}: &a{i} [[[[[[[[*a{i - 1}]]]]]]]]\n" for i in range(1, 6)
+    )
+    _refused(_write(tmp_path, deep), "once aliases are expanded")
+
+
+def test_long_numbers_are_refused_before_conversion(tmp_path):
+    _refused(_write(tmp_path, "a: " + "7" * 5000 + "\n"), "number of 5000 characters")
+    sexagesimal = "a: " + ":".join(["1"] * 100_000) + "\n"  # quadratic in int()
+    _refused(_write(tmp_path, sexagesimal), "number of")
+
+
+def test_protocol_files_must_be_small_regular_files(tmp_path):
+    _refused(Path("/dev/zero"), "not a regular file", error=UsageError)
+    _refused(tmp_path, "a directory", error=UsageError)
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)  # no writer: opening it must not block
+    _refused(fifo, "not a regular file", error=UsageError)
+    big = _write(tmp_path, "# " + "x" * (1 << 20) + "\n" + CI_GATE)
+    _refused(big, "larger than 1 MiB", error=UsageError)
+    _refused(tmp_path / "absent.yaml", "cannot read protocol file", error=UsageError)
+
+
+def test_messages_with_hostile_text_stay_on_one_line(tmp_path):
+    message = _refused(_write(tmp_path, CI_GATE + '"x\\ny\\u2028z": 1\n'), "unknown field")
+    assert "\\n" in message
+    _refused(_write(tmp_path, CI_GATE.replace("description: >-", 'description: "\\ud800"\nx: >-')))
+
+
+def test_every_field_of_every_schema_is_bounded():
+    """Every integer and float has a maximum, every string a maximum length, every list
+    and mapping a maximum size (Literal choices are bounded by their enum)."""
+    missing = []
+
+    def walk(node, where):
+        if isinstance(node, dict):
+            kind = node.get("type")
+            if "enum" in node or "const" in node:
+                pass
+            elif kind in ("integer", "number") and not {"maximum", "exclusiveMaximum"} & set(node):
+                missing.append(where)
+            elif kind == "string" and "maxLength" not in node:
+                missing.append(where)
+            elif kind == "array" and "maxItems" not in node:
+                missing.append(where)
+            elif kind == "object" and "additionalProperties" in node:
+                if node["additionalProperties"] is not False and "maxProperties" not in node:
+                    missing.append(where)
+            for key, value in node.items():
+                walk(value, f"{where}/{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{where}/{i}")
+
+    walk(json_schema(), "")
+    assert not missing, missing
+
+
+def test_shipped_protocols_load_within_the_bounds():
+    for path in sorted((ROOT / "protocols").glob("*.yaml")):
+        load_protocol(path)
+
+
+# --- through the CLI --------------------------------------------------------------------
+
+
+def _cli_refused(result, code: int, fragment: str) -> None:
+    assert result.returncode == code, (result.returncode, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    assert fragment in lines[0], lines[0]
+
+
+def test_cli_exit_2_one_line_and_nothing_written(tmp_path):
+    out = tmp_path / "out"
+    cases = {
+        "dup.yaml": (CI_GATE + "alpha: 0.05\n", "duplicate key 'alpha'"),
+        "adapter.yaml": (
+            CI_GATE.replace("engine:\n", "engine:\n  adapter: ../../x:factory\n", 1),
+            "expected 'bundled'",
+        ),
+        "deep.yaml": ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nested deeper"),
+    }
+    for name, (text, fragment) in cases.items():
+        result = run_cli("run", _write(tmp_path, text, name), "--out", out, "--no-sign")
+        _cli_refused(result, 2, fragment)
+    _cli_refused(run_cli("run", "/dev/zero", "--out", out, "--no-sign"), 2, "regular file")
+    assert not out.exists()
+    schema = json.loads(run_cli("schema").stdout)
+    engine = schema["$defs"]["EngineSpec"]["properties"]
+    assert engine["top_k"]["maximum"] == 262144 and engine["adapter"]["maxLength"] == 256
+
+
+# --- 37.4: zip features the writer does not use ---------------------------------------------
+
+
+@pytest.fixture
+def archive(tmp_path, monkeypatch):
+    toy.install_toy_kind(monkeypatch)
+    return seal(toy.build_run_dir(tmp_path / "run"), key=None, sign=False)
+
+
+def _variant(tmp_path: Path, archive: Path, name: str, edit) -> Path:
+    data = bytearray(archive.read_bytes())
+    edit(data)
+    out = tmp_path / f"{name}.zip"
+    out.write_bytes(bytes(data))
+    return out
+
+
+def _central(data: bytes) -> int:
+    return data.find(b"PK\x01\x02")
+
+
+def _eocd(data: bytes) -> int:
+    return len(data) - 22
+
+
+def _set16(data: bytearray, at: int, value: int) -> bytearray:
+    data[at : at + 2] = struct.pack("<H", value)
+    return data
+
+
+ZIP_CASES = {
+    "encrypted flag, local header": (lambda d: _set16(d, 6, 1), "encrypted entry"),
+    "encrypted flag, central header": (
+        lambda d: _set16(d, _central(d) + 8, 1),
+        "encrypted entry",
+    ),
+    "strong encryption flag": (lambda d: _set16(d, 6, 0x41), "encrypted entry"),
+    "data descriptor, local": (lambda d: _set16(d, 6, 8), "data descriptor"),
+    "data descriptor, both": (
+        lambda d: (_set16(d, 6, 8), _set16(d, _central(d) + 8, 8)),
+        "data descriptor",
+    ),
+    "multi-disk end record": (lambda d: _set16(d, _eocd(d) + 4, 1), "multi-disk"),
+    "central directory on disk 1": (lambda d: _set16(d, _eocd(d) + 6, 1), "multi-disk"),
+    "entries per disk differ": (lambda d: _set16(d, _eocd(d) + 8, 1), "multi-disk"),
+    "entry on disk 1": (lambda d: _set16(d, _central(d) + 34, 1), "on disk 1"),
+    "compression method bzip2": (
+        lambda d: (_set16(d, 8, 12), _set16(d, _central(d) + 10, 12)),
+        "compression method 12",
+    ),
+    "local method differs": (lambda d: _set16(d, 8, 0), "differ (compression method)"),
+    "local CRC differs": (lambda d: d.__setitem__(14, d[14] ^ 1), "differ (CRC)"),
+    "local size differs": (lambda d: d.__setitem__(22, d[22] ^ 1), "differ (size)"),
+    "local time differs": (lambda d: _set16(d, 10, 1), "differ (time)"),
+    "local name differs": (lambda d: d.__setitem__(30, ord("X")), "differ (name)"),
+    "trailing bytes": (lambda d: d.extend(b"\0" * 4), "no end record at the end"),
+    "prepended bytes": (lambda d: d.__setitem__(slice(0, 0), b"MZ" * 8), "does not end"),
+    "entry count": (
+        lambda d: (_set16(d, _eocd(d) + 8, 99), _set16(d, _eocd(d) + 10, 99)),
+        "the end record counts 99 entries",
+    ),
+    "zip64 entry count": (
+        lambda d: (_set16(d, _eocd(d) + 8, 0xFFFF), _set16(d, _eocd(d) + 10, 0xFFFF)),
+        "zip64",
+    ),
+    "archive comment": (lambda d: (_set16(d, _eocd(d) + 20, 3), d.extend(b"abc")), "no end"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ZIP_CASES))
+def test_zip_features_the_writer_does_not_use_are_refused(tmp_path, archive, case):
+    edit, fragment = ZIP_CASES[case]
+    bad = _variant(tmp_path, archive, "bad", edit)
+    with pytest.raises(EvidenceError) as info:
+        verify_archive(bad)
+    message = str(info.value)
+    assert info.value.exit_code == 3
+    assert len(message.splitlines()) == 1 and fragment in message, message
+
+
+def test_the_untouched_archive_verifies(archive):
+    assert verify_archive(archive).verdict in ("PASS", "FAIL")
+
+
+def _rezip(tmp_path: Path, archive: Path, name: str, edit_info) -> Path:
+    out = tmp_path / name
+    with zipfile.ZipFile(archive) as zin, zipfile.ZipFile(out, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            edit_info(info)
+            zout.writestr(info, data)
+    return out
+
+
+def test_extra_fields_and_entry_comments_are_refused(tmp_path, archive):
+    def extra(info):
+        info.extra = struct.pack("<HH", 0x5455, 1) + b"\0"
+
+    def comment(info):
+        info.comment = b"hello"
+
+    for name, edit, fragment in [
+        ("extra.zip", extra, "an extra field"),
+        ("comment.zip", comment, "a comment"),
+    ]:
+        with pytest.raises(EvidenceError, match=fragment):
+            verify_archive(_rezip(tmp_path, archive, name, edit))
+
+
+def test_dot_dot_absolute_and_duplicate_names_are_refused(tmp_path, archive):
+    top = next(iter(toy.members(archive))).split("/")[0]
+    for name, fragment in [
+        (f"{top}/../x", "not allowed in evidence"),
+        (f"/{top}/x", "not under the archive's top folder"),
+        (f"{top}/log.txt", "appears twice"),
+        (f"{top}/LOG.txt", "only in case"),
+    ]:
+        out = tmp_path / "named.zip"
+        with zipfile.ZipFile(archive) as zin, zipfile.ZipFile(out, "w") as zout:
+            for info in zin.infolist():
+                zout.writestr(info, zin.read(info))
+            with pytest.warns(UserWarning) if name.endswith("/log.txt") else _no_warning():
+                zout.writestr(name, b"x")
+        with pytest.raises(EvidenceError, match=fragment):
+            verify_archive(out)
+
+
+class _no_warning:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_cli_verify_refuses_a_local_encrypted_flag_with_exit_3(tmp_path, archive):
+    bad = _variant(tmp_path, archive, "enc", lambda d: _set16(d, 6, 1))
+    _cli_refused(run_cli("verify", bad, "--skip-signature"), 3, "encrypted entry")
