@@ -9,10 +9,10 @@ For every engine-free bug (specconform.calibration.MUTANTS) on the protocol's ex
   each deciding test's rejection rate, with 99 % Clopper-Pearson intervals;
 - **predicted** from the bug's exact first-position law (specconform.stats.mutant_laws):
   noncentral χ² at the test's df and noncentrality on its pooled cells, combined with
-  the probability of an out-of-support sample (specconform.plan.mutant_power);
+  the probability of an out-of-support sample (specconform.planning.mutant_power);
 - **seeds to kill**: the smallest seeds per group at which the best deciding test's
   predicted power reaches 0.99, against the oracle: a 1-df test on the joint (accept /
-  reject, t2) cells of every t1 stratum, unpooled (specconform.plan.oracle_seeds).
+  reject, t2) cells of every t1 stratum, unpooled (specconform.planning.oracle_seeds).
   Never from one run's statistic, and an infinite statistic is not a power of 1.
 
 Then the bundled engine's engine-only bugs (bench/kill_matrix_laws.py: their exact laws,
@@ -44,7 +44,7 @@ from calibration_reference import load, run  # noqa: E402
 from kill_matrix_laws import ENGINE_BUGS, run_engine_bug  # noqa: E402
 
 from specconform.calibration import MUTANTS, deciding_tests, world_from_reference  # noqa: E402
-from specconform.plan import (  # noqa: E402
+from specconform.planning import (  # noqa: E402
     mutant_power,
     oracle_seeds,
     planning_level,

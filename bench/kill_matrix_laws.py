@@ -38,7 +38,7 @@ from specconform.calibration.world import (  # noqa: E402
     _sample_group,
     simulate_groups,
 )
-from specconform.plan import _group_law, raw_laws, t3_laws  # noqa: E402
+from specconform.planning import _group_law, raw_laws, t3_laws  # noqa: E402
 from specconform.stats.mutant_laws import affects  # noqa: E402
 
 ENGINE_BUGS = (
@@ -264,7 +264,7 @@ def check(seeds: int, bugs) -> str:
 
     from specconform.adapters.bundled import BundledEngine
     from specconform.calibration import load_reference, world_from_reference
-    from specconform.plan import group_out_of_support
+    from specconform.planning import group_out_of_support
     from specconform.protocol.load import load_protocol
 
     loaded = load_protocol(ROOT / "protocols/ci_gate.yaml")

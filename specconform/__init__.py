@@ -74,7 +74,7 @@ _LAZY = {
     },
     "MissingExtraError": "specconform.extras",
     **{
-        name: "specconform.api_stats"
+        name: "specconform.api.stats"
         for name in (
             "pearson_gof",
             "pearson_homogeneity",
@@ -120,7 +120,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         run,
         verify,
     )
-    from specconform.api_stats import (
+    from specconform.api.stats import (
         AggregateResult,
         BonferroniResult,
         GofResult,

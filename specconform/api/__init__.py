@@ -2,7 +2,8 @@
 
 Every name here is also reachable as ``specconform.<name>`` (lazily: importing
 specconform imports nothing heavy). The CLI and this API share one implementation:
-`specconform run` and :func:`run` both call ``specconform.runner.execute.execute``, and
+`specconform run` and :func:`run` both go through the run assembly
+(``specconform.runner.assemble``: ledger, resume, sequential, base ref alike), and
 `specconform verify` and :func:`verify` both call ``evidence.verify.verify_archive`` with
 the same signature policy. Errors are typed: :class:`UsageError` (bad input, exit code
 2 on the command line), :class:`EvidenceError` (invalid evidence, exit code 3) and
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from specconform.errors import EvidenceError, SpecconformError, UsageError
 from specconform.evidence.verify import VerifyReport
-from specconform.extras import MissingExtraError, missing_extra
+from specconform.extras import MissingExtraError
 from specconform.progress import silent
 from specconform.report.model import ArchiveView
 from specconform.results import Evaluation, TestRow, Verdict
@@ -84,8 +85,19 @@ def run(
     sign: bool = True,
     key: str | os.PathLike[str] | None = None,
     progress: bool = False,
+    ledger: str | os.PathLike[str] | None = None,
+    resume: str | os.PathLike[str] | None = None,
+    sequential: bool = False,
+    batch: int | None = None,
+    base_ref: str | None = None,
+    max_archive_size: int | None = None,
+    caches: bool = False,
 ) -> Run:
     """Run a pre-registered protocol and seal its evidence archive, like `specconform run`.
+
+    The same run assembly as the command line (``specconform.runner.assemble``): every
+    option below is checked against the protocol kind's capabilities before any work
+    (UsageError, nothing written), exactly as the CLI refuses it.
 
     Parameters
     ----------
@@ -108,6 +120,24 @@ def run(
         ``~/.config/specconform`` (created on first use), exactly as the CLI resolves it.
     progress : bool
         Show progress (a bar on a terminal, log lines otherwise) on standard error.
+    ledger : path-like, optional
+        The seed ledger (default ``out/seed-ledger.jsonl``); kinds that draw seeds from a
+        plan (distribution, sequence, mcnemar) record their ranges there and refuse an
+        overlap with an earlier run.
+    resume : path-like, optional
+        An ``out/<run-id>.inprogress`` checkpoint of an interrupted run of a resumable
+        kind (distribution): the run continues it, keeping its id and folder.
+    sequential, batch : optional
+        Anytime-valid mode of a distribution protocol: batches of ``batch`` seeds per
+        group (default budget / 20) until the e-process decides.
+    base_ref : str, optional
+        Equality and performance protocols: compare this tree with a git base.
+    max_archive_size : int, optional
+        Bytes; larger raw files are kept beside the archive.
+    caches : bool
+        Keep Triton's kernels, the engine's seeded weights and missing bytecode under
+        ``out/.cache`` (what the CLI does; off by default here: it sets process-wide
+        environment variables).
 
     Returns
     -------
@@ -118,32 +148,34 @@ def run(
     Raises
     ------
     UsageError
-        Bad protocol, override, mutant or key (nothing is written).
+        Bad protocol, override, mutant, key or option for the kind (nothing is written).
     MissingExtraError
         The run needs the bundled engine: ``pip install 'specconform[engine]'``.
     """
-    from specconform.protocol.load import apply_overrides, load_protocol
-    from specconform.runner.execute import execute
+    from specconform.runner.assemble import RunRequest, run_protocol
 
     if device is not None and device not in ("cpu", "cuda"):
         raise UsageError(f"device {device!r}: expected 'cpu' or 'cuda'")
-    loaded = load_protocol(Path(protocol))
-    loaded = apply_overrides(
-        loaded,
-        {"--seeds": seeds, "--offset": offset, "--batch-size": batch_size, "--device": device},
+    request = RunRequest(
+        protocol=Path(protocol),
+        out_dir=Path(out),
+        argv=tuple(_argv()),
+        seeds=seeds,
+        offset=offset,
+        batch_size=batch_size,
+        device=device,
+        base_ref=base_ref,
+        mutant=mutant,
+        key=None if key is None else Path(key),
+        sign=sign,
+        ledger=None if ledger is None else Path(ledger),
+        resume=None if resume is None else Path(resume),
+        sequential=sequential,
+        batch=batch,
+        max_archive_size=max_archive_size,
+        persistent_caches=caches,
     )
-    signing_key = _signing_key(None if key is None else Path(key), sign)
-    out_dir = Path(out)
-    with missing_extra(f"running protocol {loaded.name}"):
-        outcome = execute(
-            loaded,
-            out_dir=out_dir,
-            argv=_argv(),
-            mutant=mutant,
-            key=signing_key,
-            sign=sign,
-            progress=_progress() if progress else silent,
-        )
+    outcome = run_protocol(request, progress=_progress() if progress else silent)
     if outcome.archive is None or outcome.evaluation is None or outcome.run_dir is None:
         # execute seals every one-process run; a follower rank of a sharded run seals none
         raise SpecconformError(f"run {outcome.run_id}: no archive was written")
@@ -222,12 +254,8 @@ def load_archives(paths: Sequence[str | os.PathLike[str]]) -> list[ArchiveView]:
     return load_views([Path(p) for p in paths])
 
 
-def _signing_key(key: Path | None, sign: bool) -> Path | None:
-    # The CLI's resolution (key, $SPECCONFORM_SIGNING_KEY, user key created on first
-    # use), so that a run from code and from the shell sign alike.
-    from specconform.cli import _signing_key as cli_signing_key
-
-    return cli_signing_key(key, not sign)
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _argv() -> list[str]:
@@ -255,9 +283,9 @@ def plan_protocol(
     ----------
     protocol : path of a distribution protocol file.
     seeds : seeds per group (default: the protocol's own count). Returns one
-        ``specconform.plan.TestPlan`` per planned test: its detectable TV at ``power``
+        ``specconform.planning.TestPlan`` per planned test: its detectable TV at ``power``
         at the level the verdict rule implies.
-    tv : instead of ``seeds``: returns one ``specconform.plan.SeedsNeeded`` per test, the
+    tv : instead of ``seeds``: returns one ``specconform.planning.SeedsNeeded`` per test, the
         seeds per group needed to detect a bias of this total variation.
     reference : a reference.json or an evidence archive with the exact laws (no torch);
         without it the bundled engine replays them (needs the ``[engine]`` extra).
@@ -271,16 +299,21 @@ def plan_protocol(
     0.058
     """
     from specconform.calibration import load_reference
-    from specconform.cli_plan import replay_laws
-    from specconform.plan import DEFAULT_POWER, plan_tests, seeds_needed
+    from specconform.kinds.registry import kind_of
+    from specconform.planning import DEFAULT_POWER, plan_tests, seeds_needed
     from specconform.protocol.load import load_protocol
+    from specconform.runner.replay import replay_laws
 
     if seeds is not None and tv is not None:
         raise UsageError("plan_protocol: give seeds or tv, not both")
     loaded = load_protocol(Path(protocol))
-    if loaded.kind != "distribution":
+    if not kind_of(loaded.kind).capabilities.plan_command:
         raise UsageError(f"{protocol}: plan applies to distribution protocols, not {loaded.kind}")
-    ref = load_reference(Path(reference)) if reference is not None else replay_laws(loaded)
+    ref = (
+        load_reference(Path(reference))
+        if reference is not None
+        else replay_laws(loaded, notify=_stderr)
+    )
     power = DEFAULT_POWER if power is None else power
     if tv is not None:
         return seeds_needed(loaded.data, ref, tv, power=power)

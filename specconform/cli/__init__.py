@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import click
 
 from specconform import __version__
-from specconform.cli_options import DEFAULT_OUT, run_options  # noqa: F401 (re-exported)
+from specconform.cli.options import DEFAULT_OUT, run_options  # noqa: F401 (re-exported)
 from specconform.errors import (
     EXIT_FAIL,
     EXIT_INTERRUPTED,
@@ -63,32 +62,6 @@ def cli():
     """
 
 
-def _signing_key(key: Path | None, no_sign: bool) -> Path | None:
-    from specconform.evidence.signing import SIGNING_KEY_ENV, resolve_signing_key
-
-    if no_sign or key is not None or os.environ.get(SIGNING_KEY_ENV):
-        return resolve_signing_key(key, sign=not no_sign)
-    return _default_user_key()
-
-
-def _default_user_key() -> Path:
-    """The user's own signing key, created (0600) on first use so that `run` signs out of
-    the box; reviewers verify with the matching .pub next to it."""
-    from specconform.evidence.signing import generate_key_pem
-
-    home = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "specconform"
-    key = home / "signing.key"
-    if not key.exists():
-        home.mkdir(parents=True, exist_ok=True)
-        private_pem, public_pem = generate_key_pem()
-        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(private_pem)
-        (home / "signing.pub").write_bytes(public_pem)
-        click.echo(f"note: created signing key {key} (public key {home / 'signing.pub'})", err=True)
-    return key
-
-
 def _execute(
     protocol,
     seeds,
@@ -107,91 +80,32 @@ def _execute(
     sequential=False,
     batch=None,
 ):
+    """The options of `run` and `gate` as one request to the run assembly
+    (`runner.assemble`, shared with the Python API)."""
     from specconform.progress import progress, set_verbose
-    from specconform.protocol.load import apply_overrides, load_protocol
-    from specconform.runner.caches import persistent_caches
-    from specconform.runner.execute import execute
+    from specconform.runner.assemble import RunRequest, run_protocol
 
     set_verbose(verbose)
-    # Before the engine imports torch and Triton; a failed run takes the caches it
-    # created with it (runner/caches.py).
-    with persistent_caches(out_dir):
-        loaded = load_protocol(protocol)
-        loaded = apply_overrides(
-            loaded,
-            {
-                "--seeds": seeds,
-                "--offset": offset,
-                "--batch-size": batch_size,
-                "--device": device,
-                "--base-ref": base_ref,
-            },
-        )
-        loaded = _sequential_override(loaded, protocol, sequential, batch, resume)
-        if loaded.kind not in ("distribution", "sequence", "mcnemar") and ledger:
-            raise UsageError(
-                f"{protocol}: --ledger applies to distribution, sequence and mcnemar "
-                f"protocols, not {loaded.kind}"
-            )
-        if loaded.kind != "distribution" and resume:
-            raise UsageError(
-                f"{protocol}: --resume applies to distribution protocols, not {loaded.kind}"
-            )
-        signing_key = _signing_key(key, no_sign)
-        from specconform.runner.context import RunOptions
-
-        options = RunOptions(ledger=ledger, resume=resume, max_archive_size=max_archive_size)
-        if resume is not None:
-            from specconform.runner.distribution import read_checkpoint
-
-            # The resumed run keeps its id and folder; protocol, overrides and mutant are
-            # checked against the checkpoint before anything runs.
-            saved = read_checkpoint(resume)
-            options = replace(options, run_id=saved["run_id"], attempt=saved["attempt"])
-            out_dir = resume.parent
-        from specconform.extras import missing_extra
-
-        with missing_extra(f"running protocol {loaded.name}"):  # no torch: name the extra, exit 2
-            return execute(
-                loaded,
-                out_dir=out_dir,
-                argv=["specconform"] + sys.argv[1:],
-                mutant=mutant,
-                key=signing_key,
-                sign=not no_sign,
-                progress=progress,
-                options=options,
-            )
-
-
-def _sequential_override(loaded, protocol, sequential: bool, batch: int | None, resume):
-    """`--sequential [--batch N]`, checked before any work (one line, exit 2) and applied
-    as an override of the protocol's `sequential` field: recorded in run.json's
-    overrides, in protocol.json and in the run id, like --seeds. A protocol that
-    pre-registers `sequential` runs sequentially without the flag (--batch overrides)."""
-    from specconform.protocol.load import apply_overrides
-
-    pre_registered = getattr(loaded.model, "sequential", None) is not None
-    if not (sequential or pre_registered):
-        if batch is not None:
-            raise UsageError("--batch: applies only with --sequential")
-        return loaded
-    if loaded.kind != "distribution":
-        raise UsageError(
-            f"{protocol}: --sequential applies to distribution protocols, not {loaded.kind}"
-        )
-    if resume is not None:
-        raise UsageError("--sequential: a sequential run does not resume; drop --resume")
-    budget = loaded.model.seeds.count
-    if batch is None:
-        if pre_registered:
-            return loaded
-        batch = -(-budget // 20)
-    if not 1 <= batch <= budget:
-        raise UsageError(
-            f"--batch {batch}: must be between 1 and the budget of {budget} seeds per group"
-        )
-    return apply_overrides(loaded, {"--sequential": {"batch": batch}})
+    request = RunRequest(
+        protocol=protocol,
+        out_dir=out_dir,
+        argv=("specconform", *sys.argv[1:]),
+        seeds=seeds,
+        offset=offset,
+        batch_size=batch_size,
+        device=device,
+        base_ref=base_ref,
+        mutant=mutant,
+        key=key,
+        sign=not no_sign,
+        ledger=ledger,
+        resume=resume,
+        sequential=sequential,
+        batch=batch,
+        max_archive_size=max_archive_size,
+        persistent_caches=True,
+    )
+    return run_protocol(request, progress=progress, notify=lambda line: click.echo(line, err=True))
 
 
 @cli.command()
@@ -213,7 +127,7 @@ def run(nproc, **options):
 def _run_and_print(nproc: int | None, options: dict):
     """What `run` and `gate` share: shard if asked, execute, let follower ranks go, print
     the table. Returns the leader's (or the only process's) RunOutcome."""
-    from specconform.runner.execute import print_table
+    from specconform.report.terminal import print_table
 
     if nproc is not None and (options.get("sequential") or _pre_registers_sequential(options)):
         raise UsageError("--sequential: batches run in one process; drop --nproc")
@@ -229,12 +143,13 @@ def _pre_registers_sequential(options: dict) -> bool:
     launches ranks that would each refuse it). A file that does not load is refused by
     the run itself, with its own one-line error."""
     from specconform.protocol.load import load_protocol
+    from specconform.runner.assemble import pre_registers_sequential
 
     try:
         loaded = load_protocol(options["protocol"])
     except UsageError:  # ProtocolError too
         return False
-    return getattr(loaded.model, "sequential", None) is not None
+    return pre_registers_sequential(loaded)
 
 
 def _launch_shards(nproc: int | None) -> None:
@@ -304,11 +219,15 @@ def mutants():
     from rich.table import Table
 
     from specconform.extras import missing_extra
+    from specconform.kinds.registry import kinds_with
 
     with missing_extra("`specconform mutants`"):
         from engine_under_test.mutants import list_mutants
 
-    applies = {"kernel": "quadrature, montecarlo, distribution", "engine": "distribution"}
+    applies = {
+        layer: ", ".join(kinds_with(lambda c, layer=layer: layer in c.mutant_layers))
+        for layer in ("kernel", "engine")
+    }
     table = Table()
     for col in ("mutant", "layer", "protocols", "what it does", "real bug class"):
         table.add_column(col)
@@ -329,7 +248,7 @@ def schema():
 
 
 def _register_evidence_commands() -> None:
-    from specconform import cli_evidence
+    from specconform.cli import evidence as cli_evidence
 
     for name in ("verify", "report", "keygen"):
         command = getattr(cli_evidence, name, None)
@@ -338,7 +257,7 @@ def _register_evidence_commands() -> None:
 
 
 _register_evidence_commands()
-from specconform.cli_plan import plan as _plan  # noqa: E402
+from specconform.cli.plan import plan as _plan  # noqa: E402
 
 cli.add_command(_plan, "plan")
 

@@ -18,44 +18,6 @@ import click
 from specconform.errors import UsageError
 
 
-def replay_laws(loaded) -> dict:
-    """reference.json-shaped laws of every possible t1 by serial replay through the
-    protocol's own engine adapter (bundled, hf or a user's): its p and, when it gives
-    one, its q."""
-    try:
-        import torch
-    except ImportError:
-        raise UsageError("no torch here: pass --reference ARCHIVE or reference.json") from None
-    from specconform.adapters.engine import load_engine
-
-    spec = loaded.model.engine
-    if spec.device == "cuda" and not torch.cuda.is_available():
-        spec = spec.model_copy(update={"device": "cpu"})
-        click.echo("plan: no CUDA device, replaying the reference laws on CPU", err=True)
-    engine = load_engine(spec, mutant=None, log=lambda line: None)
-    prompt = engine.prompt
-    depths = sorted({g.draft_loops for g in loaded.model.groups if g.draft_loops})
-
-    def sparse(law):
-        return {str(int(i)): float(law[i]) for i in law.nonzero()[0]}
-
-    ref = {
-        "vocab_size": engine.vocab_size,
-        "p_t1": sparse(engine.target_law(prompt)),
-        "p_t2": {},
-        "q_t2": {str(d): {} for d in depths},
-        "p_t3": {},
-    }
-    for t1 in sorted(int(t) for t in ref["p_t1"]):
-        ref["p_t2"][str(t1)] = sparse(engine.target_law(prompt + [t1]))
-        for d in depths:
-            q = engine.draft_law(prompt + [t1], d)  # None: the adapter gives no q
-            if q is not None:
-                ref["q_t2"][str(d)][str(t1)] = sparse(q)
-    engine.close()
-    return ref
-
-
 def _fmt_tv(x: float) -> str:
     return "no evidence" if math.isinf(x) else f"{x:.4f}"
 
@@ -88,8 +50,10 @@ def _fmt_n(lo: float, hi: float) -> str:
 def plan(protocol, seeds, tv, reference, power):
     """Sample-size plan of a distribution protocol (noncentral chi2, power 0.99)."""
     from specconform.calibration import load_reference
-    from specconform.plan import plan_tests, planning_level, seeds_needed
+    from specconform.kinds.registry import kind_of
+    from specconform.planning import plan_tests, planning_level, seeds_needed
     from specconform.protocol.load import load_protocol
+    from specconform.runner.replay import replay_laws
 
     if seeds is not None and tv is not None:
         raise UsageError("give --seeds or --tv, not both")
@@ -99,10 +63,14 @@ def plan(protocol, seeds, tv, reference, power):
         raise UsageError(f"--power must lie in (0, 1), got {power}")
     loaded = load_protocol(protocol)
     data = loaded.data
-    if data["kind"] != "distribution":
+    if not kind_of(loaded.kind).capabilities.plan_command:
         raise UsageError(f"{protocol}: plan covers distribution protocols, not {data['kind']}")
     try:
-        ref = load_reference(reference) if reference else replay_laws(loaded)
+        ref = (
+            load_reference(reference)
+            if reference
+            else replay_laws(loaded, notify=lambda line: click.echo(line, err=True))
+        )
     except (OSError, ValueError, KeyError) as exc:
         raise UsageError(f"--reference {reference}: {exc}") from None
     _, how = planning_level(data)

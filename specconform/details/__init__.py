@@ -43,6 +43,9 @@ class JsonDetail:
 
 
 # kind -> its records, most specific first. A kind not listed carries JsonDetail.
+# The records are data readers need below the kinds layer (an archive is read, and its
+# rows typed, without importing any evaluator); the kind table states the same tuples
+# (``Kind.records``, ``Kind.schema1_records``) and a test holds the two equal.
 TYPED_KINDS: dict[str, tuple[type[Record], ...]] = {
     "distribution": distribution.RECORDS,
     "sequence": sequence.RECORDS,
@@ -52,6 +55,9 @@ TYPED_KINDS: dict[str, tuple[type[Record], ...]] = {
     "equality": runs.EQUALITY_RECORDS,
     "montecarlo": runs.MONTECARLO_RECORDS,
 }
+# kind -> the records of its archives of the first results schema (before family-wise
+# verdicts), read by the frozen evaluators' shapes.
+SCHEMA1_RECORDS: dict[str, tuple[type[Record], ...]] = {"distribution": legacy.RECORDS}
 _EVERY_RECORD = tuple(r for records in TYPED_KINDS.values() for r in records) + legacy.RECORDS
 
 
@@ -63,8 +69,8 @@ def register_records(kind: str, records: tuple[type[Record], ...]) -> None:
 
 def records_of(kind: str | None, schema: int = 2) -> tuple[type[Record], ...]:
     """The records a row of ``kind`` may carry (none: the kind carries JsonDetail)."""
-    if kind == "distribution" and schema < 2:
-        return legacy.RECORDS
+    if schema < 2 and kind in SCHEMA1_RECORDS:
+        return SCHEMA1_RECORDS[kind]
     return TYPED_KINDS.get(kind or "", ())
 
 

@@ -300,8 +300,8 @@ def _plan_one(
 def _plan_score(w: World, spec, groups, n: int, level: float, power: float, deciding: bool):
     """joint_score: the TV detected along the least detectable pre-registered direction
     (none against a bias orthogonal to them: that is the omnibus tests' job)."""
-    from specconform.plan_score import detectable_tv as score_tv
-    from specconform.plan_score import score_detectable_weight
+    from specconform.planning.score import detectable_tv as score_tv
+    from specconform.planning.score import score_detectable_weight
 
     d = groups[spec["groups"][0]].get("draft_loops")
     weight, df = score_detectable_weight(w, n, d)
@@ -349,34 +349,3 @@ def _gof_stratum(key: str, n_s: float, law: np.ndarray, min_expected: float) -> 
     pooling = pool_cells(n_s * law / law.sum(), min_expected)
     df = max(pooling.cells - 1, 0)
     return StratumPlan(key, float(n_s), df, 4.0 * n_s if df else 0.0)
-
-
-# Power against planted bugs lives in its own module; its names stay importable from here.
-from specconform.plan_mutants import (  # noqa: E402
-    MutantPower,
-    _group_law,
-    group_out_of_support,
-    mutant_power,
-    oracle_seeds,
-    raw_laws,
-    support_power,
-    t3_laws,
-)
-
-__all__ = [
-    "MutantPower",
-    "SeedsNeeded",
-    "StratumPlan",
-    "TestPlan",
-    "_group_law",
-    "detectable_tv_for_run",
-    "group_out_of_support",
-    "mutant_power",
-    "oracle_seeds",
-    "plan_tests",
-    "planning_level",
-    "raw_laws",
-    "seeds_needed",
-    "support_power",
-    "t3_laws",
-]

@@ -1,7 +1,7 @@
 """Power against planted bugs from their exact laws (specconform.stats.mutant_laws):
 each planned test's noncentral-χ² power at a protocol's size, the out-of-support row's
 exact probability, and the 1-df oracle's seeds (bench/kill_matrix.py). Split from
-:mod:`specconform.plan`, which re-exports these names. Numpy/scipy only.
+:mod:`specconform.planning`, which re-exports these names. Numpy/scipy only.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def mutant_power(
 ) -> list[MutantPower]:
     """Power of every planned t1/t2/acceptance/joint test against ``mutant`` (an exact
     law of :mod:`specconform.stats.mutant_laws`; speculative groups only)."""
-    from specconform.plan import PLANNED_TYPES, _rows, planning_level  # (plan imports us)
+    from specconform.planning.detectable import PLANNED_TYPES, _rows, planning_level
     from specconform.stats.power import homogeneity_noncentrality
 
     w = reference if isinstance(reference, World) else world_from_reference(reference)
@@ -67,7 +67,7 @@ def mutant_power(
             )
             continue
         if kind == "joint_score":
-            from specconform.plan_score import score_mutant_noncentrality
+            from specconform.planning.score import score_mutant_noncentrality
 
             g = groups[names[0]]
             bug = _mutant_for(mutant, g["mode"])

@@ -30,6 +30,7 @@ from pathlib import Path
 from specconform.details.runs import EqualityDetail
 from specconform.evidence.external import MANIFEST_NAME
 from specconform.evidence.reader import read_archive
+from specconform.kinds.registry import KINDS, Kind
 from specconform.report.context import RunFacts, run_facts
 from specconform.report.markdown import VERIFIED_NOTE, VERIFY_NOTE, table
 from specconform.report.model import (
@@ -45,9 +46,18 @@ from specconform.report.pr_performance import performance_section
 from specconform.report.readings import scalar_facts
 from specconform.results import TestRow
 
-KERNEL_KINDS = ("quadrature", "montecarlo")
-SECTION_TITLES = {"mcnemar": "Quality (paired correctness, McNemar)"}
-OWN_SECTIONS = ("quadrature", "montecarlo", "equality", "distribution", "performance")
+KERNEL_SECTIONS = ("kernel-grid", "kernel-sampled")
+
+
+def _kind(name: str) -> Kind | None:
+    """The kind table's entry of an archive's kind (None: a kind this build lacks, which
+    gets a generic section titled by its name)."""
+    return KINDS.get(name)
+
+
+def _section(name: str) -> str:
+    kind = _kind(name)
+    return "generic" if kind is None else kind.report_section
 
 
 @dataclass(frozen=True)
@@ -114,7 +124,7 @@ def render_pr(
     out += distribution_section(items)
     for kind in _other_kinds(items):
         out += generic_section(kind, [i for i in items if i.kind == kind])
-    out += performance_section([i for i in items if i.kind == "performance"], table)
+    out += performance_section([i for i in items if _section(i.kind) == "throughput"], table)
     out += evidence_section(items)
     out += ["", VERIFIED_NOTE if verified else VERIFY_NOTE, ""]
     return "\n".join(out)
@@ -126,8 +136,8 @@ def _devices(items: Sequence[PrArchive]) -> str:
 
 def _other_kinds(items: Sequence[PrArchive]) -> list[str]:
     """Kinds without a section of their own, mcnemar first (the PR's quality table)."""
-    kinds = {i.kind for i in items} - set(OWN_SECTIONS)
-    return sorted(kinds, key=lambda k: (k != "mcnemar", k))
+    kinds = {i.kind for i in items if _section(i.kind) == "generic"}
+    return sorted(kinds, key=lambda k: (not getattr(_kind(k), "report_first", False), k))
 
 
 # --- functional checks ------------------------------------------------------------------
@@ -136,11 +146,12 @@ def _other_kinds(items: Sequence[PrArchive]) -> list[str]:
 def functional_section(items: Sequence[PrArchive]) -> list[str]:
     rows: list[list[str]] = []
     for item in items:
-        if item.kind in KERNEL_KINDS:
+        section = _section(item.kind)
+        if section in KERNEL_SECTIONS:
             rows.append(_kernel_row(item))
-        elif item.kind == "equality":
+        elif section == "greedy-equality":
             rows += [_equality_row(item, r) for r in item.view.evaluation.tests]
-        elif item.kind != "performance":
+        elif section != "throughput":
             rows += [
                 [f"{r.test}", item.name, _facts(r), outcome(r)]
                 for r in item.view.evaluation.tests
@@ -154,7 +165,7 @@ def functional_section(items: Sequence[PrArchive]) -> list[str]:
 def _kernel_row(item: PrArchive) -> list[str]:
     tests = item.view.evaluation.tests
     verdict = item.view.evaluation.verdict
-    if item.kind == "quadrature":
+    if _section(item.kind) == "kernel-grid":
         worst = max((r.statistic for r in tests if r.statistic is not None), default=None)
         what = f"{len(tests)} cases, exact output law within the grid bound; max err/bound {_num(worst)}"
     else:
@@ -184,7 +195,7 @@ def _equality_row(item: PrArchive, row: TestRow) -> list[str]:
 
 
 def distribution_section(items: Sequence[PrArchive]) -> list[str]:
-    dist = [i for i in items if i.kind == "distribution"]
+    dist = [i for i in items if _section(i.kind) == "replications"]
     if not dist:
         return []
     out = ["", "### Distribution", ""]
@@ -231,7 +242,8 @@ def _seed_text(item: PrArchive) -> str:
 
 
 def generic_section(kind: str, items: Sequence[PrArchive]) -> list[str]:
-    out = ["", f"### {SECTION_TITLES.get(kind, f'Kind `{kind}`')}", ""]
+    title = getattr(_kind(kind), "report_title", None)
+    out = ["", f"### {title or f'Kind `{kind}`'}", ""]
     for item in items:
         verdict = item.view.evaluation.verdict
         out += [f"`{item.name}`: **{verdict.verdict}**; {verdict_statement(verdict)}", ""]

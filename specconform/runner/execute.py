@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from specconform.evidence.results_io import (
     sequential_csv_bytes,
     tests_csv_bytes,
 )
+from specconform.kinds.registry import kind_of
 from specconform.progress import timing, timing_since_start
 from specconform.protocol.load import LoadedProtocol, canonical_json
 from specconform.results import Evaluation, RawData
@@ -165,7 +165,7 @@ def execute(
             raise UsageError(error)
         locked = (
             run_lock(out_dir, run_id)
-            if loaded.kind == "distribution" and shard.is_leader
+            if kind_of(loaded.kind).capabilities.resumable and shard.is_leader
             else nullcontext()
         )
         with locked:
@@ -194,7 +194,7 @@ def _sharding(loaded: LoadedProtocol):
         from specconform.runner.sharding import Shard
 
         return Shard(), Coordinator(Shard())
-    if loaded.kind != "distribution":
+    if not kind_of(loaded.kind).capabilities.shardable:
         raise UsageError(
             f"{loaded.path}: only distribution protocols shard over "
             f"processes; run this {loaded.kind} protocol without torchrun/--nproc"
@@ -266,14 +266,11 @@ def _execute_locked(
     trajectory = sequential_csv_bytes(evaluation.tests)
     if trajectory is not None:  # a sequential run: the e-process after every batch
         files[SEQUENTIAL_CSV] = trajectory
-    if loaded.kind == "distribution" and trajectory is None:
-        # (Not for a sequential run: the planner sizes the fixed-N tests, which there
-        # are informational; the e-process has no detectable-TV planner.)
-        files["results/plan.json"] = _plan_bytes(loaded, raw)
-    if loaded.kind == "mcnemar":  # the detectable accuracy drop at the protocol's size
-        from specconform.kinds.mcnemar.plan import plan_json
-
-        files["results/plan.json"] = canonical_json_bytes(plan_json(loaded.data))
+    plan = kind_of(loaded.kind).plan
+    if plan is not None and trajectory is None:
+        # What the run could detect (not for a sequential run: the planner sizes the
+        # fixed-N tests, which there are informational; the e-process has no planner).
+        files["results/plan.json"] = plan.load()(loaded, raw, evaluation)
     out_dir.mkdir(parents=True, exist_ok=True)  # only now (kernel kinds): bad input writes nothing
     final = free_destination(out_dir, run_id)
     staging = out_dir / f".partial-{final.name}"
@@ -305,92 +302,7 @@ def _execute_locked(
     return RunOutcome(run_id, final, archive_final, evaluation)
 
 
-def _plan_bytes(loaded: LoadedProtocol, raw: dict[str, bytes]) -> bytes:
-    """What the run could detect: each deciding test's detectable TV at power 0.99 at the
-    run's seeds, from its own reference laws (`specconform plan`'s numbers)."""
-    from specconform.plan import DEFAULT_POWER, detectable_tv_for_run
-
-    reference, unobserved = _planning_reference(json.loads(raw["raw/reference.json"]))
-    seeds = loaded.model.seeds.count
-    plans = detectable_tv_for_run(loaded.data, reference, seeds)
-    return canonical_json_bytes(
-        {
-            "power": DEFAULT_POWER,
-            "seeds": seeds,
-            "tests": [p.to_json() for p in plans],
-            "unobserved_first_tokens": unobserved,
-            "note": "first tokens never observed have no replayed laws; they are planned as "
-            "one-token strata, which never reach the strata threshold at this size "
-            "(their expected count is below it with overwhelming probability)",
-        }
-    )
-
-
-def _planning_reference(reference: dict) -> tuple[dict, int]:
-    """The run's reference laws completed for the planner, which needs a conditional
-    law for every possible first token: a run replays only the observed ones."""
-    p2 = dict(reference.get("p_t2", {}))
-    q2 = {d: dict(laws) for d, laws in reference.get("q_t2", {}).items()}
-    missing = [t for t, v in reference["p_t1"].items() if float(v) > 0 and t not in p2]
-    for t in missing:
-        p2[t] = {t: 1.0}
-        for laws in q2.values():
-            laws[t] = {t: 1.0}
-    for laws in q2.values():
-        for t in p2:
-            laws.setdefault(t, dict(p2[t]))
-    return {**reference, "p_t2": p2, "q_t2": q2}, len(missing)
-
-
 def _device(loaded: LoadedProtocol) -> str:
     model = loaded.model
     engine = getattr(model, "engine", None)
     return getattr(engine, "device", None) or getattr(model, "device", "cpu")
-
-
-def print_table(evaluation: Evaluation, file=None) -> None:
-    """The table reviewers know: a row per check with its p-values named by what they are
-    (p, p_Bonf over seed-sharing groups, p_Holm after the family-wise adjustment) and
-    its status (PASS, FAIL, "no evidence", or "info" for rows that never decide), then
-    the verdict's stated false-fail rate."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from specconform.report.model import outcome, pvalue_text, verdict_statement
-
-    console = Console(file=file or sys.stdout, highlight=False, width=140)
-    table = Table(show_lines=False)
-    for col in ("check", "role", "statistic", "df", "p-values", "n", "result"):
-        table.add_column(col, justify="left" if col in ("check", "role", "p-values") else "right")
-    for t in evaluation.tests:
-        pvalues = "—" if t.pvalue is None and t.adjusted_pvalue is None else pvalue_text(t)
-        text = outcome(t)
-        result = text + (
-            f" ({t.reason})" if t.passed is False and t.reason and t.reason != text else ""
-        )
-        table.add_row(
-            t.test,
-            t.role + (" *" if t.deciding else ""),
-            _fmt(t.statistic),
-            _fmt(t.df),
-            pvalues,
-            str(t.n),
-            result,
-        )
-    console.print(table)
-    console.print(f"* deciding; {verdict_statement(evaluation.verdict)}")
-    from specconform.report.markdown import table as markdown_table
-    from specconform.report.mcnemar import mcnemar_markdown
-
-    for line in mcnemar_markdown(evaluation, markdown_table):  # GSM8K runs: the pairs
-        console.print(line, markup=False, soft_wrap=True)
-    from specconform.report.sequential import terminal_lines
-
-    for line in terminal_lines(evaluation):  # sequential runs: E, seeds used, why info
-        console.print(line, markup=False)
-
-
-def _fmt(x) -> str:
-    if x is None:
-        return "—"
-    return f"{x:.4g}"

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specconform.errors import UsageError
+from specconform.kinds.registry import kind_of
 from specconform.runner.context import RunContext
 from specconform.runner.runlock import lock_holder
 
@@ -141,7 +142,7 @@ def _kernel_adapter(loaded) -> str | None:
 
 def check_seed_domain(loaded) -> None:
     model = loaded.model
-    if loaded.kind != "distribution":
+    if not kind_of(loaded.kind).capabilities.preflight_model:
         return
     highest = SEED_LIMIT - model.seeds.count - max(g.seed_offset for g in model.groups)
     for group in model.groups:
@@ -348,16 +349,16 @@ def preflight(
     check_mutant(loaded, mutant)
     check_adapter(loaded)
     check_seed_domain(loaded)
-    distribution = loaded.kind == "distribution"
-    if distribution and _bundled_preset_or_checkpoint(loaded.model.engine):
+    capabilities = kind_of(loaded.kind).capabilities
+    if capabilities.preflight_model and _bundled_preset_or_checkpoint(loaded.model.engine):
         check_model(loaded, model_facts(loaded.model.engine))
     check_writable_folder(out_dir, f"--out {out_dir}")
     ledger = context.ledger_path
-    ledgered = loaded.kind in LEDGERED_KINDS
+    ledgered = capabilities.ledgered
     if ledgered:
         check_ledger_file(ledger)
     check_key(key, sign)
-    if distribution:
+    if capabilities.resumable:
         check_run_folder(out_dir, run_id, context.resume)
     if ledgered:
         from specconform.runner.ledger import check_overlaps
@@ -367,33 +368,20 @@ def preflight(
             ledger_entries(loaded, context.attempt, mutant),
             getattr(loaded.model, "expansion", None),
             loaded.model.seeds.offset,
-            resumable=distribution,
+            resumable=capabilities.resumable,
         )
-
-
-LEDGERED_KINDS = ("distribution", "sequence", "mcnemar")  # runs that draw seeds from a plan
 
 
 def ledger_entries(loaded, attempt: str, mutant: str | None) -> list:
-    """The entries the run will reserve: group seeds are offset + seed_offset + [0, n),
-    n the seed count of a distribution group (`distribution.group_seeds`, not imported
-    here: it pulls in pandas) or the number of requests of a sequence group; a McNemar
-    run's groups all answer the same trials, seeds offset + [0, questions x count)."""
+    """The entries the run will reserve: one per group, its seed range as the kind
+    states it (``Kind.seed_ranges``: a distribution group's offset + seed_offset +
+    [0, count), a sequence group's requests, a McNemar run's questions x count)."""
     from specconform.runner.ledger import LedgerEntry
 
-    model = loaded.model
-    if loaded.kind == "mcnemar":
-        start = model.seeds.offset
-        stop = start + model.dataset.questions * model.seeds.count
-        return [
-            LedgerEntry(loaded.name, loaded.hash, attempt, g.name, start, stop, mutant)
-            for g in model.groups
-        ]
-    entries = []
-    for g in model.groups:
-        start = model.seeds.offset + g.seed_offset
-        count = model.group_requests(g) if loaded.kind == "sequence" else model.seeds.count
-        entries.append(
-            LedgerEntry(loaded.name, loaded.hash, attempt, g.name, start, start + count, mutant)
-        )
-    return entries
+    seed_ranges = kind_of(loaded.kind).seed_ranges
+    if seed_ranges is None:
+        return []
+    return [
+        LedgerEntry(loaded.name, loaded.hash, attempt, group, start, stop, mutant)
+        for group, start, stop in seed_ranges(loaded.model)
+    ]

@@ -15,20 +15,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from specconform.errors import UsageError
+from specconform.kinds.registry import kind_of
 from specconform.runner.collect import collect_raw
 from specconform.runner.context import RunContext
 from specconform.runner.ledger import check_and_reserve, release
 from specconform.runner.preflight import ledger_entries
 
-# Kinds without a checkpoint whose runners call the reservation hook themselves.
-HOOKED_KINDS = ("sequence", "mcnemar")
-
 
 def collect_reserved(
     loaded, *, mutant, progress, log, run_context: RunContext
 ) -> dict[str, bytes] | None:
-    """collect_raw with the run's seed reservation handled for its kind."""
-    if loaded.kind in HOOKED_KINDS:
+    """collect_raw with the run's seed reservation handled for its kind: kinds without a
+    checkpoint reserve through the runner's hook (``reserves_in_runner``); a resumable
+    kind reserves when it opens its checkpoint and gives the seeds back here if refused
+    before that folder exists."""
+    capabilities = kind_of(loaded.kind).capabilities
+    if capabilities.reserves_in_runner:
         return _collect_hooked(
             loaded, mutant=mutant, progress=progress, log=log, run_context=run_context
         )
@@ -42,7 +44,7 @@ def collect_reserved(
         leader = coord is None or coord.shard.is_leader
         if (
             leader
-            and loaded.kind == "distribution"
+            and capabilities.resumable
             and run_context.resume is None
             and not (out_dir / f"{run_context.run_id}.inprogress").exists()
         ):

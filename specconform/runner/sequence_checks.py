@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from specconform.adapters.sequence import RequestSpec, SequenceRecord
-from specconform.oracle import SamplingSemantics, compare_laws, oracle_law
+from specconform.stats.oracle import SamplingSemantics, compare_laws, oracle_law
 
 MAX_EXAMPLES = 5
 # Default sizes when a test gives no `sample` (prefixes for oracle/teacher_forcing,

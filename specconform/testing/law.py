@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 
-from specconform.api_stats import detectable_tv as _detectable_tv
-from specconform.api_stats import pearson_gof
+from specconform.api.stats import detectable_tv as _detectable_tv
+from specconform.api.stats import pearson_gof
 from specconform.testing.records import COLLECTOR, CheckRecord, fail_message
 
 POWER = 0.8

@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from specconform.api_stats import detectable_tv
+from specconform.api.stats import detectable_tv
 from specconform.testing.records import COLLECTOR, CheckRecord, fail_message
 
 POWER = 0.8

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from specconform.api_stats import detectable_tv
+from specconform.api.stats import detectable_tv
 from specconform.details.cases import QuadratureCaseDetail
 from specconform.progress import silent
 from specconform.testing.records import COLLECTOR, CheckRecord, fail_message
@@ -158,22 +158,19 @@ def assert_sampler_exact(
     """
     from specconform.protocol.load import validate
 
-    unknown = set(methods) - {"quadrature", "montecarlo"}
-    if unknown:
-        raise ValueError(f"methods: unknown {sorted(unknown)}")
     chosen = list(cases) if cases is not None else [*QUADRATURE_CASES, *MONTECARLO_CASES]
+    # method (a kernel kind of the kind table) -> its protocol document and seed statement;
+    # a case with K drafts is a Monte Carlo case, one without a quadrature case.
     quad = [dict(c) for c in chosen if "K" not in c]
     mc = [dict(c) for c in chosen if "K" in c]
-    kernel = _UserKernel(accept_fn)
-    records: list[CheckRecord] = []
-    if "quadrature" in methods and quad:
-        model = validate(
+    documents: dict[str, tuple[list[dict], dict[str, Any], str]] = {
+        "quadrature": (
+            quad,
             {"kind": "quadrature", "name": "assert-sampler-exact", "cases": quad},
-            "assert_sampler_exact(cases=...)",
-        )
-        records += _run(model, kernel, "quadrature", "none (deterministic grid)")
-    if "montecarlo" in methods and mc:
-        model = validate(
+            "none (deterministic grid)",
+        ),
+        "montecarlo": (
+            mc,
             {
                 "kind": "montecarlo",
                 "name": "assert-sampler-exact",
@@ -181,11 +178,18 @@ def assert_sampler_exact(
                 "seeds": {"count": int(rows), "offset": int(seed)},
                 "cases": mc,
             },
-            "assert_sampler_exact(cases=...)",
-        )
-        records += _run(
-            model, kernel, "montecarlo", f"PCG64(({seed}, case index)), {rows} rows per case"
-        )
+            f"PCG64(({seed}, case index)), {rows} rows per case",
+        ),
+    }
+    unknown = set(methods) - set(documents)
+    if unknown:
+        raise ValueError(f"methods: unknown {sorted(unknown)}")
+    kernel = _UserKernel(accept_fn)
+    records: list[CheckRecord] = []
+    for method, (method_cases, document, seeds) in documents.items():
+        if method in methods and method_cases:
+            model = validate(document, "assert_sampler_exact(cases=...)")
+            records += _run(model, kernel, method, seeds)
     if not records:
         raise ValueError("assert_sampler_exact: no case to run for the chosen methods")
     if not all(r.passed for r in records):
@@ -201,26 +205,23 @@ def assert_sampler_exact(
 
 
 def _run(model, kernel: _UserKernel, kind: str, seeds: str) -> list[CheckRecord]:
-    from specconform.kinds import reevaluate
+    from specconform.kinds.registry import kind_of
     from specconform.results import RawData
-    from specconform.runner import montecarlo, quadrature
 
-    raw = (quadrature if kind == "quadrature" else montecarlo).collect(model, kernel, silent)
-    evaluation = reevaluate(model.model_dump(mode="json"), RawData(raw))
+    # The kernel kinds' own collector and evaluator, from the kind table.
+    entry = kind_of(kind)
+    raw = entry.collect.load()(model, kernel, silent)
+    evaluation = entry.evaluate_protocol(model.model_dump(mode="json"), RawData(raw))
     out = []
     for row in evaluation.tests:
         detail = row.detail
-        if kind == "quadrature":
+        if isinstance(detail, QuadratureCaseDetail):
             note = (
-                (
-                    f"max |law error| first {detail.max_abs_error_first:.3g} "
-                    f"(bound {detail.bound_first:.3g}), bonus "
-                    f"{detail.max_abs_error_bonus:.3g}, K=0 "
-                    f"{detail.max_abs_error_k0:.3g}; zero-mass commits "
-                    f"{detail.zero_mass_commits}, kernel errors {detail.kernel_errors}"
-                )
-                if isinstance(detail, QuadratureCaseDetail)
-                else ""
+                f"max |law error| first {detail.max_abs_error_first:.3g} "
+                f"(bound {detail.bound_first:.3g}), bonus "
+                f"{detail.max_abs_error_bonus:.3g}, K=0 "
+                f"{detail.max_abs_error_k0:.3g}; zero-mass commits "
+                f"{detail.zero_mass_commits}, kernel errors {detail.kernel_errors}"
             )
             dtv = None
         else:

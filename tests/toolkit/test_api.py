@@ -130,7 +130,7 @@ def test_docs_api_md_runs(monkeypatch, capsys):
 def test_docstring_examples_run():
     import doctest
 
-    import specconform.api_stats as api_stats
+    import specconform.api.stats as api_stats
 
     result = doctest.testmod(api_stats, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted >= 5 and result.failed == 0

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from specconform import progress
 from specconform.cli import cli
-from specconform.cli_evidence import keygen_command
+from specconform.cli.evidence import keygen_command
 from specconform.errors import UsageError
 from specconform.protocol.load import load_protocol
 from specconform.runner.execute import free_destination, portable_command, zip_beside

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specconform.calibration import load_reference, world_from_reference
-from specconform.plan import _group_law, group_out_of_support
+from specconform.planning import _group_law, group_out_of_support
 from specconform.protocol.load import load_protocol
 from specconform.stats import pearson_gof
 from specconform.stats.mutant_laws import first_position_law, one_sequence_statistic

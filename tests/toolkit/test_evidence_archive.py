@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 from cryptography.hazmat.primitives import serialization
 
-from specconform.cli_evidence import keygen_command, write_key_pair
+from specconform.cli.evidence import keygen_command, write_key_pair
 from specconform.errors import UsageError
 from specconform.evidence import (
     compare_archives,
@@ -356,7 +356,7 @@ def test_evidence_and_report_never_import_torch(tmp_path):
     zip_path = _sealed(tmp_path / "a", None)
     code = (
         "import sys; from pathlib import Path;"
-        "import specconform.evidence, specconform.report, specconform.cli_evidence;"
+        "import specconform.evidence, specconform.report, specconform.cli.evidence;"
         "from specconform.evidence import read_archive;"
         "from specconform.report import markdown_report, html_report;"
         f"p = Path({str(zip_path)!r}); read_archive(p); markdown_report([p]);"

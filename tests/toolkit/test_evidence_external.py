@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specconform.cli_evidence import verify_command, write_key_pair
+from specconform.cli.evidence import verify_command, write_key_pair
 from specconform.errors import EvidenceError, UsageError
 from specconform.evidence import seal, verify_archive
 from specconform.evidence.external import MANIFEST_NAME, parse_size

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specconform.cli_evidence import report_command, verify_command
+from specconform.cli.evidence import report_command, verify_command
 from specconform.evidence import reader, seal
 from specconform.evidence.reader import MEMORY_BOUND_BYTES
 from tests.toolkit.cli_helpers import ROOT

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specconform.cli_evidence import verify_command, write_key_pair
+from specconform.cli.evidence import verify_command, write_key_pair
 from specconform.errors import EvidenceError
 from specconform.evidence import seal, verify_archive, write_reproducible_zip, write_sha256sums
 from specconform.evidence.results_io import tests_csv_bytes as csv_for_rows

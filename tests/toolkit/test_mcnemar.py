@@ -18,9 +18,9 @@ import pytest
 import yaml
 from scipy.stats import binom
 
-from specconform import gsm8k
 from specconform.errors import ProtocolError, UsageError
 from specconform.kinds import reevaluate
+from specconform.kinds.mcnemar import gsm8k
 from specconform.kinds.mcnemar.paired import critical_losses, exact_mcnemar, power, wilson
 from specconform.kinds.mcnemar.raw import RAW_FILE, sample_lines, samples_file
 from specconform.kinds.mcnemar.scoring import (

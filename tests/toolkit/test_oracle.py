@@ -1,4 +1,4 @@
-"""The independent oracle of the sampling semantics (specconform.oracle): hand-computed
+"""The independent oracle of the sampling semantics (specconform.stats.oracle): hand-computed
 fixtures, agreement with the engine's serial reference, and the oracle check's
 negative controls (a reference with the wrong semantics FAILs it).
 
@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from specconform.oracle import SamplingSemantics, compare_laws, oracle_law
 from specconform.runner.sequence_checks import CheckTally, oracle_check
+from specconform.stats.oracle import SamplingSemantics, compare_laws, oracle_law
 
 
 def law(logits, t, k=0, p=1.0):

@@ -14,7 +14,7 @@ from specconform.calibration import (
     simulate,
     world_from_reference,
 )
-from specconform.plan import detectable_tv_for_run, plan_tests, planning_level, seeds_needed
+from specconform.planning import detectable_tv_for_run, plan_tests, planning_level, seeds_needed
 from specconform.protocol.load import load_protocol
 from specconform.stats.mutant_laws import SCORE_DIRECTIONS
 from specconform.stats.power import chi2_power
@@ -144,7 +144,7 @@ def test_cli_plan():
 
 
 def test_mutant_power_null_is_the_size_and_a_bug_is_seen(gate):
-    from specconform.plan import mutant_power, oracle_seeds
+    from specconform.planning import mutant_power, oracle_seeds
 
     protocol, ref = gate
     level = planning_level(protocol)[0]  # Holm over 10: 0.01 / 10
@@ -162,7 +162,7 @@ def test_predicted_power_matches_replications(gate):
     # binomial s.e. 0.057, tolerance 0.2 (3.5 s.e. plus the χ² approximation). Negative
     # control: the correct sampler rejects at most 4 of 60 (P(Binomial(60, .01) > 4) < 1e-4).
     from specconform.calibration import replicate
-    from specconform.plan import mutant_power
+    from specconform.planning import mutant_power
 
     protocol, ref = gate
     one = {

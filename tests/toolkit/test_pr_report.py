@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specconform.cli_evidence import report_command
+from specconform.cli.evidence import report_command
 from specconform.evidence import seal
 from specconform.evidence.sha256sums import sha256_file
 from specconform.report.pr import human_size, pr_markdown

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from click.testing import CliRunner
 
-from specconform.cli_evidence import report_command
+from specconform.cli.evidence import report_command
 from specconform.details.cases import QuadratureCaseDetail
 from specconform.evidence import read_archive
 from specconform.report import (

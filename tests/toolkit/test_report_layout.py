@@ -219,7 +219,7 @@ def test_html_renders_in_headless_chromium(tmp_path):
 def test_report_command_details_and_pubkey(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    from specconform.cli_evidence import report_command
+    from specconform.cli.evidence import report_command
 
     toy.install_toy_kind(monkeypatch)
     private, public = generate_key_pem()

@@ -66,7 +66,7 @@ def test_joint_score_in_the_evaluator(gate):
     # ci_gate at 1,000 seeds per group, fixed seed: the correct sampler passes
     # score_async_d1; shared_uniform fails it (exact-law power of score_async_d1 at
     # 1,000 seeds and the Holm first-step level 0.001: 0.95; the omnibus joint_async_d1's
-    # 0.11: specconform.plan.mutant_power).
+    # 0.11: specconform.planning.mutant_power).
     protocol, w = gate
     rows = {}
     for mutant in (None, "shared_uniform"):

@@ -10,4 +10,14 @@ from specconform.protocol.schema import DistributionProtocol as Schema
 from .evaluate import TESTS, evaluate, evaluate_frames
 from .reference import Reference
 
-__all__ = ["Reference", "Schema", "TESTS", "evaluate", "evaluate_frames"]
+__all__ = ["Reference", "Schema", "TESTS", "evaluate", "evaluate_frames", "seed_ranges"]
+
+
+def seed_ranges(model) -> list[tuple[str, int, int]]:
+    """The ledger's ranges: a group's seeds are offset + seed_offset + [0, count)
+    (`runner.distribution.group_seeds`)."""
+    out = []
+    for g in model.groups:
+        start = model.seeds.offset + g.seed_offset
+        out.append((g.name, start, start + model.seeds.count))
+    return out

@@ -76,3 +76,10 @@ def plan_json(protocol: dict) -> dict:
         "min_drop: the smallest discordance at which a candidate losing every "
         "discordant trial (its accuracy drop equals the discordance) is detected",
     }
+
+
+def plan_bytes(loaded, raw, evaluation) -> bytes:
+    """results/plan.json of a run: the detectable accuracy drop at the protocol's size."""
+    from specconform.evidence.jsonio import canonical_json_bytes
+
+    return canonical_json_bytes(plan_json(loaded.data))

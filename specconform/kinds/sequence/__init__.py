@@ -12,4 +12,13 @@ from specconform.protocol.schema_sequence import SequenceProtocol as Schema
 from .evaluate import evaluate, evaluate_frames
 from .stochastic import TESTS
 
-__all__ = ["Schema", "TESTS", "evaluate", "evaluate_frames"]
+__all__ = ["Schema", "TESTS", "evaluate", "evaluate_frames", "seed_ranges"]
+
+
+def seed_ranges(model) -> list[tuple[str, int, int]]:
+    """The ledger's ranges: a group's seeds are offset + seed_offset + [0, requests)."""
+    out = []
+    for g in model.groups:
+        start = model.seeds.offset + g.seed_offset
+        out.append((g.name, start, start + model.group_requests(g)))
+    return out

@@ -1,0 +1,59 @@
+"""The run's table on a terminal: what `specconform run` and `gate` print after a run.
+
+The runner returns typed results (`runner.execute.RunOutcome`); printing them is this
+layer's job.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from specconform.results import Evaluation
+
+
+def print_table(evaluation: Evaluation, file=None) -> None:
+    """The table reviewers know: a row per check with its p-values named by what they are
+    (p, p_Bonf over seed-sharing groups, p_Holm after the family-wise adjustment) and
+    its status (PASS, FAIL, "no evidence", or "info" for rows that never decide), then
+    the verdict's stated false-fail rate."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from specconform.report.model import outcome, pvalue_text, verdict_statement
+
+    console = Console(file=file or sys.stdout, highlight=False, width=140)
+    table = Table(show_lines=False)
+    for col in ("check", "role", "statistic", "df", "p-values", "n", "result"):
+        table.add_column(col, justify="left" if col in ("check", "role", "p-values") else "right")
+    for t in evaluation.tests:
+        pvalues = "—" if t.pvalue is None and t.adjusted_pvalue is None else pvalue_text(t)
+        text = outcome(t)
+        result = text + (
+            f" ({t.reason})" if t.passed is False and t.reason and t.reason != text else ""
+        )
+        table.add_row(
+            t.test,
+            t.role + (" *" if t.deciding else ""),
+            _fmt(t.statistic),
+            _fmt(t.df),
+            pvalues,
+            str(t.n),
+            result,
+        )
+    console.print(table)
+    console.print(f"* deciding; {verdict_statement(evaluation.verdict)}")
+    from specconform.report.markdown import table as markdown_table
+    from specconform.report.mcnemar import mcnemar_markdown
+
+    for line in mcnemar_markdown(evaluation, markdown_table):  # GSM8K runs: the pairs
+        console.print(line, markup=False, soft_wrap=True)
+    from specconform.report.sequential import terminal_lines
+
+    for line in terminal_lines(evaluation):  # sequential runs: E, seeds used, why info
+        console.print(line, markup=False)
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "—"
+    return f"{x:.4g}"
