@@ -21,8 +21,8 @@ import time
 
 import numpy as np
 
-from specconform.adapters.engine import SeedRecord, TokenEvent, _timing
 from specconform.adapters.sequence import RequestSpec, RoundTrace, SequenceRecord
+from specconform.adapters.types import SeedRecord, TokenEvent, _timing
 from specconform.errors import UsageError
 
 

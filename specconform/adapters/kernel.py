@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specconform.adapters.engine import AdapterError, one_line
+from specconform.adapters.types import AdapterError, one_line
 from specconform.errors import UsageError
 
 

@@ -18,7 +18,7 @@ what an adapter lacks makes the tests that need it "not applicable", never PASS:
 - ``target_law_for(prefix, request)`` / ``draft_law_for(prefix, request, draft_depth)``:
   the serial reference laws for one prefix under one request's parameters;
 - ``target_logits(prefix)``: the raw full-depth logits at the last position of prefix,
-  for the independent oracle of the sampling semantics (specconform.oracle).
+  for the independent oracle of the sampling semantics (specconform.stats.oracle).
 
 Vocabulary as in `specconform.adapters.engine`: p is the target law, q the draft law;
 a round drafts L <= K tokens; positions 0..L-1 hold drafts, position L the bonus.
@@ -32,7 +32,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from specconform.adapters.engine import TokenEvent
+from specconform.adapters.types import TokenEvent
 
 
 @dataclass(frozen=True)

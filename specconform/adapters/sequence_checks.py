@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specconform.adapters.engine import AdapterError, AdapterInfo
 from specconform.adapters.sequence import RequestSpec, RoundTrace, SequenceRecord
+from specconform.adapters.types import AdapterError, AdapterInfo
 
 SEQUENCE_METHODS = ("run_requests", "target_law_for", "sequence_laws", "target_logits")
 FINISH_REASONS = ("length", "stop", "error", "abort")
