@@ -9,9 +9,9 @@ everything else is frozen by the protocol's hash.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_serializer, model_validator
+from pydantic import Field, JsonValue, field_validator, model_serializer, model_validator
 
 from specconform.protocol.schema_base import (
     BATCH_MAX,
@@ -207,8 +207,10 @@ class EngineSpec(Strict):
     # factory "package.module:callable" (docs/adapters.md). `options` is that adapter's
     # own mapping, validated by the adapter (the bundled engine takes none).
     adapter: EngineAdapter = "bundled"
+    # JSON values only (no bytes, dates or sets: the canonical JSON must hold them).
     options: Annotated[
-        dict[Annotated[str, Field(max_length=SHORT_MAX)], Any], Field(max_length=SMALL_LIST_MAX)
+        dict[Annotated[str, Field(max_length=SHORT_MAX)], JsonValue],
+        Field(max_length=SMALL_LIST_MAX),
     ] = {}
     # The bundled engine's model: a preset (or a checkpoint); other adapters ignore it.
     preset: Literal["tiny", "small", "ouro-1.4b"] | None = None

@@ -61,6 +61,8 @@ def read_protocol_bytes(path: Path) -> bytes:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise YamlRefused(f"cannot read protocol file: {exc.strerror or exc}") from None
+    except ValueError as exc:  # a NUL in the path
+        raise YamlRefused(f"cannot read protocol file: {exc}") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)

@@ -135,6 +135,8 @@ SCALARS = st.one_of(
     HOSTILE_INTS,
     st.floats(),  # nan, inf, subnormals
     st.text(max_size=20),
+    st.binary(max_size=8),  # !!binary
+    st.dates(),  # a YAML timestamp
     st.sampled_from(["x" * 10_000, "../../x:factory", "a:b", "bundled", "\ud800", "a\nb"]),
 )
 VALUES = st.recursive(

@@ -143,6 +143,22 @@ def test_protocol_files_must_be_small_regular_files(tmp_path):
     _refused(tmp_path / "absent.yaml", "cannot read protocol file", error=UsageError)
 
 
+def test_adapter_options_hold_json_values_only(tmp_path):
+    # bytes (!!binary) broke the canonical JSON of the hash: a raw serialization error.
+    for value in ("!!binary /////w==", "2001-12-14", "!!set {a}"):
+        text = CI_GATE.replace("engine:\n", f"engine:\n  options: {{x: {value}}}\n", 1)
+        _refused(_write(tmp_path, text), "engine.options.x", "not a valid JSON value")
+
+
+def test_git_refs_cannot_be_options(tmp_path):
+    text = (ROOT / "protocols" / "performance.yaml").read_text() + "base_ref: --upload-pack=x\n"
+    _refused(_write(tmp_path, text), "base_ref must be a git ref")
+
+
+def test_a_path_with_a_nul_byte_is_a_usage_error():
+    _refused(Path("/tmp/a\0b.yaml"), "embedded null byte", error=UsageError)
+
+
 def test_messages_with_hostile_text_stay_on_one_line(tmp_path):
     message = _refused(_write(tmp_path, CI_GATE + '"x\\ny\\u2028z": 1\n'), "unknown field")
     assert "\\n" in message
