@@ -2,10 +2,11 @@
 
 Shared by `verify` (which then checks every digest and signature) and `report` (which
 only reads). Reading never trusts the archive, and runs in bounded memory whatever the
-input: the central directory is checked first (regular files only: no directory,
-symlink, device, fifo or socket entries; no duplicates; safe names under one top
-folder; no encryption; stored or deflate; declared sizes and compression ratio within
-the bounds below), then every member is inflated in chunks, counting the bytes actually
+input: the raw zip structure is checked first, byte by byte (`zipcheck`: every zip
+feature the writer does not use is refused), then the central directory (regular files
+only: no directory, symlink, device, fifo or socket entries; no duplicates, not even by
+case; safe names under one top folder; no encryption; stored or deflate; declared sizes
+and compression ratio within the bounds below), then every member is inflated in chunks, counting the bytes actually
 produced against the same bounds (declared sizes can lie), so a zip bomb is refused
 after at most MAX_TOTAL_BYTES of output and usually before inflating anything. A
 corrupted entry fails its CRC here; JSON is parsed with a message naming the file.
@@ -121,26 +122,30 @@ def read_archive(zip_path: Path) -> ArchiveContents:
 
 
 def _read_archive(zip_path: Path) -> ArchiveContents:
-    if not zip_path.is_file():
+    if not zip_path.exists():
         raise UsageError(f"{zip_path}: archive not found")
+    if not zip_path.is_file():  # a directory, FIFO or device (/dev/zero)
+        raise UsageError(f"{zip_path}: not a regular file; an archive is a .zip file")
     try:
-        with open(zip_path, "rb") as fh, zipfile.ZipFile(fh) as zf:
+        with open(zip_path, "rb") as fh:
             # The raw structure first (zipcheck: no encryption, spanning, data
-            # descriptors, extra bytes, or local headers that disagree), then zipfile.
+            # descriptors, extra bytes, or local headers that disagree), then zipfile,
+            # which reads the central directory into memory.
             size = fh.seek(0, 2)
-            entries = check_structure(fh, size, shown(str(zip_path)))
-            infos = zf.infolist()
-            if [i.header_offset for i in infos] != [e.offset for e in entries]:
-                raise EvidenceError(f"{zip_path}: the central directory reads two ways")
-            top = _check_layout(zip_path, infos)
-            files: dict[str, bytes] = {}
-            digests: dict[str, str] = {}
-            budget = MAX_TOTAL_BYTES
-            for info in infos:
-                data, digest = _read_entry(zf, info, budget)
-                budget -= len(data)
-                rel = info.filename.split("/", 1)[1]
-                files[rel], digests[rel] = data, digest
+            entries = check_structure(fh, size, shown(str(zip_path)), MAX_ENTRIES)
+            with zipfile.ZipFile(fh) as zf:
+                infos = zf.infolist()
+                if [i.header_offset for i in infos] != [e.offset for e in entries]:
+                    raise EvidenceError(f"{zip_path}: the central directory reads two ways")
+                top = _check_layout(zip_path, infos)
+                files: dict[str, bytes] = {}
+                digests: dict[str, str] = {}
+                budget = MAX_TOTAL_BYTES
+                for info in infos:
+                    data, digest = _read_entry(zf, info, budget)
+                    budget -= len(data)
+                    rel = info.filename.split("/", 1)[1]
+                    files[rel], digests[rel] = data, digest
     # zlib.error: corrupt compressed data; NotImplementedError: unknown compression;
     # RuntimeError: an encrypted entry. All mean the archive is not what was sealed.
     except (

@@ -82,8 +82,9 @@ def one_line(error: Exception) -> Exception:
     return error
 
 
-def check_structure(fh: BinaryIO, size: int, where: str) -> list[Entry]:
-    """Check the raw zip in `fh` (`size` bytes); return its central entries in order."""
+def check_structure(fh: BinaryIO, size: int, where: str, max_entries: int) -> list[Entry]:
+    """Check the raw zip in `fh` (`size` bytes) of at most `max_entries` entries; return
+    its central entries in order."""
     if size < EOCD.size:
         raise EvidenceError(f"{where}: not a readable zip archive (too short)")
     fh.seek(size - EOCD.size)
@@ -99,6 +100,8 @@ def check_structure(fh: BinaryIO, size: int, where: str) -> list[Entry]:
         raise EvidenceError(f"{where}: a multi-disk (spanned) zip; evidence is one file")
     if total == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF or _zip64(fh, size):
         raise EvidenceError(f"{where}: a zip64 archive; evidence archives are never zip64")
+    if total > max_entries:
+        raise EvidenceError(f"{where}: {total} entries, more than {max_entries}")
     if cd_offset + cd_size != size - EOCD.size:
         raise EvidenceError(
             f"{where}: the central directory does not end at the end record "

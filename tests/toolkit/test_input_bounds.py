@@ -365,6 +365,24 @@ class _no_warning:
         return False
 
 
+def test_every_shipped_archive_passes_the_structure_check():
+    from specconform.evidence.zipcheck import check_structure
+
+    shipped = sorted((ROOT / "docs" / "evidence").rglob("*.zip"))
+    assert shipped
+    for path in shipped:
+        with open(path, "rb") as fh:
+            assert check_structure(fh, path.stat().st_size, str(path), 10_000)
+
+
+def test_an_archive_that_is_not_a_regular_file_is_a_usage_error(tmp_path):
+    fifo = tmp_path / "a.zip"
+    os.mkfifo(fifo)
+    for path in (fifo, tmp_path, Path("/dev/zero")):
+        with pytest.raises(UsageError, match="not a regular file"):
+            verify_archive(path)
+
+
 def test_cli_verify_refuses_a_local_encrypted_flag_with_exit_3(tmp_path, archive):
     bad = _variant(tmp_path, archive, "enc", lambda d: _set16(d, 6, 1))
     _cli_refused(run_cli("verify", bad, "--skip-signature"), 3, "encrypted entry")
