@@ -1,7 +1,7 @@
-"""Decoder building blocks of the looped (Ouro-style) model.
+"""Decoder building blocks shared by the looped (Ouro-style) and the Llama-family model.
 
 RMSNorm, rotary position embeddings (rotate-half convention, as Llama/Ouro), SwiGLU,
-and a decoder layer with sandwich norms:
+and one decoder layer, pre-norm (Llama) or with Ouro's sandwich norms:
 
     h = h + input_layernorm_2(attn(input_layernorm(h)))
     h = h + post_attention_layernorm_2(mlp(post_attention_layernorm(h)))
@@ -189,7 +189,14 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """One layer with Ouro's sandwich norms (parameter names as in the HF checkpoint)."""
+    """One decoder layer of either model; parameter names as in the HF checkpoints.
+
+    Pre-norm (Llama, ``sandwich=False``):
+        h = h + attn(input_layernorm(h));  h = h + mlp(post_attention_layernorm(h))
+    Sandwich norms (Ouro, ``sandwich=True``): each branch's output is normed again before
+    the add, by ``input_layernorm_2`` and ``post_attention_layernorm_2``. Those two
+    exist only with sandwich norms, so a Llama checkpoint's names match exactly.
+    """
 
     def __init__(
         self,
@@ -199,22 +206,31 @@ class DecoderLayer(nn.Module):
         head_dim: int,
         inter: int,
         eps: float,
+        sandwich: bool,
         device=None,
         dtype=None,
     ):
         super().__init__()
         kw = dict(device=device, dtype=dtype)
+        self.sandwich = sandwich
+        # Registration order is the parameters' order (state dicts, checkpoints).
         self.self_attn = Attention(hidden, heads, kv_heads, head_dim, **kw)
         self.mlp = MLP(hidden, inter, **kw)
         self.input_layernorm = RMSNorm(hidden, eps, **kw)
-        self.input_layernorm_2 = RMSNorm(hidden, eps, **kw)
+        if sandwich:
+            self.input_layernorm_2 = RMSNorm(hidden, eps, **kw)
         self.post_attention_layernorm = RMSNorm(hidden, eps, **kw)
-        self.post_attention_layernorm_2 = RMSNorm(hidden, eps, **kw)
+        if sandwich:
+            self.post_attention_layernorm_2 = RMSNorm(hidden, eps, **kw)
 
     def forward(
-        self, h: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ctx: AttnContext
-    ) -> torch.Tensor:  # h [B, T, D]
+        self,
+        h: torch.Tensor,  # [B, T, D] residual
+        k_cache: torch.Tensor,  # [S, kv_heads, Lmax, hd] (one depth, one layer)
+        v_cache: torch.Tensor,  # [S, kv_heads, Lmax, hd]
+        ctx: AttnContext,
+    ) -> torch.Tensor:  # [B, T, D]
         a = self.self_attn(self.input_layernorm(h), k_cache, v_cache, ctx)
-        h = h + self.input_layernorm_2(a)
+        h = h + (self.input_layernorm_2(a) if self.sandwich else a)
         m = self.mlp(self.post_attention_layernorm(h))
-        return h + self.post_attention_layernorm_2(m)
+        return h + (self.post_attention_layernorm_2(m) if self.sandwich else m)

@@ -14,8 +14,8 @@ What makes an entry the same weights:
 - its key hashes everything that decides them: the whole ``ModelConfig`` (seed, sizes,
   init constants), the dtype, the torch version (the CPU generator's stream) and the
   source of the modules that define the parameters and their values (this package's
-  ``init.py``, ``model.py`` and ``layers.py``, and ``config.py``), so an edit of the
-  initialisation can never load weights of the old code;
+  ``init.py``, ``model.py``, ``decoder.py`` and ``layers.py``, and ``config.py``), so an
+  edit of the initialisation can never load weights of the old code;
 - the file's digest is stored beside it and checked before loading; an entry that does
   not match (a torn write, a corrupted disk) is rebuilt and replaced, with one line on
   stderr. The digest is the sha256 of the file's size and of the sha256s of its 64 MiB
@@ -55,6 +55,7 @@ _HERE = Path(__file__).resolve().parent
 SOURCES = (
     _HERE / "init.py",
     _HERE / "model.py",
+    _HERE / "decoder.py",
     _HERE / "layers.py",
     _HERE.parent / "config.py",
 )
