@@ -18,7 +18,7 @@ EXTRAS      ?= all,dev
 PIP_FLAGS   ?= -q --disable-pip-version-check
 SRC         := specconform engine_under_test tests bench
 
-.PHONY: install test-deps run test test-stress bench gpu-test lint format-check typecheck check clean
+.PHONY: install test-deps run test test-stress bench gpu-test lint format-check typecheck imports check clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -93,7 +93,13 @@ format-check: install
 typecheck: install
 	$(VENV)/bin/mypy
 
-check: lint format-check typecheck
+# The import contracts (.importlinter): specconform's layers (cli/api -> runner -> kinds
+# -> stats/evidence -> utilities), no import cycle in any package, engine_under_test never
+# importing specconform, and the reviewer's packages free of torch.
+imports: install
+	$(VENV)/bin/lint-imports --no-cache
+
+check: lint format-check typecheck imports
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -1,6 +1,11 @@
 """Progress for long loops: a rich progress bar on a terminal, plain log lines in CI
 (``CI=true``) or when output is not a terminal, so logs stay readable.
 
+Notices (`notice(line)`) are what a run tells its user while it works (an interrupted
+run's checkpoint, a warning): one line on stderr each, whatever the verbosity. The
+runner reports only through these and its progress bars; results and tables are the
+caller's to print.
+
 Wall-clock timings (`timing(line)`) are for people tuning a run: printed to stderr as
 ``timing: ...`` only when verbose output was asked for (``--verbose``, or
 `set_verbose(True)`), and never written to the archive's log.txt (two runs with the
@@ -24,6 +29,11 @@ def set_verbose(on: bool) -> None:
 
 def verbose() -> bool:
     return _VERBOSE
+
+
+def notice(line: str) -> None:
+    """One line for the user on stderr, now (not in the archive: log.txt is the run's)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def timing(line: str) -> None:

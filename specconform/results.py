@@ -25,11 +25,23 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from specconform.details import Detail, JsonDetail, parse_detail
+
+
+def json_number(x: Any) -> float | None:
+    """``float(x)`` if finite, else None (JSON has no inf/NaN). The one number rule of
+    every evidence file; defined here, below the evidence layer that re-exports it
+    (`specconform.evidence.jsonio`), so that results never imports evidence."""
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
 
 ROLES = (
     "prerequisite",
@@ -84,10 +96,6 @@ class TestRow:
             raise ValueError(f"test {self.test}: status {self.status!r} not in {STATUSES}")
 
     def to_json(self) -> dict[str, Any]:
-        # Imported here: specconform.evidence imports this module (one number rule for
-        # every evidence file lives in jsonio).
-        from specconform.evidence.jsonio import json_number
-
         row = {f.name: getattr(self, f.name) for f in fields(self)}
         row["detail"] = self.detail.to_json()
         for key in ("statistic", "df", "pvalue", "adjusted_pvalue"):

@@ -12,11 +12,12 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from specconform.results import json_number  # noqa: F401 (defined below evidence; re-exported)
 
 
 def canonical_json_bytes(obj: Any) -> bytes:
@@ -27,14 +28,6 @@ def canonical_json_bytes(obj: Any) -> bytes:
 def compact_json(obj: Any) -> str:
     """`obj` on one line: sorted keys, no spaces."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def json_number(x: Any) -> float | None:
-    """``float(x)`` if finite, else None (JSON has no inf/NaN)."""
-    if x is None:
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None
 
 
 def write_json(path: Path, obj: Any) -> None:

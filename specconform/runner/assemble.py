@@ -14,7 +14,6 @@ created on first use) goes to the caller's ``notify``.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
@@ -22,13 +21,10 @@ from pathlib import Path
 
 from specconform.errors import UsageError
 from specconform.kinds.registry import kind_of, kinds_with
+from specconform.progress import notice
 from specconform.protocol.load import LoadedProtocol, apply_overrides, load_protocol
 from specconform.runner.context import RunOptions
 from specconform.runner.execute import RunOutcome, execute
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -84,7 +80,7 @@ class PreparedRun:
 
 
 def run_protocol(
-    request: RunRequest, *, progress, notify: Callable[[str], None] = _stderr
+    request: RunRequest, *, progress, notify: Callable[[str], None] = notice
 ) -> RunOutcome:
     """prepare + execute, inside the run's persistent caches when asked (set before the
     engine imports torch and Triton; a failed run takes the caches it created)."""
@@ -104,7 +100,7 @@ def _caches(request: RunRequest) -> Iterator[None]:
         yield
 
 
-def prepare(request: RunRequest, *, notify: Callable[[str], None] = _stderr) -> PreparedRun:
+def prepare(request: RunRequest, *, notify: Callable[[str], None] = notice) -> PreparedRun:
     """Load, override and check a run; UsageError (exit 2) at the first problem."""
     protocol = request.protocol
     loaded = load_protocol(protocol)
@@ -136,7 +132,7 @@ def prepare(request: RunRequest, *, notify: Callable[[str], None] = _stderr) -> 
     )
     out_dir = request.out_dir
     if request.resume is not None:
-        from specconform.runner.distribution import read_checkpoint
+        from specconform.runner.checkpoint import read_checkpoint
 
         # The resumed run keeps its id and folder; protocol, overrides and mutant are
         # checked against the checkpoint before anything runs.

@@ -13,139 +13,28 @@ from __future__ import annotations
 import gc
 import io
 import json
-import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import pandas as pd
 
 from specconform.errors import UsageError
-from specconform.progress import timing
+from specconform.progress import notice, timing
 from specconform.runner import interrupt
-from specconform.runner.ledger import LedgerEntry, check_and_reserve
-
-SAMPLE_COLUMNS = (
-    "group",
-    "seed",
-    "t1",
-    "t2",
-    "t3",
-    "first_accepted",
-    "drafted",
-    "accepted",
-    "finish_reason",
-    "rounds",
+from specconform.runner.checkpoint import (  # noqa: F401 (re-exported: benches, assemble)
+    SAMPLE_COLUMNS,
+    _atomic_write,
+    _batch_path,
+    _discard_checkpoint,
+    _records_frame,
+    batch_plan,
+    group_seeds,
+    open_checkpoint,
+    read_checkpoint,
 )
-
-
-def group_seeds(protocol, group) -> range:
-    start = protocol.seeds.offset + group.seed_offset
-    return range(start, start + protocol.seeds.count)
-
-
-def batch_plan(protocol) -> list[tuple[str, int, int]]:
-    """(group, start, stop) for every batch, in run order; fixed by the protocol."""
-    size = protocol.engine.batch_size
-    plan = []
-    for group in protocol.groups:
-        seeds = group_seeds(protocol, group)
-        for s in range(seeds.start, seeds.stop, size):
-            plan.append((group.name, s, min(s + size, seeds.stop)))
-    return plan
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def open_checkpoint(loaded, *, mutant, context) -> Path:
-    """Create (new run) or validate (--resume) the checkpoint folder; returns it."""
-    model = loaded.model
-    state = {
-        "run_id": context.run_id,
-        "attempt": context.attempt,
-        "protocol_hash": loaded.hash,
-        "overrides": loaded.overrides,
-        "mutant": mutant,
-        "plan": batch_plan(model),
-    }
-    resume = context.resume
-    if resume is not None:
-        folder = Path(resume)
-        saved = read_checkpoint(folder)
-        for key in ("protocol_hash", "overrides", "mutant"):
-            if json.loads(json.dumps(saved[key])) != json.loads(json.dumps(state[key])):
-                raise UsageError(
-                    f"--resume {folder}: {key} differs from the interrupted run "
-                    f"({saved[key]!r} there, {state[key]!r} now)"
-                )
-        if [list(x) for x in saved["plan"]] != [list(x) for x in state["plan"]]:
-            raise UsageError(f"--resume {folder}: batch plan differs from the interrupted run")
-        return folder
-    folder = Path(context.out_dir) / f"{context.run_id}.inprogress"
-    if folder.exists():
-        raise UsageError(
-            f"{folder}: an interrupted run with the same inputs is there; "
-            f"continue it with --resume {folder} (or remove that folder)"
-        )
-    # Built under a temporary name and renamed: a kill at any point leaves either no
-    # checkpoint folder or one with its checkpoint.json.
-    building = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(building, ignore_errors=True)
-    (building / "batches").mkdir(parents=True)
-    _atomic_write(building / "checkpoint.json", json.dumps(state, sort_keys=True).encode())
-    os.replace(building, folder)
-    return folder
-
-
-def _discard_checkpoint(folder: Path) -> None:
-    """After the archive is in place: rename first (atomic), then delete, so a kill
-    during the deletion never leaves a half-deleted folder that looks resumable."""
-    done = folder.with_name(folder.name + ".done")
-    os.replace(folder, done)
-    shutil.rmtree(done, ignore_errors=True)
-
-
-def read_checkpoint(folder: Path) -> dict:
-    try:
-        return json.loads((Path(folder) / "checkpoint.json").read_text())
-    except FileNotFoundError:
-        raise UsageError(f"--resume {folder}: no checkpoint.json (not a run in progress)") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UsageError(f"--resume {folder}: unreadable checkpoint ({exc})") from None
-
-
-def _records_frame(group, records) -> pd.DataFrame:
-    """One batch's sample rows, built column by column (a dict per row cost 40 ms per
-    5,000 records on the 2-core CPU; the rounds' JSON is memoised per distinct pattern)."""
-    tokens = [(list(r.tokens[:3]) + [-1, -1, -1])[:3] for r in records]  # -1 padded
-    json_of: dict[tuple, str] = {}
-
-    def rounds_json(rounds: tuple) -> str:
-        if rounds not in json_of:
-            json_of[rounds] = json.dumps([list(x) for x in rounds], separators=(",", ":"))
-        return json_of[rounds]
-
-    columns = {
-        "group": [group.name] * len(records),
-        "seed": [r.seed for r in records],
-        "t1": [t[0] for t in tokens],
-        "t2": [t[1] for t in tokens],
-        "t3": [t[2] for t in tokens],
-        "first_accepted": [r.first_accepted for r in records],
-        "drafted": [sum(d for d, _ in r.rounds) for r in records],
-        "accepted": [sum(a for _, a in r.rounds) for r in records],
-        "finish_reason": [r.finish_reason for r in records],
-        "rounds": [rounds_json(tuple(r.rounds)) for r in records],
-    }
-    return pd.DataFrame(columns, columns=list(SAMPLE_COLUMNS))
+from specconform.runner.ledger import LedgerEntry, check_and_reserve
+from specconform.runner.replay import _sparse, replay_reference  # noqa: F401 (re-exported)
 
 
 def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes] | None:
@@ -239,7 +128,7 @@ def _collect(loaded, model, shard, coord, engine, folder, *, progress, log, cont
                     interrupt.batch_written()
                 bar.advance(stop - start)
     except KeyboardInterrupt:
-        print(f"interrupted: continue with --resume {folder}", file=sys.stderr, flush=True)
+        notice(f"interrupted: continue with --resume {folder}")
         raise
     timing(f"batch files written in {written:.1f}s ({len(mine)} batches)")
     coord.barrier()  # every batch file is on disk
@@ -304,10 +193,6 @@ class _Undo:
             self.out_dir.rmdir()
 
 
-def _batch_path(folder: Path, group: str, start: int) -> Path:
-    return folder / "batches" / f"{group}-{start}.csv"
-
-
 def _open_run(loaded, model, *, mutant, context) -> tuple[Path | None, str | None]:
     """Leader only: the seed ledger entries of the whole run (every group's full range,
     whatever the number of processes), then the checkpoint folder. Returns (folder,
@@ -336,68 +221,3 @@ def _open_run(loaded, model, *, mutant, context) -> tuple[Path | None, str | Non
     except UsageError as exc:
         return None, str(exc)
     return folder, None
-
-
-def _sparse(law) -> dict[str, float]:
-    return {str(int(i)): float(law[i]) for i in law.nonzero()[0]}
-
-
-def replay_reference(
-    engine, model, samples: pd.DataFrame, progress, known: dict | None = None, *, t3: bool = True
-) -> dict:
-    """Exact laws of the serial reference (batched where the adapter offers a batched path
-    that CheckedEngine holds equal to the one-prefix one): p(t1 | prompt), p(t2 | prompt,
-    t1) and q_d(t2 | prompt, t1) for every observed t1 and draft depth, p(t3 | prompt,
-    t1, t2) for every observed (t1, t2) (``t3=False``: not yet).
-
-    ``known``: a reference built by an earlier call (a sequential run replays after every
-    batch): only the prefixes it lacks are replayed, and it is extended in place."""
-    prompt = engine.prompt
-    depths = sorted({g.draft_loops for g in model.groups if g.draft_loops is not None})
-    caps = engine.info.capabilities
-    if not caps.draft_law:
-        depths = []  # no q: the tests that need it are not applicable (capabilities say why)
-    ref = known if known is not None else {}
-    if not ref:
-        ref.update(
-            {
-                "vocab_size": engine.vocab_size,
-                "prompt": prompt,
-                "p_t2": {},
-                "p_t3": {},
-                "q_t2": {str(d): {} for d in depths},
-                "capabilities": caps.to_json(),
-            }
-        )
-    t1s = sorted(
-        int(t) for t in samples["t1"].unique() if t >= 0 and str(int(t)) not in ref["p_t2"]
-    )
-    pairs = []
-    if t3 and model.engine.max_tokens >= 3:
-        pairs = sorted(
-            {
-                (int(a), int(b))
-                for a, b in zip(samples["t1"], samples["t2"], strict=False)
-                if a >= 0 and b >= 0 and f"{int(a)},{int(b)}" not in ref["p_t3"]
-            }
-        )
-    total = ("p_t1" not in ref) + len(t1s) * (1 + len(depths)) + len(pairs)
-    with progress("reference", max(total, 1)) as bar:
-        if "p_t1" not in ref:
-            ref["p_t1"] = _sparse(engine.target_law(prompt))
-            bar.advance(1)
-        prefixes = [prompt + [t1] for t1 in t1s]
-        laws = engine.target_laws(prefixes) if t1s else []
-        for t1, law in zip(t1s, laws, strict=True):
-            ref["p_t2"][str(t1)] = _sparse(law)
-            bar.advance(1)
-        for d in depths:
-            for t1, law in zip(t1s, engine.draft_laws(prefixes, d) if t1s else [], strict=True):
-                ref["q_t2"][str(d)][str(t1)] = _sparse(law)
-                bar.advance(1)
-        if pairs:
-            laws = engine.target_laws([prompt + [t1, t2] for t1, t2 in pairs])
-            for (t1, t2), law in zip(pairs, laws, strict=True):
-                ref["p_t3"][f"{t1},{t2}"] = _sparse(law)
-                bar.advance(1)
-    return ref

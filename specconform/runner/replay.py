@@ -1,10 +1,18 @@
-"""The exact reference laws of a distribution protocol, replayed serially through its own
-engine adapter: what `specconform plan` and ``specconform.plan_protocol`` plan against
-when no reference file is given (needs torch)."""
+"""Exact reference laws replayed serially through a protocol's own engine adapter:
+
+- :func:`replay_reference`: a distribution run's reference.json, for the prefixes its
+  samples reached (the fixed-N and the sequential runner);
+- :func:`replay_laws`: every possible first token's laws, what `specconform plan` and
+  ``specconform.plan_protocol`` plan against when no reference file is given.
+
+Both need torch (through the engine).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+
+import pandas as pd
 
 from specconform.errors import UsageError
 
@@ -44,4 +52,69 @@ def replay_laws(loaded, *, notify: Callable[[str], None]) -> dict:
             if q is not None:
                 ref["q_t2"][str(d)][str(t1)] = sparse(q)
     engine.close()
+    return ref
+
+
+def _sparse(law) -> dict[str, float]:
+    return {str(int(i)): float(law[i]) for i in law.nonzero()[0]}
+
+
+def replay_reference(
+    engine, model, samples: pd.DataFrame, progress, known: dict | None = None, *, t3: bool = True
+) -> dict:
+    """Exact laws of the serial reference (batched where the adapter offers a batched path
+    that CheckedEngine holds equal to the one-prefix one): p(t1 | prompt), p(t2 | prompt,
+    t1) and q_d(t2 | prompt, t1) for every observed t1 and draft depth, p(t3 | prompt,
+    t1, t2) for every observed (t1, t2) (``t3=False``: not yet).
+
+    ``known``: a reference built by an earlier call (a sequential run replays after every
+    batch): only the prefixes it lacks are replayed, and it is extended in place."""
+    prompt = engine.prompt
+    depths = sorted({g.draft_loops for g in model.groups if g.draft_loops is not None})
+    caps = engine.info.capabilities
+    if not caps.draft_law:
+        depths = []  # no q: the tests that need it are not applicable (capabilities say why)
+    ref = known if known is not None else {}
+    if not ref:
+        ref.update(
+            {
+                "vocab_size": engine.vocab_size,
+                "prompt": prompt,
+                "p_t2": {},
+                "p_t3": {},
+                "q_t2": {str(d): {} for d in depths},
+                "capabilities": caps.to_json(),
+            }
+        )
+    t1s = sorted(
+        int(t) for t in samples["t1"].unique() if t >= 0 and str(int(t)) not in ref["p_t2"]
+    )
+    pairs = []
+    if t3 and model.engine.max_tokens >= 3:
+        pairs = sorted(
+            {
+                (int(a), int(b))
+                for a, b in zip(samples["t1"], samples["t2"], strict=False)
+                if a >= 0 and b >= 0 and f"{int(a)},{int(b)}" not in ref["p_t3"]
+            }
+        )
+    total = ("p_t1" not in ref) + len(t1s) * (1 + len(depths)) + len(pairs)
+    with progress("reference", max(total, 1)) as bar:
+        if "p_t1" not in ref:
+            ref["p_t1"] = _sparse(engine.target_law(prompt))
+            bar.advance(1)
+        prefixes = [prompt + [t1] for t1 in t1s]
+        laws = engine.target_laws(prefixes) if t1s else []
+        for t1, law in zip(t1s, laws, strict=True):
+            ref["p_t2"][str(t1)] = _sparse(law)
+            bar.advance(1)
+        for d in depths:
+            for t1, law in zip(t1s, engine.draft_laws(prefixes, d) if t1s else [], strict=True):
+                ref["q_t2"][str(d)][str(t1)] = _sparse(law)
+                bar.advance(1)
+        if pairs:
+            laws = engine.target_laws([prompt + [t1, t2] for t1, t2 in pairs])
+            for (t1, t2), law in zip(pairs, laws, strict=True):
+                ref["p_t3"][f"{t1},{t2}"] = _sparse(law)
+                bar.advance(1)
     return ref

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 import time
 
 import pandas as pd
@@ -31,7 +30,7 @@ from specconform.kinds.sequence.raw import (
     TOKEN_COLUMNS,
     TOKENS,
 )
-from specconform.progress import timing
+from specconform.progress import notice, timing
 from specconform.runner import sequence_checks as sc
 from specconform.runner.sequence_laws import (
     drafted_steps,
@@ -234,7 +233,7 @@ def _collect(protocol, engine, *, progress, log, context) -> dict[str, bytes]:
             f"recomputed serially, {len(rows)} prefixes of one forward each"
         )
         log(message)
-        print(f"warning: {message}", file=sys.stderr, flush=True)
+        notice(f"warning: {message}")
         rows = law_pass(
             engine, protocol, specs, records, [], tallies, teacher=False, progress=progress
         )

@@ -20,25 +20,24 @@ OUT/<run-id>.inprogress for inspection.
 from __future__ import annotations
 
 import io
-import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
 
-from specconform.kinds.distribution.reference import Reference
 from specconform.kinds.distribution.sequential import sequential_alpha, sequential_outcome
-from specconform.progress import silent
+from specconform.progress import notice, silent
 from specconform.runner import interrupt
-from specconform.runner.distribution import (
+from specconform.runner.checkpoint import (
     _atomic_write,
     _batch_path,
     _discard_checkpoint,
     _records_frame,
     group_seeds,
-    replay_reference,
 )
+from specconform.runner.replay import replay_reference
 from specconform.stats.eprocess import batch_ends
+from specconform.stats.reference import Reference
 
 
 def collect_sequential(loaded, model, engine, folder: Path, *, progress, log, context) -> dict:
@@ -82,11 +81,7 @@ def collect_sequential(loaded, model, engine, folder: Path, *, progress, log, co
                 if stop.crossed:
                     break
     except KeyboardInterrupt:
-        print(
-            f"interrupted: a sequential run does not resume; its batches are in {folder}",
-            file=sys.stderr,
-            flush=True,
-        )
+        notice(f"interrupted: a sequential run does not resume; its batches are in {folder}")
         raise
     assert stop is not None  # batch_ends is never empty
     verdict = "FAIL" if stop.crossed else "PASS"

@@ -31,6 +31,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from specconform.errors import EXIT_INCOMPLETE, EXIT_USAGE, UsageError
+from specconform.progress import notice
 
 # torchrun sets these for every worker (and nothing else does).
 _RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
@@ -186,12 +187,10 @@ def launch(nproc: int, argv: list[str]) -> int:
         except (OSError, ValueError):
             # The leader never finished: a rank died or refused. torchrun has printed
             # which; the checkpoint folder (if one was made) stays for --resume.
-            print(
+            notice(
                 f"error: the {nproc}-process run did not finish (torchrun exit "
                 f"{proc.returncode}); continue it with --resume if a checkpoint "
-                "folder was written",
-                file=sys.stderr,
-                flush=True,
+                "folder was written"
             )
             return proc.returncode if proc.returncode in (EXIT_USAGE, 130) else EXIT_INCOMPLETE
     finally:

@@ -13,7 +13,7 @@ p0(x) = 0 (an impossible token, or a t2 that was not generated) makes E infinite
 impossible token fails at once, as in the fixed-N tests).
 
 The laws are the run's own exact reference (:class:`ExactLaws`: the parsed
-``raw/reference.json`` of :class:`specconform.kinds.distribution.reference.Reference`, the
+``raw/reference.json`` of :class:`specconform.stats.reference.Reference`, the
 laws the fixed-N evaluator uses); only the prefixes that were observed need a law.
 
 Combination: groups that share seeds (e.g. sync and async, or all speculative groups
@@ -37,6 +37,8 @@ from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
+
+from specconform.stats.reference import Reference
 
 KT = 0.5  # Dirichlet(1/2) mixture: the Krichevsky–Trofimov plug-in
 
@@ -186,13 +188,8 @@ def sequential_test(
 
 def _as_laws(laws: Any) -> ExactLaws:
     if isinstance(laws, dict):  # reference.json's dict
-        from specconform.kinds.distribution.reference import Reference
-
         return Reference(laws)
     if hasattr(laws, "t1_tokens"):  # a calibration World (dense tables + its reference)
-        # Imported here: kinds imports stats, not the other way round at import time.
-        from specconform.kinds.distribution.reference import Reference
-
         return Reference(laws.reference)
     return laws
 

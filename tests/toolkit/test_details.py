@@ -26,12 +26,12 @@ from specconform.evidence.jsonio import compact_json
 from specconform.evidence.reader import read_archive
 from specconform.kinds import is_schema1, reevaluate
 from specconform.kinds.distribution import evaluate_frames
-from specconform.kinds.distribution.reference import Reference
 from specconform.kinds.distribution.sequential import evaluate_sequential
 from specconform.kinds.laws import montecarlo_laws
 from specconform.kinds.sequence import evaluate_frames as sequence_frames
 from specconform.protocol.load import load_protocol
 from specconform.results import RawData, TestRow
+from specconform.stats.reference import Reference
 from specconform.stats.speculative import joint_cells
 from tests.toolkit.cli_helpers import ROOT
 from tests.toolkit.fixtures.sequence_run import PROTOCOL_PATH as SEQUENCE_PROTOCOL

@@ -31,12 +31,12 @@ import pytest
 
 from specconform.calibration import make_world, simulate
 from specconform.evidence import seal
-from specconform.kinds.distribution.reference import Reference
 from specconform.kinds.distribution.sequential import DETERMINISTIC_ROWS, evaluate_sequential
 from specconform.protocol.load import load_protocol
 from specconform.report import junit_xml
 from specconform.results import TestRow
 from specconform.stats.eprocess import KT, group_log_e, sequential_test, stopping_point
+from specconform.stats.reference import Reference
 from tests.toolkit.cli_helpers import ROOT, run_cli
 
 PROTOCOL = ROOT / "tests/toolkit/fixtures/sequential_protocol.yaml"

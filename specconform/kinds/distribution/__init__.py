@@ -6,9 +6,9 @@ and the protocol schema :data:`Schema` (kept in specconform/protocol/schema.py).
 """
 
 from specconform.protocol.schema import DistributionProtocol as Schema
+from specconform.stats.reference import Reference
 
 from .evaluate import TESTS, evaluate, evaluate_frames
-from .reference import Reference
 
 __all__ = ["Reference", "Schema", "TESTS", "evaluate", "evaluate_frames", "seed_ranges"]
 

@@ -18,8 +18,7 @@ import numpy as np
 from specconform.details import Record
 from specconform.kinds.verdict import FamilyRule
 from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, TestRow
-
-from .reference import Reference
+from specconform.stats.reference import Reference
 
 DECIDING_ROLES = ("prerequisite", "primary")
 COLUMNS = ("seed", "t1", "t2", "t3", "first_accepted", "drafted", "accepted")

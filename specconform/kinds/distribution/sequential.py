@@ -33,9 +33,10 @@ from specconform.kinds.verdict import FamilyRule
 from specconform.protocol.schema_sequential import SEQUENTIAL_TEST_NAME as TEST_NAME
 from specconform.results import FAIL, INFO, PASS, Evaluation, TestRow, Verdict
 from specconform.stats.eprocess import StoppingPoint, sequential_test, stopping_point
+from specconform.stats.reference import Reference
 
 from .context import DECIDING_ROLES
-from .reference import Reference
+from .fixed import evaluate_fixed
 
 # Rows whose FAIL is a certainty, not a tail probability: valid under any stopping rule.
 DETERMINISTIC_ROWS = ("out_of_support", "engine_errors")
@@ -80,8 +81,6 @@ def sequential_outcome(protocol: dict, samples: pd.DataFrame, ref: Reference) ->
 
 def evaluate_sequential(protocol: dict, samples: pd.DataFrame, ref: Reference) -> Evaluation:
     """The e-process row (deciding), then every fixed-N row of the protocol as INFO."""
-    from .evaluate import evaluate_frames
-
     n = seeds_run(protocol, samples)
     alpha = sequential_alpha(protocol)
     budget, batch = int(protocol["seeds"]["count"]), int(protocol["sequential"]["batch"])
@@ -92,7 +91,7 @@ def evaluate_sequential(protocol: dict, samples: pd.DataFrame, ref: Reference) -
             f"sequential run holds {n} seeds per group, but the batch rule (batch {batch}, "
             f"budget {budget}) stops at {stop.seeds if stop.crossed else budget}"
         )
-    fixed = evaluate_frames({k: v for k, v in protocol.items() if k != "sequential"}, samples, ref)
+    fixed = evaluate_fixed({k: v for k, v in protocol.items() if k != "sequential"}, samples, ref)
     row = eprocess_row(stop, alpha, budget, batch, result.families)
     info = [r if _still_deciding(r) else _informational(r) for r in fixed.tests]
     certain = [r for r in info if r.deciding and r.status == FAIL]

@@ -2,7 +2,9 @@
 written before family-wise verdicts (their protocol.json has no ``verdict``), so that
 ``verify`` still re-derives every stated row and verdict of such an archive exactly.
 
-Do not change its output: new behaviour goes in :mod:`.evaluate`. Schema-1 semantics it
+Do not change its output: new behaviour goes in :mod:`..evaluate`. It imports no live
+evaluator module: the helpers it shared with the live evaluator are frozen copies in
+:mod:`.frozen`. Schema-1 semantics it
 keeps on purpose (each wrong for new runs, fixed there): every test decides at alpha on
 its own (union bound only); df 0 reads p = 1 and PASS; acceptance decides on the summed
 2-cell χ²; t1 over several groups shows the smallest-p group's statistic beside the
@@ -31,13 +33,18 @@ from specconform.stats import pearson_gof as _pearson_gof
 from specconform.stats import pearson_homogeneity as _pearson_homogeneity
 from specconform.stats.cells import align, on_union, strata
 from specconform.stats.rate import rate_test as _rate_test
+from specconform.stats.reference import Reference
 from specconform.stats.speculative import total_variation
 
-from .context import GroupData, split
-from .mechanism import first_position_strata, joint_strata
-from .reference import Reference
-from .rows import gof_stratum, support_row
-from .tokens import gof_strata
+from .frozen import (
+    GroupData,
+    first_position_strata,
+    gof_strata,
+    gof_stratum,
+    joint_strata,
+    split,
+    support_row,
+)
 
 
 def _p1(res):
