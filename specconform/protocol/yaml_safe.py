@@ -2,14 +2,15 @@
 
 `read_protocol_bytes` opens only regular files (a FIFO, a device such as /dev/zero or a
 directory is refused before anything is read: /dev/zero used to hang) and reads at most
-MAX_PROTOCOL_BYTES + 1 bytes. `parse_yaml` is PyYAML's safe loader with limits checked
-while the document is composed, before any Python object is built:
+MAX_PROTOCOL_BYTES + 1 bytes. `parse_yaml` is PyYAML's safe loader (libyaml's parser when
+available) with limits checked while the document is composed, before any Python
+object is built:
 
 - nesting depth at most MAX_DEPTH, counted through aliases (deep nesting was a
   RecursionError);
-- at most MAX_NODES nodes once every alias is expanded, and no alias to a node that
-  contains it (billion-laughs documents and self-referencing aliases are refused
-  instead of being expanded by validation);
+- at most MAX_NODES values, counted as they are composed, an alias counting as the
+  values it names, and no alias to a node that contains it (billion-laughs documents
+  and self-referencing aliases are refused instead of being expanded by validation);
 - at most MAX_ALIASES aliases;
 - numbers at most MAX_NUMBER_CHARS characters (Python refuses int literals of more than
   4,300 digits, and YAML 1.1 sexagesimal integers cost quadratic time);
@@ -39,9 +40,11 @@ from yaml.scanner import Scanner
 MAX_PROTOCOL_BYTES = 1 << 20
 # Real protocols nest five levels deep (protocol > groups > group > sampling > entry).
 MAX_DEPTH = 32
-# About as many nodes as a 1 MiB file can spell without aliases: aliases may not make a
-# document larger than its bytes could.
-MAX_NODES = 1 << 20
+# Values in the document, counted as they are composed, every alias counting as the
+# values it names (so aliases cannot multiply a document: billion laughs). 2**17 admits
+# explicit laws p and q over Ouro's vocabulary of 49,152 (larger vocabularies take a
+# seeded random law); composing and validating that many takes a few seconds at most.
+MAX_NODES = 1 << 17
 MAX_ALIASES = 1024
 # An int64 is 20 characters, a float's repr at most 24; room for signs and underscores.
 MAX_NUMBER_CHARS = 64
@@ -93,6 +96,7 @@ class _BoundedComposer(Composer):
     def _init_bounds(self) -> None:
         self._depth = 0
         self._aliases = 0
+        self._total = 0  # values composed so far, aliases expanded
         self._open: set[str] = set()  # anchors of the nodes being composed (ancestors)
         self._size: dict[int, int] = {}
         self._height: dict[int, int] = {}
@@ -110,7 +114,9 @@ class _BoundedComposer(Composer):
                 )
             node = super().compose_node(parent, index)
             self._check_height(self._depth + self._height[id(node)], line)
+            self._count(self._size[id(node)], line)
             return node
+        self._count(1, line)
         self._depth += 1
         if self._depth > MAX_DEPTH:
             raise YamlRefused(f"nested deeper than {MAX_DEPTH} levels (line {line})")
@@ -160,12 +166,15 @@ class _BoundedComposer(Composer):
             kids = [n for pair in node.value for n in pair]
         size = 1 + sum(self._size[id(k)] for k in kids)
         height = 1 + max((self._height[id(k)] for k in kids), default=0)
-        if size > MAX_NODES:
-            raise YamlRefused(
-                f"more than {MAX_NODES} values once aliases are expanded (line {_line(node)})"
-            )
         self._size[id(node)], self._height[id(node)] = size, height
         self._check_height(self._depth + height, _line(node))
+
+    def _count(self, values: int, line: int) -> None:
+        self._total += values
+        if self._total > MAX_NODES:
+            raise YamlRefused(
+                f"more than {MAX_NODES} values once aliases are expanded (line {line})"
+            )
 
     def _check_height(self, depth: int, line: int) -> None:
         if depth > MAX_DEPTH:
@@ -190,10 +199,28 @@ class _Loader(Reader, Scanner, Parser, _BoundedComposer, SafeConstructor, Resolv
         self._init_bounds()
 
 
-def parse_yaml(source: bytes):
+try:  # libyaml's scanner and parser, when PyYAML was built with it
+    from yaml.cyaml import CParser as _CParser
+except ImportError:  # pragma: no cover (pure-Python PyYAML)
+    _CParser = None
+if _CParser is not None:
+
+    class _FastLoader(_BoundedComposer, _CParser, SafeConstructor, Resolver):  # type: ignore[misc, valid-type]
+        """libyaml scans and parses (pure Python takes a minute for 1 MiB); the bounded
+        composer above still builds every node from libyaml's events."""
+
+        def __init__(self, stream) -> None:  # noqa: ANN001
+            _CParser.__init__(self, stream)
+            _BoundedComposer.__init__(self)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+            self._init_bounds()
+
+
+def parse_yaml(source: bytes, *, fast: bool = True):
     """The document in `source`, parsed under the limits above. Raises YamlRefused for
     a limit or a duplicate key, yaml.YAMLError for malformed YAML."""
-    loader = _Loader(source)
+    loader = _FastLoader(source) if fast and _CParser is not None else _Loader(source)
     try:
         return loader.get_single_data()
     except ValueError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import time
 import zipfile
@@ -108,8 +109,32 @@ def test_valid_adapter_references_still_load(tmp_path):
 
 
 def test_deep_nesting_is_refused_not_a_recursion_error(tmp_path):
-    _refused(_write(tmp_path, "a: " + "[" * 20_000 + "]" * 20_000 + "\n"), "nested deeper")
+    # libyaml stops at its own depth limit (1,000), the composer at 32.
+    _refused(_write(tmp_path, "a: " + "[" * 20_000 + "]" * 20_000 + "\n"), "nest")
+    _refused(_write(tmp_path, "a: " + "[" * 40 + "]" * 40 + "\n"), "nested deeper than 32")
     _refused(_write(tmp_path, "a:\n" + "".join(" " * i + "- \n" for i in range(1, 60))), "deeper")
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["libyaml", "pure-python"])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("a: " + "[" * 40 + "]" * 40, "nested deeper than 32"),
+        ("a: &a [*a]", "refers to a node that contains it"),
+        ("a: 1\nb: {c: 2, c: 3}", "duplicate key 'c' (lines 2 and 2)"),
+        ("a: " + "9" * 65, "number of 65 characters"),
+        ("a: [" + ", ".join(["1"] * 1500) + "]", "more than 1000 values"),
+        (
+            "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+            + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)),
+            "once aliases are expanded",
+        ),
+    ],
+)
+def test_both_parsers_enforce_the_limits(text, fragment, fast, monkeypatch):
+    monkeypatch.setattr(yaml_safe, "MAX_NODES", 1000)  # the real 2**17 is slow to reach
+    with pytest.raises(yaml_safe.YamlRefused, match=re.escape(fragment)):
+        yaml_safe.parse_yaml(text.encode(), fast=fast)
 
 
 def test_alias_expansion_is_bounded(tmp_path):
@@ -218,7 +243,7 @@ def test_cli_exit_2_one_line_and_nothing_written(tmp_path):
             CI_GATE.replace("engine:\n", "engine:\n  adapter: ../../x:factory\n", 1),
             "expected 'bundled'",
         ),
-        "deep.yaml": ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nested deeper"),
+        "deep.yaml": ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nest"),
     }
     for name, (text, fragment) in cases.items():
         result = run_cli("run", _write(tmp_path, text, name), "--out", out, "--no-sign")
