@@ -480,7 +480,7 @@ def _cli_examples(strategy, count: int) -> list[bytes]:
 def test_cli_protocol_refusals_are_one_line_exit_2(tmp_path):
     # --seeds 0 is out of range for every kind (or not overridable): exit 2 even when
     # the mutated file loads, so no engine ever starts.
-    for i, data in enumerate(_cli_examples(mutated_protocols(), 3)):
+    for i, data in enumerate(_cli_examples(mutated_protocols(), 2)):
         path = tmp_path / f"p{i}.yaml"
         path.write_bytes(data)
         result = run_cli("run", path, "--seeds", "0", "--out", tmp_path / "out", "--no-sign")
