@@ -27,10 +27,12 @@ import triton
 import triton.language as tl
 
 from engine_under_test.sampling.triton_categorical import (
-    _chunk_stats,
-    _inverse_cdf,
-    _split_search,
+    CHUNKS,
+    DRAW,
+    ROW,
+    _row_pass,
     chunk_buffers,
+    launch,
     launch_shape,
     split_shape,
 )
@@ -85,119 +87,57 @@ def _accept_kernel(
     lens_ptr,
     u_ptr,
     su0,
-    tok_ptr,
+    tok_ptr,  # outputs: ROW and DRAW
     st0,
     nacc_ptr,
     ncom_ptr,
     err_ptr,
+    sums_ptr,  # chunk statistics: written by CHUNKS, read by DRAW
+    bads_ptr,
+    lasts_ptr,
+    S,
     V,
+    CH,
     K: tl.constexpr,
     BLOCK: tl.constexpr,
-    NTP: tl.constexpr,
+    NTP: tl.constexpr,  # ROW only
+    SP: tl.constexpr,  # DRAW only
+    PASS: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
     p_row, q_row = p_ptr + b * sp0, q_ptr + b * sq0
     u_row, d_row = u_ptr + b * su0, d_ptr + b * sd0
     stop, rejected = _stop_point(p_row, q_row, d_row, u_row, lens_ptr, b, sp1, sq1, V, K)
-    draw_u = tl.load(u_row + tl.where(rejected, K + stop, 2 * K))
+    if PASS == CHUNKS:
+        draw_u = 0.0  # pass 1 draws nothing
+    else:
+        draw_u = tl.load(u_row + tl.where(rejected, K + stop, 2 * K))
     # The stop point's law: p[s], minus q[s] (its row is read only on a rejection).
     law_p = p_row + stop * sp1
     law_q = q_row + tl.maximum(tl.minimum(stop, K - 1), 0) * sq1
-    token, n_bad, total = _inverse_cdf(law_p, law_q, V, rejected, draw_u, K > 0, BLOCK, NTP)
-    error = (n_bad > 0) | (total <= 0.0)  # total is finite when n_bad == 0
-    _write_round(tok_ptr + b * st0, d_row, nacc_ptr, ncom_ptr, err_ptr, b, stop, token, error, K)
-
-
-@triton.jit
-def _accept_stats_kernel(
-    p_ptr,
-    sp0,
-    sp1,
-    q_ptr,
-    sq0,
-    sq1,
-    d_ptr,
-    sd0,
-    lens_ptr,
-    u_ptr,
-    su0,
-    sums_ptr,
-    bads_ptr,
-    lasts_ptr,
-    S,
-    V,
-    CH,
-    K: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    """Split rows, pass 1: chunk s of row b's stop-point law (triton_categorical)."""
-    b = tl.program_id(0).to(tl.int64)
-    s = tl.program_id(1)
-    p_row, q_row = p_ptr + b * sp0, q_ptr + b * sq0
-    stop, rejected = _stop_point(
-        p_row, q_row, d_ptr + b * sd0, u_ptr + b * su0, lens_ptr, b, sp1, sq1, V, K
-    )
-    law_p = p_row + stop * sp1
-    law_q = q_row + tl.maximum(tl.minimum(stop, K - 1), 0) * sq1
-    total, n_bad, last_pos = _chunk_stats(law_p, law_q, V, rejected, s * CH, CH, K > 0, BLOCK)
-    tl.store(sums_ptr + b * S + s, total)
-    tl.store(bads_ptr + b * S + s, n_bad)
-    tl.store(lasts_ptr + b * S + s, last_pos)
-
-
-@triton.jit
-def _accept_split_kernel(
-    p_ptr,
-    sp0,
-    sp1,
-    q_ptr,
-    sq0,
-    sq1,
-    d_ptr,
-    sd0,
-    lens_ptr,
-    u_ptr,
-    su0,
-    tok_ptr,
-    st0,
-    nacc_ptr,
-    ncom_ptr,
-    err_ptr,
-    sums_ptr,
-    bads_ptr,
-    lasts_ptr,
-    S,
-    V,
-    CH,
-    K: tl.constexpr,
-    BLOCK: tl.constexpr,
-    SP: tl.constexpr,
-):
-    """Split rows, pass 2: the draw from the chunk statistics, then the outputs."""
-    b = tl.program_id(0).to(tl.int64)
-    p_row, q_row = p_ptr + b * sp0, q_ptr + b * sq0
-    u_row, d_row = u_ptr + b * su0, d_ptr + b * sd0
-    stop, rejected = _stop_point(p_row, q_row, d_row, u_row, lens_ptr, b, sp1, sq1, V, K)
-    draw_u = tl.load(u_row + tl.where(rejected, K + stop, 2 * K))
-    law_p = p_row + stop * sp1
-    law_q = q_row + tl.maximum(tl.minimum(stop, K - 1), 0) * sq1
-    token, n_bad, total = _split_search(
+    token, n_bad, total = _row_pass(
         law_p,
         law_q,
         V,
         rejected,
         draw_u,
-        sums_ptr + b * S,
-        bads_ptr + b * S,
-        lasts_ptr + b * S,
+        b,
+        sums_ptr,
+        bads_ptr,
+        lasts_ptr,
         S,
         CH,
         K > 0,
         BLOCK,
+        NTP,
         SP,
+        PASS,
     )
-    error = (n_bad > 0) | (total <= 0.0)
-    _write_round(tok_ptr + b * st0, d_row, nacc_ptr, ncom_ptr, err_ptr, b, stop, token, error, K)
+    if PASS != CHUNKS:
+        error = (n_bad > 0) | (total <= 0.0)  # total is finite when n_bad == 0
+        _write_round(
+            tok_ptr + b * st0, d_row, nacc_ptr, ncom_ptr, err_ptr, b, stop, token, error, K
+        )
 
 
 def speculative_accept(
@@ -233,29 +173,35 @@ def speculative_accept(
     error = torch.empty(B, dtype=torch.bool, device=device)
     if B == 0:
         return tokens, num_accepted, num_committed, error
-    inputs = (
-        p,
-        p.stride(0),
-        p.stride(1),
-        q_arg,
-        q_arg.stride(0),
-        q_arg.stride(1),
-        drafts,
-        drafts.stride(0),
-        lens,
-        u,
-        u.stride(0),
+    inputs = dict(
+        p_ptr=p,
+        sp0=p.stride(0),
+        sp1=p.stride(1),
+        q_ptr=q_arg,
+        sq0=q_arg.stride(0),
+        sq1=q_arg.stride(1),
+        d_ptr=drafts,
+        sd0=drafts.stride(0),
+        lens_ptr=lens,
+        u_ptr=u,
+        su0=u.stride(0),
+        V=V,
+        K=K,
     )
-    outputs = (tokens, tokens.stride(0), num_accepted, num_committed, error)
+    outputs = dict(
+        tok_ptr=tokens,
+        st0=tokens.stride(0),
+        nacc_ptr=num_accepted,
+        ncom_ptr=num_committed,
+        err_ptr=error,
+    )
     split = split_shape(B, V)
     if split is not None:  # small batches: each row's law in S chunks, then the draw
         block, ch, S, sp, warps = split
-        stats = chunk_buffers(B, S, device)
-        _accept_stats_kernel[(B, S)](*inputs, *stats, S, V, ch, K=K, BLOCK=block, num_warps=warps)
-        _accept_split_kernel[(B,)](
-            *inputs, *outputs, *stats, S, V, ch, K=K, BLOCK=block, SP=sp, num_warps=warps
-        )
-        return tokens, num_accepted, num_committed, error
-    block, ntp, warps = launch_shape(B, V)
-    _accept_kernel[(B,)](*inputs, *outputs, V, K=K, BLOCK=block, NTP=ntp, num_warps=warps)
+        stats = dict(chunk_buffers(B, S, device), S=S, CH=ch, BLOCK=block)
+        launch(_accept_kernel, (B, S), warps, **inputs, **stats, PASS=CHUNKS)
+        launch(_accept_kernel, (B,), warps, **inputs, **outputs, **stats, SP=sp, PASS=DRAW)
+    else:
+        block, ntp, warps = launch_shape(B, V)
+        launch(_accept_kernel, (B,), warps, **inputs, **outputs, BLOCK=block, NTP=ntp, PASS=ROW)
     return tokens, num_accepted, num_committed, error

@@ -72,6 +72,12 @@ LARGE_BATCH = 1024
 # graphs) was not measured. It is tested like the default path (interpreter and GPU).
 SPLIT_CONFIG = {"BELOW": 0, "BLOCK": 1024, "num_warps": 4, "PROGRAMS": 528, "MAX_CHUNKS": 64}
 _BIG = tl.constexpr(2147483647)  # an index past every row
+# The passes of the categorical and accept kernels (their PASS argument): one program per
+# row does everything (ROW), or split rows run CHUNKS (pass 1, a program per chunk of each
+# row) then DRAW (pass 2, a program per row, from the chunk statistics). Arguments a pass
+# does not read are passed as None, which Triton treats as a constant: each pass compiles
+# to a kernel with exactly the parameters it reads.
+ROW, CHUNKS, DRAW = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 
 
 @triton.jit
@@ -205,64 +211,87 @@ def _split_search(
 
 
 @triton.jit
-def _categorical_stats_kernel(
-    probs_ptr, stride_p, sums_ptr, bads_ptr, lasts_ptr, S, V, CH, BLOCK: tl.constexpr
+def _row_pass(
+    prow,
+    qrow,
+    V,
+    subtract,
+    u,
+    b,
+    sums_ptr,
+    bads_ptr,
+    lasts_ptr,
+    S,
+    CH,
+    HAS_Q: tl.constexpr,
+    BLOCK: tl.constexpr,
+    NTP: tl.constexpr,
+    SP: tl.constexpr,
+    PASS: tl.constexpr,
 ):
-    b = tl.program_id(0).to(tl.int64)
-    s = tl.program_id(1)
-    row = probs_ptr + b * stride_p
-    total, n_bad, last_pos = _chunk_stats(row, row, V, False, s * CH, CH, False, BLOCK)
-    tl.store(sums_ptr + b * S + s, total)
-    tl.store(bads_ptr + b * S + s, n_bad)
-    tl.store(lasts_ptr + b * S + s, last_pos)
+    """This program's share of row b's draw: (token, non-finite count, total) as
+    `_inverse_cdf` returns them, by PASS (the categorical and accept kernels' argument).
+
+    ROW: the whole row in this program. CHUNKS (split rows, pass 1): the statistics of
+    chunk program_id(1) stored for pass 2; the returned triple is not a draw. DRAW (split
+    rows, pass 2): the draw from those statistics.
+    """
+    if PASS == CHUNKS:
+        s = tl.program_id(1)
+        total, n_bad, token = _chunk_stats(prow, qrow, V, subtract, s * CH, CH, HAS_Q, BLOCK)
+        tl.store(sums_ptr + b * S + s, total)
+        tl.store(bads_ptr + b * S + s, n_bad)
+        tl.store(lasts_ptr + b * S + s, token)  # the chunk's last positive index
+    elif PASS == ROW:
+        token, n_bad, total = _inverse_cdf(prow, qrow, V, subtract, u, HAS_Q, BLOCK, NTP)
+    else:
+        token, n_bad, total = _split_search(
+            prow,
+            qrow,
+            V,
+            subtract,
+            u,
+            sums_ptr + b * S,
+            bads_ptr + b * S,
+            lasts_ptr + b * S,
+            S,
+            CH,
+            HAS_Q,
+            BLOCK,
+            SP,
+        )
+    return token, n_bad, total
 
 
 @triton.jit
-def _categorical_split_kernel(
+def _categorical_kernel(
     probs_ptr,
     stride_p,
-    u_ptr,
+    u_ptr,  # ROW and DRAW
     stride_u,
     out_ptr,
-    sums_ptr,
+    sums_ptr,  # chunk statistics: written by CHUNKS, read by DRAW
     bads_ptr,
     lasts_ptr,
     S,
     V,
     CH,
     BLOCK: tl.constexpr,
-    SP: tl.constexpr,
+    NTP: tl.constexpr,  # ROW only
+    SP: tl.constexpr,  # DRAW only
+    PASS: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
     row = probs_ptr + b * stride_p
-    u = tl.load(u_ptr + b * stride_u)
-    token, _, _ = _split_search(
-        row,
-        row,
-        V,
-        False,
-        u,
-        sums_ptr + b * S,
-        bads_ptr + b * S,
-        lasts_ptr + b * S,
-        S,
-        CH,
-        False,
-        BLOCK,
-        SP,
+    if PASS == CHUNKS:
+        u = 0.0  # pass 1 draws nothing
+    else:
+        u = tl.load(u_ptr + b * stride_u)
+    token, _, _ = _row_pass(
+        row, row, V, False, u, b, sums_ptr, bads_ptr, lasts_ptr, S, CH, False, BLOCK, NTP, SP, PASS
     )
-    tl.store(out_ptr + b, token)
-
-
-@triton.jit
-def _categorical_kernel(
-    probs_ptr, stride_p, u_ptr, stride_u, out_ptr, V, BLOCK: tl.constexpr, NTP: tl.constexpr
-):
-    b = tl.program_id(0).to(tl.int64)
-    row = probs_ptr + b * stride_p
-    u = tl.load(u_ptr + b * stride_u)
-    token, _, _ = _inverse_cdf(row, row, V, False, u, False, BLOCK, NTP)
-    tl.store(out_ptr + b, token)
+    if PASS != CHUNKS:
+        tl.store(out_ptr + b, token)
 
 
 def launch_shape(B: int, V: int) -> tuple[int, int, int]:
@@ -289,13 +318,20 @@ def split_shape(B: int, V: int) -> tuple[int, int, int, int, int] | None:
     return block, ch, S, triton.next_power_of_2(S), int(cfg["num_warps"])
 
 
-def chunk_buffers(B: int, S: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-chunk sums [B, S] float64, non-finite counts int32, last positives int64."""
-    return (
-        torch.empty((B, S), dtype=torch.float64, device=device),
-        torch.empty((B, S), dtype=torch.int32, device=device),
-        torch.empty((B, S), dtype=torch.int64, device=device),
+def chunk_buffers(B: int, S: int, device) -> dict[str, torch.Tensor]:
+    """The chunk statistics of split rows, as kernel arguments: per-chunk sums [B, S]
+    float64, non-finite counts [B, S] int32, last positive indices [B, S] int64."""
+    return dict(
+        sums_ptr=torch.empty((B, S), dtype=torch.float64, device=device),
+        bads_ptr=torch.empty((B, S), dtype=torch.int32, device=device),
+        lasts_ptr=torch.empty((B, S), dtype=torch.int64, device=device),
     )
+
+
+def launch(kernel, grid: tuple[int, ...], num_warps: int, **args) -> None:
+    """``kernel[grid]`` with the named arguments; every parameter left unnamed is None,
+    a constant to Triton, so the pass compiles without it (see ROW, CHUNKS, DRAW)."""
+    kernel[grid](**{name: args.get(name) for name in kernel.arg_names}, num_warps=num_warps)
 
 
 def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -311,30 +347,18 @@ def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     out = torch.empty(B, dtype=torch.int64, device=probs.device)
     if B == 0:
         return out
+    rows = dict(probs_ptr=probs, stride_p=probs.stride(0), V=V)
+    draws = dict(u_ptr=u, stride_u=u.stride(0), out_ptr=out)
     split = split_shape(B, V)
     if split is not None:
         block, ch, S, sp, warps = split
-        sums, bads, lasts = chunk_buffers(B, S, probs.device)
-        _categorical_stats_kernel[(B, S)](
-            probs, probs.stride(0), sums, bads, lasts, S, V, ch, BLOCK=block, num_warps=warps
-        )
-        _categorical_split_kernel[(B,)](
-            probs,
-            probs.stride(0),
-            u,
-            u.stride(0),
-            out,
-            sums,
-            bads,
-            lasts,
-            S,
-            V,
-            ch,
-            BLOCK=block,
-            SP=sp,
-            num_warps=warps,
-        )
+        stats = dict(chunk_buffers(B, S, probs.device), S=S, CH=ch, BLOCK=block)
+        launch(_categorical_kernel, (B, S), warps, **rows, **stats, PASS=CHUNKS)
+        launch(_categorical_kernel, (B,), warps, **rows, **draws, **stats, SP=sp, PASS=DRAW)
         return out
+    block, ntp, warps = launch_shape(B, V)
+    launch(_categorical_kernel, (B,), warps, **rows, **draws, BLOCK=block, NTP=ntp, PASS=ROW)
+    return out
     block, ntp, warps = launch_shape(B, V)
     _categorical_kernel[(B,)](
         probs, probs.stride(0), u, u.stride(0), out, V, BLOCK=block, NTP=ntp, num_warps=warps
