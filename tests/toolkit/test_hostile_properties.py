@@ -1,99 +1,47 @@
-"""Property-based tests of hostile input (issue 37.4), with hypothesis.
+"""Property-based tests of protocol loading as hostile input (issue 37.4), hypothesis.
 
-Properties:
+Property: every input (generated YAML documents, YAML-ish text built from syntax
+fragments, structural and textual mutations of the shipped protocols/*.yaml) ends in a
+loaded protocol or a UsageError (ProtocolError included) whose message is one line;
+never another exception, never more than LOAD_SECONDS. Two examples go through the real
+CLI (`run_cli`): exit 2, one stderr line, nothing written.
 
-- protocol loading: every input (generated YAML documents, YAML-ish text built from
-  syntax fragments, structural and textual mutations of the shipped protocols/*.yaml)
-  ends in a loaded protocol or a UsageError (ProtocolError included) whose message is one
-  line; never another exception, never more than LOAD_SECONDS;
-- archive verification: every mutation of a real small archive (flipped, inserted or
-  deleted bytes; header fields of the local headers, central directory and end record
-  set to chosen values) ends in a verified archive or an EvidenceError with one line and
-  exit code 3; never another exception, never more than VERIFY_SECONDS;
-- a few examples of each go through the real CLI (`run_cli`): exit 2 / 0 or 3, one
-  stderr line, no traceback.
+Negative controls: the same property, run against a deliberately broken loader
+(monkeypatched to raise a raw exception, print two lines or hang), must fail.
 
-Each property has a negative control: the same property, run against a deliberately
-broken loader or reader (monkeypatched to raise a raw exception, print two lines or
-hang), must fail.
-
-Profiles. By default the bounded CI profile runs: ``derandomize=True`` (the same
-examples on every run: CI is never flaky) and few enough examples that the whole file
-takes well under 60 s on one core (see CI_EXAMPLES). The long profile, on demand::
-
-    SPECCONFORM_HYPOTHESIS=long .venv/bin/python -m pytest -q tests/toolkit/test_hostile_properties.py
-
-runs LONG_EXAMPLES random (not derandomized) examples per property; set
-SPECCONFORM_HYPOTHESIS_EXAMPLES=N to choose N.
+Profiles (bounded and derandomized by default; ``SPECCONFORM_HYPOTHESIS=long`` for the
+long one): tests/toolkit/hostile_support.py. The archive properties are in
+test_hostile_archive_properties.py.
 """
 
 from __future__ import annotations
 
-import os
-import random
-import signal
-import struct
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from specconform.errors import EvidenceError, SpecconformError, UsageError
-from specconform.evidence import seal, verify_archive
+from specconform.errors import UsageError
 from specconform.protocol import load as load_module
 from specconform.protocol.load import load_protocol
 from specconform.protocol.union import KIND_NAMES
 from tests.toolkit.cli_helpers import ROOT, run_cli
-from tests.toolkit.fixtures import evidence_toy as toy
+from tests.toolkit.hostile_support import (
+    CONTROL,
+    Hang,
+    assert_one_line,
+    cli_examples,
+    profile,
+    summary,
+    time_limit,
+)
 
-LONG = os.environ.get("SPECCONFORM_HYPOTHESIS") == "long"
-CI_EXAMPLES = {"generated": 150, "fragments": 150, "mutated": 200, "bytes": 150, "headers": 150}
-LONG_EXAMPLES = int(os.environ.get("SPECCONFORM_HYPOTHESIS_EXAMPLES", "5000"))
 LOAD_SECONDS = 5.0
-VERIFY_SECONDS = 10.0
-PROTOCOLS = sorted((ROOT / "protocols").glob("*.yaml"))
-SOURCES = {p.name: p.read_bytes() for p in PROTOCOLS}
-
-
-def profile(name: str, **extra):
-    """The settings of one property: bounded and derandomized, or long and random."""
-    chosen = {
-        "max_examples": LONG_EXAMPLES if LONG else CI_EXAMPLES.get(name, 20),
-        "derandomize": not LONG,
-        "database": None,
-        "deadline": None,
-        "suppress_health_check": list(HealthCheck),
-        "print_blob": True,
-    }
-    return settings(**{**chosen, **extra})
-
-
-class Hang(BaseException):
-    """Raised by the alarm; a BaseException so that no `except Exception` swallows it."""
-
-
-@contextmanager
-def time_limit(seconds: float):
-    def fire(signum, frame):
-        raise Hang(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def assert_one_line(error: SpecconformError) -> None:
-    message = str(error)
-    assert message and len(message.splitlines()) == 1, f"not one line: {message!r}"
+SOURCES = {p.name: p.read_bytes() for p in sorted((ROOT / "protocols").glob("*.yaml"))}
 
 
 # --- protocol loading ------------------------------------------------------------------------
@@ -239,22 +187,16 @@ def _load_property(strategy, name: str, outcomes: list[str] | None = None, **ext
     return run
 
 
-def _summary(what: str, outcomes: list[str]) -> None:
-    """Printed with -s: how many examples ran and how they ended."""
-    counts = {k: outcomes.count(k) for k in sorted(set(outcomes))}
-    print(f"\n{what}: {len(outcomes)} examples {counts}")
-
-
 def test_generated_yaml_loads_or_is_refused_in_one_line(scratch):
     outcomes: list[str] = []
     _load_property(generated_documents(), "generated", outcomes)(scratch)
-    _summary("generated YAML", outcomes)
+    summary("generated YAML", outcomes)
 
 
 def test_yaml_fragments_load_or_are_refused_in_one_line(scratch):
     outcomes: list[str] = []
     _load_property(fragment_documents(), "fragments", outcomes)(scratch)
-    _summary("YAML fragments", outcomes)
+    summary("YAML fragments", outcomes)
 
 
 def test_mutated_protocols_load_or_are_refused_in_one_line(scratch):
@@ -266,14 +208,12 @@ def test_mutated_protocols_load_or_are_refused_in_one_line(scratch):
         outcomes.append(check_load(_write(scratch, data)))
 
     run()
-    _summary("mutated protocols", outcomes)
+    summary("mutated protocols", outcomes)
     # The strategy reaches both sides of the property (not only parse errors).
     assert outcomes.count("loaded") > 0 and outcomes.count("refused") > 0
 
 
 # --- negative controls: a broken loader must make the property fail ---------------------------
-
-CONTROL = {"phases": [Phase.explicit, Phase.reuse, Phase.generate]}  # no shrinking
 
 
 def test_control_a_raw_exception_from_the_loader_fails_the_property(scratch, monkeypatch):
@@ -313,174 +253,10 @@ def test_control_a_hanging_loader_fails_the_property(scratch, monkeypatch):
         _load_property(mutated_protocols(), "control", max_examples=2, **CONTROL)(scratch)
 
 
-# --- archive verification ------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def archive_bytes(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        toy.install_toy_kind(mp)
-        folder = tmp_path_factory.mktemp("archive")
-        archive = seal(toy.build_run_dir(folder / "run"), key=None, sign=False)
-        yield archive.read_bytes()
-
-
-@pytest.fixture
-def toy_kind(monkeypatch):
-    toy.install_toy_kind(monkeypatch)
-
-
-def check_verify(path: Path) -> str:
-    """The property: 'valid', or 'invalid' (EvidenceError, one line, exit 3)."""
-    try:
-        with time_limit(VERIFY_SECONDS):
-            verify_archive(path)
-    except EvidenceError as exc:
-        assert_one_line(exc)
-        assert exc.exit_code == 3
-        return "invalid"
-    except Hang as exc:
-        raise AssertionError(f"verify_archive hung: {exc}") from None
-    except Exception as exc:
-        raise AssertionError(f"raw {type(exc).__name__} from verify_archive: {exc!r}") from exc
-    return "valid"
-
-
-@st.composite
-def mutated_bytes(draw, original: bytes) -> bytes:
-    data = bytearray(original)
-    for _ in range(draw(st.integers(1, 3))):
-        how = draw(st.sampled_from(["flip", "set", "insert", "delete", "truncate"]))
-        at = draw(st.integers(0, max(len(data) - 1, 0)))
-        if how == "flip" and data:
-            data[at] ^= 1 << draw(st.integers(0, 7))
-        elif how == "set" and data:
-            data[at] = draw(st.integers(0, 255))
-        elif how == "insert":
-            data[at:at] = draw(st.binary(min_size=1, max_size=8))
-        elif how == "delete":
-            del data[at : at + draw(st.integers(1, 8))]
-        else:
-            del data[at:]
-    return bytes(data)
-
-
-def _header_fields(data: bytes) -> list[tuple[int, int]]:
-    """(offset, width) of every field of every local header, central entry and the end
-    record of a well-formed zip (the archive as written)."""
-    fields = []
-    local = (4, 2, 2, 2, 2, 2, 4, 4, 4, 2, 2)
-    central = (4, 1, 1, 1, 1, 2, 2, 2, 2, 4, 4, 4, 2, 2, 2, 2, 2, 4, 4)
-    end = (4, 2, 2, 2, 2, 4, 4, 2)
-    for signature, widths in ((b"PK\x03\x04", local), (b"PK\x01\x02", central)):
-        at = data.find(signature)
-        while at >= 0:
-            offset = at
-            for width in widths:
-                fields.append((offset, width))
-                offset += width
-            at = data.find(signature, at + 4)
-    offset = len(data) - 22
-    for width in end:
-        fields.append((offset, width))
-        offset += width
-    return fields
-
-
-@st.composite
-def mutated_headers(draw, original: bytes) -> bytes:
-    data = bytearray(original)
-    fields = _header_fields(original)
-    for _ in range(draw(st.integers(1, 2))):
-        offset, width = draw(st.sampled_from(fields))
-        top = (1 << (8 * width)) - 1
-        value = draw(
-            st.one_of(
-                st.sampled_from([0, 1, 8, 0x41, 0x800, 0xFFFF, top, top - 1]),
-                st.integers(0, top),
-                st.just(int.from_bytes(data[offset : offset + width], "little") ^ 1),
-            )
-        )
-        data[offset : offset + width] = (value & top).to_bytes(width, "little")
-    return bytes(data)
-
-
-def _verify_property(strategy_of, name: str, **extra):
-    @profile(name, **extra)
-    @given(st.data())
-    def run(folder, original, outcomes, data):
-        path = folder / "a.zip"
-        path.write_bytes(data.draw(strategy_of(original)))
-        outcomes.append(check_verify(path))
-
-    return run
-
-
-def test_mutated_archive_bytes_verify_or_fail_in_one_line(scratch, archive_bytes, toy_kind):
-    outcomes: list[str] = []
-    _verify_property(mutated_bytes, "bytes")(scratch, archive_bytes, outcomes)
-    _summary("mutated archive bytes", outcomes)
-    assert "invalid" in outcomes
-
-
-def test_mutated_archive_headers_verify_or_fail_in_one_line(scratch, archive_bytes, toy_kind):
-    outcomes: list[str] = []
-    _verify_property(mutated_headers, "headers")(scratch, archive_bytes, outcomes)
-    _summary("mutated archive headers", outcomes)
-    assert "invalid" in outcomes
-    # The control of the control: the unmutated archive verifies.
-    (scratch / "a.zip").write_bytes(archive_bytes)
-    assert check_verify(scratch / "a.zip") == "valid"
-
-
-def test_control_a_raw_exception_from_the_reader_fails_the_property(
-    scratch, archive_bytes, toy_kind, monkeypatch
-):
-    from specconform.evidence import verify as verify_module
-
-    def broken(path):
-        raise struct.error("planted: unpack requires a buffer of 46 bytes")
-
-    monkeypatch.setattr(verify_module, "read_archive", broken)
-    with pytest.raises(AssertionError, match="raw error"):
-        _verify_property(mutated_headers, "control", **CONTROL)(scratch, archive_bytes, [])
-
-
-def test_control_a_multi_line_evidence_error_fails_the_property(
-    scratch, archive_bytes, toy_kind, monkeypatch
-):
-    from specconform.evidence import verify as verify_module
-
-    def broken(path):
-        raise EvidenceError("planted\nsecond line")
-
-    monkeypatch.setattr(verify_module, "_verify_archive", lambda *a, **k: broken(a[0]))
-    monkeypatch.setattr(verify_module, "one_line", lambda exc: exc)
-    with pytest.raises(AssertionError, match="not one line"):
-        _verify_property(mutated_bytes, "control", **CONTROL)(scratch, archive_bytes, [])
-
-
-# --- a few through the real CLI -------------------------------------------------------------
-
-
-def _cli_examples(strategy, count: int) -> list[bytes]:
-    """`count` examples of `strategy`, the same on every run (seeded)."""
-    found: list[bytes] = []
-
-    @settings(max_examples=count, derandomize=True, database=None, deadline=None)
-    @given(strategy)
-    def collect(value):
-        found.append(value)
-
-    collect()
-    rng = random.Random(37)
-    return rng.sample(found, min(count, len(found)))
-
-
 def test_cli_protocol_refusals_are_one_line_exit_2(tmp_path):
     # --seeds 0 is out of range for every kind (or not overridable): exit 2 even when
     # the mutated file loads, so no engine ever starts.
-    for i, data in enumerate(_cli_examples(mutated_protocols(), 2)):
+    for i, data in enumerate(cli_examples(mutated_protocols(), 2)):
         path = tmp_path / f"p{i}.yaml"
         path.write_bytes(data)
         result = run_cli("run", path, "--seeds", "0", "--out", tmp_path / "out", "--no-sign")
@@ -488,20 +264,3 @@ def test_cli_protocol_refusals_are_one_line_exit_2(tmp_path):
         lines = result.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert not (tmp_path / "out").exists()
-
-
-def test_cli_verify_of_mutated_archives_is_one_line(tmp_path, archive_bytes):
-    rng = random.Random(374)
-    fields = _header_fields(archive_bytes)
-    for i in range(2):
-        data = bytearray(archive_bytes)
-        offset, width = rng.choice(fields)
-        data[offset : offset + width] = bytes(rng.randrange(256) for _ in range(width))
-        path = tmp_path / f"a{i}.zip"
-        path.write_bytes(bytes(data))
-        result = run_cli("verify", path, "--skip-signature")
-        lines = result.stderr.splitlines()
-        assert "Traceback" not in result.stderr
-        # The subprocess has no toy kind: a structurally intact archive fails at the
-        # recomputation instead, which is exit 3 with one line too.
-        assert result.returncode == 3 and len(lines) == 1, result.stderr
