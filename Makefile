@@ -103,3 +103,45 @@ check: lint format-check typecheck imports
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+
+# Peers (issue 33, docs/peers.md): vLLM 0.33.0 and SGLang 0.5.23, the CPU-capable peers,
+# in their own venv (.venv-peers), never in .venv: their tests (tests/peers, collected
+# only with SPECCONFORM_PEERS=1) and one small smoke run per peer. The CPU torch goes in
+# first (vLLM pins torch==2.14.0 and would pull a CUDA build); vLLM and SGLang go in with
+# --no-deps (their full requirements are a serving stack with CUDA wheels), then only the
+# pure-Python packages that vLLM's rejection-sampler import closure needs (found by
+# importing it), pinned as tested; SGLang's kernel module imports only triton. Triton 3.6's
+# interpreter needs numpy < 2.3. Measured on the 2 shared cores: about 4 min to install
+# from a warm pip cache, tests and smoke runs about 6 min at load average ~10.
+PEERS_VENV ?= .venv-peers
+PEERS_PY   := $(PEERS_VENV)/bin/python
+PEERS_SPECS ?= "vllm==0.33.0" "sglang==0.5.23"
+PEERS_VLLM_CLOSURE ?= regex==2026.12.2 cbor2==6.3.0 psutil==7.2.2 pyzmq==27.3.0 \
+	transformers==5.20.2 huggingface_hub==2.4.0 tokenizers==0.23.3 httpx2==2.17.0 \
+	httpcore2==2.17.0 truststore==0.10.5 h11==0.16.0 aiohttp==3.14.5 multidict==7.2.1 \
+	attrs==26.1.0 yarl==1.25.1 propcache==0.5.4 aiohappyeyeballs==2.7.1 aiosignal==1.4.0 \
+	frozenlist==1.8.0 openai-harmony==0.0.8 openai==3.63.0 sniffio==1.3.1 anyio==4.16.0 \
+	pillow==13.0.0 pybase64==1.5.1 cachetools==8.0.3 msgspec==0.23.0 cloudpickle==3.1.3 \
+	uvloop==0.23.0 py-cpuinfo==9.0.0 prometheus_client==0.26.0 fastapi==0.136.3 \
+	starlette==1.10.0 annotated-doc==0.0.7 xgrammar==0.2.8 apache-tvm-ffi==0.1.11 \
+	partial-json-parser==0.2.1.1.post7 llguidance==1.9.1
+PEERS_ENV := SPECCONFORM_PEERS=1 OMP_NUM_THREADS=1 TRITON_INTERPRET=1 CUDA_VISIBLE_DEVICES=
+
+$(PEERS_VENV)/.installed: pyproject.toml
+	test -x $(PEERS_PY) || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_PY) -c "import torch" 2>/dev/null || $(PEERS_PY) -m pip install $(PIP_FLAGS) \
+		$(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
+	$(PEERS_PY) -m pip install $(PIP_FLAGS) "triton==3.6.*" "numpy<2.3" pytest
+	$(PEERS_PY) -m pip install $(PIP_FLAGS) -e ".[engine]"
+	$(PEERS_PY) -m pip install $(PIP_FLAGS) --no-deps $(PEERS_SPECS)
+	$(PEERS_PY) -m pip install $(PIP_FLAGS) --no-deps $(PEERS_VLLM_CLOSURE)
+	$(PEERS_ENV) $(PEERS_PY) -c "import vllm.v1.sample.rejection_sampler"
+	touch $@
+
+peers-test: $(PEERS_VENV)/.installed
+	$(PEERS_ENV) $(PEERS_PY) -m pytest -q -p no:cacheprovider tests/peers
+	rm -rf /tmp/specconform-peers-smoke
+	for p in vllm sglang; do \
+	  $(PEERS_ENV) $(PEERS_VENV)/bin/specconform run protocols/peers/$$p.yaml --seeds 400 \
+	    --no-sign --out /tmp/specconform-peers-smoke; rc=$$?; \
+	  [ $$rc -le 1 ] || exit $$rc; done
