@@ -21,7 +21,10 @@ def build_model(
 ) -> LoopedLM:  # or a LlamaLM
     """The model of ``cfg``: a Llama-family GGUF (architecture "llama"), else the looped
     model with weights from ``cfg.checkpoint`` when set, else from the seed (memoised on
-    disk when ``ENGINE_UNDER_TEST_WEIGHT_CACHE`` names a folder: weight_cache.py)."""
+    disk when ``ENGINE_UNDER_TEST_WEIGHT_CACHE`` names a folder: weight_cache.py).
+
+    The loaders (and the exit-head fit) are imported on use: they bring file-format
+    packages (numpy, safetensors) that a seeded model, the common case, never needs."""
     if cfg.architecture == "llama":
         if cfg.gguf is not None:
             from .gguf import load_llama_gguf

@@ -31,7 +31,7 @@ import torch
 
 from ..config import ModelConfig
 from ..gguf_meta import reader
-from .layers import allocate
+from .layers import allocate, write_param
 from .llama import LlamaLM
 
 _LAYER_NAMES = {
@@ -103,10 +103,5 @@ def load_llama_gguf(
             f"unexpected {unexpected[:6]}"
         )
     for name, param in wanted.items():
-        t = tensors[name]
-        if tuple(t.shape) != tuple(param.shape):
-            raise ValueError(
-                f"{name}: GGUF shape {tuple(t.shape)} != model shape {tuple(param.shape)}"
-            )
-        param.copy_(t.to(device=param.device, dtype=param.dtype))
+        write_param(name, tensors[name], param, "GGUF")
     return model.eval().requires_grad_(False)

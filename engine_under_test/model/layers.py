@@ -47,6 +47,16 @@ def allocate(cls, cfg, *, dtype: torch.dtype, device) -> nn.Module:
         return cls(cfg, dtype=dtype)
 
 
+def write_param(name: str, t: torch.Tensor, param: nn.Parameter, source: str) -> None:
+    """``param`` <- ``t`` (cast to the parameter's dtype and device) once their shapes
+    agree; ``source`` names where ``t`` came from in the error ("GGUF", "checkpoint")."""
+    if tuple(t.shape) != tuple(param.shape):
+        raise ValueError(
+            f"{name}: {source} shape {tuple(t.shape)} != model shape {tuple(param.shape)}"
+        )
+    param.copy_(t.to(device=param.device, dtype=param.dtype))
+
+
 class RMSNorm(nn.Module):
     """Root-mean-square norm computed in float32, cast back to the input dtype."""
 

@@ -33,7 +33,8 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from ..config import ModelConfig
-from .layers import allocate
+from .layers import allocate, write_param
+from .llama import LlamaLM
 from .model import LoopedLM
 
 
@@ -62,10 +63,8 @@ def load_checkpoint(
 ) -> LoopedLM:
     """Build the model of ``cfg`` with the weights stored in ``cfg.checkpoint``."""
     path = Path(cfg.checkpoint)
-    if cfg.architecture == "llama":  # HF LlamaForCausalLM names are LlamaLM's + "model."
-        from .llama import LlamaLM as cls
-    else:
-        cls = LoopedLM
+    # HF LlamaForCausalLM names are LlamaLM's + "model.", as Ouro's are LoopedLM's.
+    cls = LlamaLM if cfg.architecture == "llama" else LoopedLM
     model = allocate(cls, cfg, dtype=dtype, device=device)
     wanted = {hf_name(n): p for n, p in model.named_parameters()}
     seen: set[str] = set()
@@ -81,13 +80,7 @@ def load_checkpoint(
                 if param is None:
                     unexpected.append(key)
                     continue
-                t = f.get_tensor(key)
-                if tuple(t.shape) != tuple(param.shape):
-                    raise ValueError(
-                        f"{key}: checkpoint shape {tuple(t.shape)} != "
-                        f"model shape {tuple(param.shape)}"
-                    )
-                param.copy_(t.to(device=param.device, dtype=param.dtype))
+                write_param(key, f.get_tensor(key), param, "checkpoint")
                 seen.add(key)
     missing = sorted(set(wanted) - seen)
     if missing or unexpected:

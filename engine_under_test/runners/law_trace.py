@@ -30,8 +30,6 @@ import torch
 from .outputs import RoundTrace
 from .state import Request
 
-TRACE_KEYS = ("trace_rows", "trace_p", "trace_q", "trace_drafts", "trace_lens")
-
 
 def device_trace_view(
     p: torch.Tensor | None,  # [B, W+1, V] float32 the kernel's p, or None (not traced)

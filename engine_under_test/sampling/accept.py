@@ -37,12 +37,12 @@ from typing import NamedTuple
 import torch
 
 from engine_under_test.sampling._checks import (
-    require_device,
-    require_float,
     require_integer,
+    require_law,
     require_ndim,
+    require_same_device,
     require_shape,
-    require_tensor,
+    require_tensors,
 )
 from engine_under_test.sampling._dispatch import sampling_kernel_for
 from engine_under_test.sampling.categorical import _draw, _last_positive
@@ -74,36 +74,16 @@ class AcceptResult(NamedTuple):
 
 
 def _check(p, q, drafts, draft_lens, uniforms, mutant) -> None:
-    for name, t in (
-        ("p", p),
-        ("q", q),
-        ("drafts", drafts),
-        ("draft_lens", draft_lens),
-        ("uniforms", uniforms),
-    ):
-        require_tensor(name, t)
+    require_tensors(p=p, q=q, drafts=drafts, draft_lens=draft_lens, uniforms=uniforms)
     require_ndim("drafts", drafts, 2, "[B, K]")
     require_integer("drafts", drafts)
     B, K = drafts.shape
-    require_ndim("p", p, 3, "[B, K+1, V]")
-    require_float("p", p)
-    V = p.shape[2]
-    if V < 1:
-        raise ValueError("p must have a vocabulary of at least one token (V >= 1)")
+    V = require_law("p", p, 3, "[B, K+1, V]")[2]
     require_shape("p", p, (B, K + 1, V), "[B, K+1, V]")
-    require_shape("q", q, (B, K, V), "[B, K, V]")
-    require_float("q", q)
-    require_shape("draft_lens", draft_lens, (B,), "[B]")
-    require_integer("draft_lens", draft_lens)
-    require_shape("uniforms", uniforms, (B, 2 * K + 1), "[B, 2K+1]")
-    require_float("uniforms", uniforms)
-    for name, t in (
-        ("q", q),
-        ("drafts", drafts),
-        ("draft_lens", draft_lens),
-        ("uniforms", uniforms),
-    ):
-        require_device(name, t, p.device, "p")
+    require_shape("q", q, (B, K, V), "[B, K, V]", "float")
+    require_shape("draft_lens", draft_lens, (B,), "[B]", "integer")
+    require_shape("uniforms", uniforms, (B, 2 * K + 1), "[B, 2K+1]", "float")
+    require_same_device("p", p, q=q, drafts=drafts, draft_lens=draft_lens, uniforms=uniforms)
     if mutant is not None and mutant not in KERNEL_MUTANTS:
         raise ValueError(
             f"unknown kernel mutant {mutant!r}; valid: None or one of {', '.join(KERNEL_MUTANTS)}"
@@ -229,8 +209,7 @@ def sample_target(p: torch.Tensor, u: torch.Tensor) -> AcceptResult:
     Equals `categorical(p, u)` on every valid row (the same inverse-CDF draw on the
     float64 law). No host reads.
     """
-    require_tensor("p", p)
-    require_tensor("u", u)
+    require_tensors(p=p, u=u)
     require_ndim("p", p, 2, "[B, V]")
     require_ndim("u", u, 1, "[B]")
     B, V = p.shape

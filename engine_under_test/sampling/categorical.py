@@ -18,11 +18,10 @@ from __future__ import annotations
 import torch
 
 from engine_under_test.sampling._checks import (
-    require_device,
-    require_float,
-    require_ndim,
+    require_law,
+    require_same_device,
     require_shape,
-    require_tensor,
+    require_tensors,
 )
 from engine_under_test.sampling._dispatch import sampling_kernel_for
 
@@ -39,16 +38,10 @@ def categorical(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
     No host reads.
     """
-    require_tensor("probs", probs)
-    require_tensor("u", u)
-    require_ndim("probs", probs, 2, "[B, V]")
-    require_float("probs", probs)
-    B, V = probs.shape
-    if V < 1:
-        raise ValueError("probs must have a vocabulary of at least one token (V >= 1)")
-    require_shape("u", u, (B,), "[B]")
-    require_float("u", u)
-    require_device("u", u, probs.device, "probs")
+    require_tensors(probs=probs, u=u)
+    B, V = require_law("probs", probs, 2, "[B, V]")
+    require_shape("u", u, (B,), "[B]", "float")
+    require_same_device("probs", probs, u=u)
     kernel = sampling_kernel_for("categorical", probs)  # Triton on CUDA (_dispatch)
     if kernel is not None:
         return kernel(probs, u)

@@ -55,12 +55,12 @@ import torch
 
 from engine_under_test.params import SamplingParams, to_float32
 from engine_under_test.sampling._checks import (
-    require_device,
     require_float,
-    require_integer,
-    require_ndim,
+    require_law,
+    require_same_device,
     require_shape,
     require_tensor,
+    require_tensors,
 )
 from engine_under_test.sampling._dispatch import triton_kernels_for
 
@@ -139,26 +139,12 @@ class Sampler:
 
 
 def _check_batched(logits, temperature, top_k, top_p) -> None:
-    for name, t in (
-        ("logits", logits),
-        ("temperature", temperature),
-        ("top_k", top_k),
-        ("top_p", top_p),
-    ):
-        require_tensor(name, t)
-    require_ndim("logits", logits, 2, "[B, V]")
-    require_float("logits", logits)
-    B, V = logits.shape
-    if V < 1:
-        raise ValueError("logits must have a vocabulary of at least one token (V >= 1)")
-    require_shape("temperature", temperature, (B,), "[B]")
-    require_float("temperature", temperature)
-    require_shape("top_k", top_k, (B,), "[B]")
-    require_integer("top_k", top_k)
-    require_shape("top_p", top_p, (B,), "[B]")
-    require_float("top_p", top_p)
-    for name, t in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p)):
-        require_device(name, t, logits.device, "logits")
+    require_tensors(logits=logits, temperature=temperature, top_k=top_k, top_p=top_p)
+    B, V = require_law("logits", logits, 2, "[B, V]")
+    require_shape("temperature", temperature, (B,), "[B]", "float")
+    require_shape("top_k", top_k, (B,), "[B]", "integer")
+    require_shape("top_p", top_p, (B,), "[B]", "float")
+    require_same_device("logits", logits, temperature=temperature, top_k=top_k, top_p=top_p)
 
 
 def _check_hints(max_top_k, any_top_p) -> None:
