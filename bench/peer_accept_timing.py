@@ -1,0 +1,117 @@
+"""Benchmark: each peer's speculative accept kernel beside the bundled engine's
+`speculative_accept`, on the same p, q, drafts, draft lengths and uniforms.
+
+Peers (specconform/adapters/peers, docs/peers.md): vLLM's RejectionSampler.forward
+(black-box, with its bonus Sampler and metadata) and its rejection_random_sample_kernel
+(white-box), SGLang's chain_speculative_sampling_triton (white-box coins), FlashInfer's
+chain_speculative_sampling (CUDA only). Each is timed through its specconform adapter,
+so the numbers include the adapter's host work (numpy -> torch, per-draft-length calls,
+the result copied back): what a protocol run pays per call, not the bare kernel. The
+bundled engine is timed the same way (specconform.adapters.kernel.BundledKernel). Steady
+state: --warmup calls, then --calls calls, median wall time per call; on CUDA each call
+ends with the result on the host (a synchronisation). Ratios are peer / bundled from the
+same process. A peer that is not installed is listed as such; nothing is asserted.
+
+    python bench/peer_accept_timing.py --device cuda --rows 4096 --vocab 32000 --draft-k 4
+    TRITON_INTERPRET=1 CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 \
+        python bench/peer_accept_timing.py --device cpu --rows 64 --vocab 64 --calls 3
+
+On CPU the peers' Triton kernels run in Triton's interpreter (one Python-level program per
+row, tens of ms a row): the CPU numbers say what a protocol run costs there, not how fast
+the kernels are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+PEERS = (
+    ("vllm.forward", "specconform.adapters.peers.vllm", "forward"),
+    ("vllm.accept_kernel", "specconform.adapters.peers.vllm", "accept_kernel"),
+    ("sglang.chain", "specconform.adapters.peers.sglang", "chain"),
+    ("flashinfer.chain", "specconform.adapters.peers.flashinfer", "chain"),
+)
+
+
+def inputs(rows: int, K: int, vocab: int, seed: int):
+    """Ragged batch: Dirichlet laws per row and position, drafts ~ q, lengths 1..K."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    p = rng.dirichlet(np.full(vocab, 0.5), size=(rows, K + 1)).astype(np.float32)
+    q = rng.dirichlet(np.full(vocab, 0.5), size=(rows, K)).astype(np.float32)
+    q64 = q.astype(np.float64)
+    q64 /= q64.sum(-1, keepdims=True)
+    cdf = np.cumsum(q64, axis=-1)
+    drafts = (cdf < rng.random((rows, K, 1))).sum(-1).clip(max=vocab - 1).astype(np.int64)
+    lens = (np.arange(rows) % K + 1).astype(np.int64)
+    uniforms = rng.random((rows, 2 * K + 1))
+    return p, q, drafts, lens, uniforms
+
+
+def time_calls(kernel, args, warmup: int, calls: int) -> list[float]:
+    for _ in range(warmup):
+        kernel.accept(*args)
+    out = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        kernel.accept(*args)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--rows", type=int, default=64)
+    ap.add_argument("--vocab", type=int, default=64)
+    ap.add_argument("--draft-k", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--calls", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--peers", default="all", help="comma-separated names, or all")
+    ap.add_argument("--json", help="also write the results here")
+    a = ap.parse_args(argv)
+    from specconform.adapters.kernel import BundledKernel
+    from specconform.errors import UsageError
+
+    args = inputs(a.rows, a.draft_k, a.vocab, a.seed)
+    want = None if a.peers == "all" else set(a.peers.split(","))
+    results = {
+        "device": a.device,
+        "rows": a.rows,
+        "vocab": a.vocab,
+        "draft_k": a.draft_k,
+        "calls": a.calls,
+        "kernels": {},
+    }
+    base = statistics.median(time_calls(BundledKernel(a.device), args, a.warmup, a.calls))
+    results["kernels"]["bundled.speculative_accept"] = {"median_s": base, "ratio": 1.0}
+    print(f"device {a.device}, B={a.rows}, K={a.draft_k}, V={a.vocab}, {a.calls} calls each")
+    print(f"{'kernel':<34} {'median ms/call':>15} {'x bundled':>10}")
+    print(f"{'bundled.speculative_accept':<34} {base * 1e3:>15.3f} {1.0:>10.2f}")
+    for name, module, factory in PEERS:
+        if want is not None and name not in want:
+            continue
+        try:
+            kernel = getattr(importlib.import_module(module), factory)(device=a.device)
+        except UsageError as exc:
+            print(f"{name:<34} {'-':>15} {'-':>10}  ({exc})")
+            results["kernels"][name] = {"skipped": str(exc)}
+            continue
+        t = statistics.median(time_calls(kernel, args, a.warmup, a.calls))
+        results["kernels"][name] = {"median_s": t, "ratio": t / base, "name": kernel.name}
+        print(f"{name:<34} {t * 1e3:>15.3f} {t / base:>10.2f}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=2, sort_keys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

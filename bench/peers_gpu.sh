@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Peers on a GPU machine (issue 33, docs/peers.md): vLLM 0.33.0, SGLang 0.5.23 and
+# FlashInfer 0.7.2.post1 on CUDA, with no package registry there.
+#
+# Two steps:
+#
+#   bash bench/peers_gpu.sh prepare        # HERE (a machine with pip and PyPI): builds
+#                                          # .peers-gpu/{vllm,flashinfer}/ (git-ignored)
+#   bash bench/peers_gpu.sh run vllm       # THERE, carrying .peers-gpu/vllm
+#   bash bench/peers_gpu.sh run flashinfer # THERE, carrying .peers-gpu/flashinfer
+#
+# What must be carried (the GPU image has Python 3.12, torch 2.11 + CUDA 13, triton 3.6,
+# transformers, huggingface_hub, tokenizers, numpy, nvcc; nothing can be fetched):
+#   .peers-gpu/vllm/site/     vLLM 0.33.0's Python files only (no compiled extensions, no
+#                             vllm-rs binary: the rejection sampler uses neither; its _C*.so
+#                             are built for torch 2.14), its METADATA (so the adapter's
+#                             version check sees 0.33.0), and
+#                             SGLang 0.5.23's one kernel module (sglang/kernels/ops/
+#                             speculative/reject_sampling.py) with its dist-info;
+#   .peers-gpu/vllm/wheels/   cp312 wheels of vLLM's rejection-sampler import closure that
+#                             the image lacks (the list below);
+#   .peers-gpu/flashinfer/    flashinfer-python 0.7.2.post1 unpacked and trimmed (site/: its
+#                             Python, headers and sampling sources; JIT-compiled with the
+#                             image's nvcc on first use) and the cp312 wheels it imports
+#                             (apache-tvm-ffi, ninja, einops, click, tabulate).
+# Each folder must stay under the device tool's 64 MiB per call: `prepare` prints sizes.
+# Plus .whl/ with the project's own dependencies, as for bench/gpu_session.sh (carry
+# names at most 8 paths: .whl and one .peers-gpu folder per call).
+#
+# `run` installs the carried files into /tmp/site (PYTHONPATH), then: the peer tests
+# (SPECCONFORM_PEERS=1 pytest tests/peers, GPU tests included), the protocols on CUDA at
+# their default seeds into docs/evidence/peers/ (unsigned: sign or keep as the lead
+# prefers; `specconform verify --skip-signature` recomputes them), and the timing bench.
+# Results land in $OUT when set (the device tool's output folder), else /tmp/peers-gpu.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=.peers-gpu
+PY=${PYTHON:-python3}
+step=${1:-}
+what=${2:-}
+
+# vLLM's rejection-sampler import closure beyond what the GPU image has (pinned as tested
+# on CPU; transformers, huggingface_hub, tokenizers, numpy, pydantic come with the image).
+VLLM_CLOSURE="regex==2026.12.2 cbor2==6.3.0 psutil==7.2.2 pyzmq==27.3.0 httpx2==2.17.0
+httpcore2==2.17.0 truststore==0.10.5 h11==0.16.0 aiohttp==3.14.5 multidict==7.2.1
+attrs==26.1.0 yarl==1.25.1 propcache==0.5.4 aiohappyeyeballs==2.7.1 aiosignal==1.4.0
+frozenlist==1.8.0 openai-harmony==0.0.8 openai==3.63.0 sniffio==1.3.1 anyio==4.16.0
+pybase64==1.5.1 cachetools==8.0.3 msgspec==0.23.0 cloudpickle==3.1.3 uvloop==0.23.0
+py-cpuinfo==9.0.0 prometheus_client==0.26.0 fastapi==0.136.3 starlette==1.10.0
+annotated-doc==0.0.7 xgrammar==0.2.8 apache-tvm-ffi==0.1.11 partial-json-parser==0.2.1.1.post7
+llguidance==1.9.1 cbor2==6.3.0"
+FLASHINFER="flashinfer-python==0.7.2.post1"
+FLASHINFER_CLOSURE="apache-tvm-ffi==0.1.11 ninja einops click tabulate"
+
+download() {  # cp312 manylinux wheels, no dependencies (each one named)
+  $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux_2_24_x86_64 --platform manylinux_2_31_x86_64 \
+    --platform manylinux_2_34_x86_64 --platform manylinux1_x86_64 -d "$1" "${@:2}"
+}
+
+if [ "$step" = prepare ]; then
+  rm -rf "$ROOT" && mkdir -p "$ROOT/vllm/site" "$ROOT/vllm/wheels" "$ROOT/flashinfer"
+  tmp=$(mktemp -d)
+  $PY -m pip download -q --no-deps -d "$tmp" "vllm==0.33.0" "sglang==0.5.23"
+  # vLLM: its Python files and dist-info only (no compiled extensions, no vllm-rs binary).
+  (cd "$tmp" && unzip -q vllm-0.33.0-*.whl 'vllm/*.py' 'vllm-0.33.0.dist-info/*' && \
+   unzip -q sglang-0.5.23-*.whl 'sglang/kernels/ops/speculative/reject_sampling.py' \
+     'sglang-0.5.23.dist-info/*' && rm -f ./*.dist-info/RECORD)
+  cp -r "$tmp"/vllm "$tmp"/vllm-0.33.0.dist-info "$tmp"/sglang "$tmp"/sglang-0.5.23.dist-info \
+    "$ROOT/vllm/site/"
+  # shellcheck disable=SC2086
+  for spec in $(echo $VLLM_CLOSURE | tr ' ' '\n' | sort -u); do download "$ROOT/vllm/wheels" "$spec"; done
+  # FlashInfer: unpacked and trimmed to what its sampling JIT module compiles (its own
+  # sampling sources and every header); the other kernels' .cu sources and CUTLASS stay
+  # behind. If the JIT build misses a file, `run flashinfer`
+  # says which: carry it in a second folder.
+  download "$tmp" "$FLASHINFER"
+  mkdir -p "$ROOT/flashinfer/site"
+  (cd "$ROOT/flashinfer/site" && unzip -q "$tmp"/flashinfer_python-*.whl \
+     -x 'flashinfer/data/cutlass/*' 'flashinfer_python-*.dist-info/RECORD' && \
+   find flashinfer/data/csrc -name '*.cu' ! -name '*sampling*' ! -name '*renorm*' -delete)
+  # shellcheck disable=SC2086
+  for spec in $FLASHINFER_CLOSURE; do download "$ROOT/flashinfer" "$spec"; done
+  rm -rf "$tmp"
+  du -sh "$ROOT"/vllm "$ROOT"/flashinfer
+  echo "carry .peers-gpu/vllm (vLLM + SGLang) and .peers-gpu/flashinfer in separate calls;"
+  echo "each must be under 64 MiB. Add '/.peers-gpu/' to .git/info/exclude if not ignored."
+  exit 0
+fi
+
+[ "$step" = run ] || { echo "usage: $0 prepare | run vllm | run flashinfer" >&2; exit 2; }
+OUTDIR=${OUT:-/tmp/peers-gpu}
+mkdir -p "$OUTDIR" /tmp/site
+export PYTHONPATH=/tmp/site:$PWD
+# The project's own pure-Python dependencies the image lacks (pydantic, cryptography, ...)
+# travel as .whl/ exactly as for bench/gpu_session.sh.
+if [ -d .whl ]; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl
+fi
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUTDIR/gpu.txt"
+$PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
+  | tee -a "$OUTDIR/gpu.txt"
+case "$what" in
+  vllm)
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site "$ROOT"/vllm/wheels/*.whl
+    cp -r "$ROOT"/vllm/site/* /tmp/site/
+    protocols="vllm vllm_kernel sglang sglang_quadrature"
+    tests="tests/peers/test_vllm.py tests/peers/test_sglang.py"
+    peers="vllm.forward,vllm.accept_kernel,sglang.chain"
+    ;;
+  flashinfer)
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site "$ROOT"/flashinfer/*.whl
+    cp -r "$ROOT"/flashinfer/site/* /tmp/site/
+    protocols="flashinfer"
+    tests="tests/peers/test_flashinfer.py"
+    peers="flashinfer.chain"
+    ;;
+  *) echo "usage: $0 run vllm|flashinfer" >&2; exit 2 ;;
+esac
+SPECCONFORM_PEERS=1 $PY -m pytest -q -p no:cacheprovider $tests 2>&1 | tee "$OUTDIR/tests-$what.txt" || true
+for p in $protocols; do
+  # The CPU protocols are sized for the interpreter; on CUDA --seeds raises them where the
+  # lead wants more power (the protocol marks seeds overridable; the archive records it).
+  /usr/bin/time -f "$p: %e s wall" $PY -m specconform run "protocols/peers/$p.yaml" --device cuda \
+    --no-sign --out "$OUTDIR/evidence" 2>&1 | tee "$OUTDIR/run-$p.txt" || true
+done
+$PY bench/peer_accept_timing.py --device cuda --rows 4096 --vocab 32000 --draft-k 4 \
+  --calls 20 --warmup 3 --peers "$peers" --json "$OUTDIR/timing-$what.json" \
+  | tee "$OUTDIR/timing-$what.txt"
