@@ -90,6 +90,12 @@ VOLATILE_KEYS: dict[str, dict[str, str]] = {
         "sampler_adapter.source": "as engine_adapter.source",
         "sampler_adapter.packages": "as engine_adapter.packages",
     },
+    "raw/outputs.json": {  # equality: the tree each side's outputs came from
+        "sides.candidate.commit": "the recorded commit",
+        "sides.candidate.dirty": "the git state of the checkout",
+        "sides.base.commit": "the --base-ref commit (runs here have none)",
+        "sides.base.dirty": "as sides.candidate.dirty",
+    },
     "environment.json": {
         "code": "digest and file count of the installed code: changes with any edit",
         "git": "the recorded commit and dirty flag",
@@ -183,13 +189,17 @@ def _performance_projection(name: str, data: bytes) -> bytes | None:
 
 _PERF_LOG_VERDICT = re.compile(r"^verdict \w+$", re.MULTILINE)
 
-# run.json of a performance run names each side's commit ("nospec @ b44dbd0d0e30").
-_COMMIT_IN_SIDE = re.compile(r" @ [0-9a-f]{7,40}")
+# run.json of a performance run names each side's commit and git state
+# ("nospec @ b44dbd0d0e30", "async d=2 @ cc42ea4e1d2f+dirty").
+_COMMIT_IN_SIDE = re.compile(r" @ (?:[0-9a-f]{7,40}|no commit)(?:\+dirty)?$")
 
-# log.txt lines carry the adapter's source digest (a code identity, as above) and, for
-# mcnemar runs, each group's wall time ("group nospec: 2 trials, 27 tokens in 16.9s").
+# log.txt lines carry the adapter's source digest (a code identity, as above), for
+# mcnemar runs each group's wall time ("group nospec: 2 trials, 27 tokens in 16.9s"), for
+# equality runs the commit and git state ("candidate: 6 configurations x 10 prompts
+# (b44dbd0d0e30d7ee437e4910a8fb89a5789f59de dirty)").
 _LOG_MASKS = [
     (re.compile(r"source sha256 [0-9a-f]+"), "source sha256 <code>"),
+    (re.compile(r"\((?:[0-9a-f]{40}|no commit)(?: dirty)?\)"), "(<commit>)"),
     (re.compile(r" in \d+(?:\.\d+)?s\b"), " in <seconds>s"),
 ]
 
