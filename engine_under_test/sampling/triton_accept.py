@@ -32,7 +32,6 @@ from engine_under_test.sampling.triton_categorical import (
     ROW,
     _row_pass,
     chunk_buffers,
-    launch,
     launch_shape,
     split_shape,
 )
@@ -173,35 +172,33 @@ def speculative_accept(
     error = torch.empty(B, dtype=torch.bool, device=device)
     if B == 0:
         return tokens, num_accepted, num_committed, error
-    inputs = dict(
-        p_ptr=p,
-        sp0=p.stride(0),
-        sp1=p.stride(1),
-        q_ptr=q_arg,
-        sq0=q_arg.stride(0),
-        sq1=q_arg.stride(1),
-        d_ptr=drafts,
-        sd0=drafts.stride(0),
-        lens_ptr=lens,
-        u_ptr=u,
-        su0=u.stride(0),
-        V=V,
-        K=K,
+    # Positional launches (keywords cost the host microseconds per call); None stands
+    # for an argument the pass does not read (triton_categorical's ROW, CHUNKS, DRAW).
+    inputs = (
+        p,
+        p.stride(0),
+        p.stride(1),
+        q_arg,
+        q_arg.stride(0),
+        q_arg.stride(1),
+        drafts,
+        drafts.stride(0),
+        lens,
+        u,
+        u.stride(0),
     )
-    outputs = dict(
-        tok_ptr=tokens,
-        st0=tokens.stride(0),
-        nacc_ptr=num_accepted,
-        ncom_ptr=num_committed,
-        err_ptr=error,
-    )
+    outputs = (tokens, tokens.stride(0), num_accepted, num_committed, error)
     split = split_shape(B, V)
     if split is not None:  # small batches: each row's law in S chunks, then the draw
         block, ch, S, sp, warps = split
-        stats = dict(chunk_buffers(B, S, device), S=S, CH=ch, BLOCK=block)
-        launch(_accept_kernel, (B, S), warps, **inputs, **stats, PASS=CHUNKS)
-        launch(_accept_kernel, (B,), warps, **inputs, **outputs, **stats, SP=sp, PASS=DRAW)
+        stats = (*chunk_buffers(B, S, device), S, V, ch)
+        shape = dict(K=K, BLOCK=block, NTP=None, SP=sp, num_warps=warps)
+        no_outputs = (None,) * len(outputs)
+        _accept_kernel[(B, S)](*inputs, *no_outputs, *stats, **shape, PASS=CHUNKS.value)
+        _accept_kernel[(B,)](*inputs, *outputs, *stats, **shape, PASS=DRAW.value)
     else:
         block, ntp, warps = launch_shape(B, V)
-        launch(_accept_kernel, (B,), warps, **inputs, **outputs, BLOCK=block, NTP=ntp, PASS=ROW)
+        no_stats = (None, None, None, None, V, None)  # sums, bads, lasts, S, V, CH
+        shape = dict(K=K, BLOCK=block, NTP=ntp, SP=None, num_warps=warps)
+        _accept_kernel[(B,)](*inputs, *outputs, *no_stats, **shape, PASS=ROW.value)
     return tokens, num_accepted, num_committed, error
