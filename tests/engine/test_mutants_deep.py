@@ -59,6 +59,18 @@ def round_of(out, index: int) -> int:
     return max(r for r, s in enumerate(round_starts(out)) if s <= index)
 
 
+def differing(clean, bugged) -> list[tuple]:
+    """(clean output, bugged output, first differing token index, its round) for every
+    request the planted bug changed; asserts it changed at least one."""
+    found = []
+    for a, b in zip(clean, bugged, strict=True):
+        i = first_diff(a.token_ids, b.token_ids)
+        if i is not None:
+            found.append((a, b, i, round_of(a, i)))
+    assert found, "the planted bug changed no request"
+    return found
+
+
 def tokens(outs):
     return [o.token_ids for o in outs]
 
@@ -150,17 +162,10 @@ def test_bonus_after_accepts_changes_only_bonuses_after_two_or_more_accepts(mode
     _, bugged = generate(model, "bonus_after_accepts", params)
     assert any(s.accepted == s.drafted == 1 for o in clean for s in o.rounds)
     assert_t1_t2_and_first_position_law_untouched(clean, bugged)
-    changed = 0
-    for a, b in zip(clean, bugged, strict=True):
-        i = first_diff(a.token_ids, b.token_ids)
-        if i is None:
-            continue
-        changed += 1
-        r = round_of(a, i)
+    for a, _b, i, r in differing(clean, bugged):
         stat = a.rounds[r]
         # The first differing token is the bonus of a round that accepted all L >= 2.
         assert stat.accepted == stat.drafted >= 2 and i == round_starts(a)[r] + stat.accepted
-    assert changed > 0
     # The kernel's bonus law: p at L is p at L - 1 in every round with L >= 2, and the
     # right one (a different position's law) in every round with L = 1.
     short = 0
@@ -180,17 +185,10 @@ def test_late_round_residual_changes_only_corrections_from_the_third_round(model
     params = [rand(s, max_tokens=20) for s in range(N)]
     _, clean = generate(model, None, params)
     _, bugged = generate(model, "late_round_residual", params)
-    changed = 0
-    for a, b in zip(clean, bugged, strict=True):
-        i = first_diff(a.token_ids, b.token_ids)
-        if i is None:
-            continue
-        changed += 1
-        r = round_of(a, i)
+    for a, _b, i, r in differing(clean, bugged):
         stat = a.rounds[r]
         assert r >= 2, "rounds 0 and 1 are the clean ones"
         assert stat.accepted < stat.drafted and i == round_starts(a)[r] + stat.accepted
-    assert changed > 0
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -199,18 +197,11 @@ def test_next_input_partial_acts_after_a_partial_accept_only(model, mode):
     _, clean = generate(model, None, params, mode)
     _, bugged = generate(model, "next_input_partial", params, mode)
     assert_t1_t2_and_first_position_law_untouched(clean, bugged)
-    changed = 0
-    for a, b in zip(clean, bugged, strict=True):
-        i = first_diff(a.token_ids, b.token_ids)
-        if i is None:
-            continue
-        changed += 1
-        r = round_of(a, i)
+    for a, b, _i, r in differing(clean, bugged):
         assert r >= 1 and any(0 < s.accepted < s.drafted for s in a.rounds[:r])
         # The request's output before that round is right: only the device input moved,
         # so the round's p at position 0 is a law given the wrong last token.
         assert not np.array_equal(a.trace[r].p[0], b.trace[r].p[0])
-    assert changed > 0
 
 
 # ------------------------------------------------------------------ randomness

@@ -8,6 +8,7 @@ import pytest
 
 from engine_under_test.mutants import MUTANTS, Mutant, get_mutant, list_mutants
 from engine_under_test.sampling import KERNEL_MUTANTS
+from tests.engine.helpers import deep_mutant_names
 
 KERNEL = {"residual_from_p", "bonus_off_by_one", "shared_uniform"}
 ENGINE = {
@@ -23,18 +24,7 @@ ENGINE = {
     "nan_target_once",
 }
 # Engine mutants that act only past the first draft position (runners/deep_mutants.py).
-DEEP = {
-    "deep_position_temp",
-    "late_round_residual",
-    "bonus_after_accepts",
-    "next_input_partial",
-    "rng_reused_rounds",
-    "rng_shared_requests",
-    "filter_order_temp",
-    "top_p_drop_crossing",
-    "slot_stale_params",
-    "greedy_row_sampled",
-}
+DEEP = set(deep_mutant_names())
 
 
 def test_registry_holds_exactly_the_planned_mutants():

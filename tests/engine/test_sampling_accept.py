@@ -22,9 +22,9 @@ def one_hot(i, v=V):
     return [1.0 if j == i else 0.0 for j in range(v)]
 
 
-def run(p, q, drafts, draft_lens, uniforms, mutant=None):
-    """speculative_accept on Python lists; returns the result as lists."""
-    out = speculative_accept(
+def accept(p, q, drafts, draft_lens, uniforms, mutant=None):
+    """speculative_accept on Python lists (float32 laws, float64 uniforms)."""
+    return speculative_accept(
         torch.tensor(p, dtype=torch.float32),
         torch.tensor(q, dtype=torch.float32),
         torch.tensor(drafts, dtype=torch.int64),
@@ -32,6 +32,11 @@ def run(p, q, drafts, draft_lens, uniforms, mutant=None):
         torch.tensor(uniforms, dtype=torch.float64),
         mutant=mutant,
     )
+
+
+def run(p, q, drafts, draft_lens, uniforms, mutant=None):
+    """speculative_accept on Python lists; returns the result as lists."""
+    out = accept(p, q, drafts, draft_lens, uniforms, mutant)
     return (
         out.tokens.tolist(),
         out.num_accepted.tolist(),
@@ -42,13 +47,7 @@ def run(p, q, drafts, draft_lens, uniforms, mutant=None):
 
 def invalid_names(p, q, drafts, draft_lens, uniforms):
     """What was invalid at each row's stop point (None: valid)."""
-    out = speculative_accept(
-        torch.tensor(p, dtype=torch.float32),
-        torch.tensor(q, dtype=torch.float32),
-        torch.tensor(drafts, dtype=torch.int64),
-        torch.tensor(draft_lens, dtype=torch.int64),
-        torch.tensor(uniforms, dtype=torch.float64),
-    )
+    out = accept(p, q, drafts, draft_lens, uniforms)
     assert torch.equal(out.error, out.invalid != 0)
     return [INVALID_NAMES.get(c) for c in out.invalid.tolist()]
 
