@@ -111,8 +111,9 @@ clean:
 # --no-deps (their full requirements are a serving stack with CUDA wheels), then only the
 # pure-Python packages that vLLM's rejection-sampler import closure needs (found by
 # importing it), pinned as tested; SGLang's kernel module imports only triton. Triton 3.6's
-# interpreter needs numpy < 2.3. Measured on the 2 shared cores: about 4 min to install
-# from a warm pip cache, tests and smoke runs about 6 min at load average ~10.
+# interpreter needs numpy < 2.3. Measured on the 2 shared cores at load average 11-14:
+# install about 4 min (pip cache warm; the vLLM wheel alone is 336 MB), tests 80 CPU-s /
+# 8.8 min wall, smoke runs 20 CPU-s / 1.6 min wall; on idle cores the CPU times rule.
 PEERS_VENV ?= .venv-peers
 PEERS_PY   := $(PEERS_VENV)/bin/python
 PEERS_SPECS ?= "vllm==0.33.0" "sglang==0.5.23"
@@ -141,7 +142,14 @@ $(PEERS_VENV)/.installed: pyproject.toml
 peers-test: $(PEERS_VENV)/.installed
 	$(PEERS_ENV) $(PEERS_PY) -m pytest -q -p no:cacheprovider tests/peers
 	rm -rf /tmp/specconform-peers-smoke
+	# Smoke: each peer's protocol end to end at 400 rows (exit 0 or 1: at 400 rows the
+	# deepest ragged positions have no evidence, which is never PASS), then the committed
+	# archives verified offline.
 	for p in vllm sglang; do \
 	  $(PEERS_ENV) $(PEERS_VENV)/bin/specconform run protocols/peers/$$p.yaml --seeds 400 \
 	    --no-sign --out /tmp/specconform-peers-smoke; rc=$$?; \
 	  [ $$rc -le 1 ] || exit $$rc; done
+	for a in docs/evidence/peers/*.zip docs/evidence/peers/negative-controls/*.zip; do \
+	  [ -f "$$a" ] || continue; \
+	  $(PEERS_VENV)/bin/specconform verify "$$a" --pubkey docs/evidence/peers/peers.pub \
+	    >/dev/null || exit 3; done

@@ -5,9 +5,9 @@
 # Two steps:
 #
 #   bash bench/peers_gpu.sh prepare        # HERE (a machine with pip and PyPI): builds
-#                                          # .peers-gpu/{vllm,flashinfer}/ (git-ignored)
-#   bash bench/peers_gpu.sh run vllm       # THERE, carrying .peers-gpu/vllm
-#   bash bench/peers_gpu.sh run flashinfer # THERE, carrying .peers-gpu/flashinfer
+#                                          # .peers-gpu/{vllm,flashinfer}.tar.xz (ignored)
+#   bash bench/peers_gpu.sh run vllm       # THERE, carrying .whl, .peers-gpu/vllm.tar.xz
+#   bash bench/peers_gpu.sh run flashinfer # THERE, carrying .whl, .peers-gpu/flashinfer.tar.xz
 #
 # What must be carried (the GPU image has Python 3.12, torch 2.11 + CUDA 13, triton 3.6,
 # transformers, huggingface_hub, tokenizers, numpy, nvcc; nothing can be fetched):
@@ -19,11 +19,12 @@
 #                             speculative/reject_sampling.py) with its dist-info;
 #   .peers-gpu/vllm/wheels/   cp312 wheels of vLLM's rejection-sampler import closure that
 #                             the image lacks (the list below);
-#   .peers-gpu/flashinfer/    flashinfer-python 0.7.2.post1 unpacked and trimmed (site/: its
-#                             Python, headers and sampling sources; JIT-compiled with the
-#                             image's nvcc on first use) and the cp312 wheels it imports
-#                             (apache-tvm-ffi, ninja, einops, click, tabulate).
-# Each folder must stay under the device tool's 64 MiB per call: `prepare` prints sizes.
+#   .peers-gpu/flashinfer/    flashinfer-python 0.7.2.post1 unpacked without CUTLASS (site/;
+#                             JIT-compiled with the image's nvcc on first use) and the cp312
+#                             wheels it imports (apache-tvm-ffi, ninja, einops, click,
+#                             tabulate).
+# Each folder travels as one .tar.xz (prepare packs it), under the device tool's 64 MiB a
+# call with the repository and .whl: `prepare` prints the sizes.
 # Plus .whl/ with the project's own dependencies, as for bench/gpu_session.sh (carry
 # names at most 8 paths: .whl and one .peers-gpu folder per call).
 #
@@ -72,21 +73,25 @@ if [ "$step" = prepare ]; then
     "$ROOT/vllm/site/"
   # shellcheck disable=SC2086
   for spec in $(echo $VLLM_CLOSURE | tr ' ' '\n' | sort -u); do download "$ROOT/vllm/wheels" "$spec"; done
-  # FlashInfer: unpacked and trimmed to what its sampling JIT module compiles (its own
-  # sampling sources and every header); the other kernels' .cu sources and CUTLASS stay
-  # behind. If the JIT build misses a file, `run flashinfer`
-  # says which: carry it in a second folder.
+  # FlashInfer: unpacked without CUTLASS (its sampling kernels do not use it; if the JIT
+  # build misses a file, `run flashinfer` says which).
   download "$tmp" "$FLASHINFER"
   mkdir -p "$ROOT/flashinfer/site"
   (cd "$ROOT/flashinfer/site" && unzip -q "$tmp"/flashinfer_python-*.whl \
      -x 'flashinfer/data/cutlass/*' 'flashinfer_python-*.dist-info/RECORD' && \
-   find flashinfer/data/csrc -name '*.cu' ! -name '*sampling*' ! -name '*renorm*' -delete)
+   true)
   # shellcheck disable=SC2086
   for spec in $FLASHINFER_CLOSURE; do download "$ROOT/flashinfer" "$spec"; done
   rm -rf "$tmp"
-  du -sh "$ROOT"/vllm "$ROOT"/flashinfer
-  echo "carry .peers-gpu/vllm (vLLM + SGLang) and .peers-gpu/flashinfer in separate calls;"
-  echo "each must be under 64 MiB. Add '/.peers-gpu/' to .git/info/exclude if not ignored."
+  # One xz archive per call: the unpacked sources are ~80 MB (vLLM) and ~200 MB
+  # (FlashInfer), compressed ~30 MB and ~40 MB: under the device tool's 64 MiB with the
+  # repository (~11 MB) and .whl.
+  for peer in vllm flashinfer; do
+    tar -C "$ROOT" -cf - "$peer" | xz -6 -T2 > "$ROOT/$peer.tar.xz" && rm -rf "${ROOT:?}/$peer"
+  done
+  du -sh "$ROOT"/*.tar.xz
+  echo "carry .peers-gpu/vllm.tar.xz (vLLM + SGLang) and .peers-gpu/flashinfer.tar.xz in"
+  echo "separate calls (each with .whl); each call's carried files + repository < 64 MiB."
   exit 0
 fi
 
@@ -104,19 +109,22 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUTDIR/gpu.txt"
 $PY -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
   | tee -a "$OUTDIR/gpu.txt"
+[ -f "$ROOT/$what.tar.xz" ] || { echo "carry $ROOT/$what.tar.xz (bash $0 prepare)" >&2; exit 2; }
+mkdir -p /tmp/peerstage && xz -dc "$ROOT/$what.tar.xz" | tar -C /tmp/peerstage -xf -
+STAGE=/tmp/peerstage
 case "$what" in
   vllm)
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/site "$ROOT"/vllm/wheels/*.whl
-    cp -r "$ROOT"/vllm/site/* /tmp/site/
+      --target /tmp/site "$STAGE"/vllm/wheels/*.whl
+    cp -r "$STAGE"/vllm/site/* /tmp/site/
     protocols="vllm vllm_kernel sglang sglang_quadrature"
     tests="tests/peers/test_vllm.py tests/peers/test_sglang.py"
     peers="vllm.forward,vllm.accept_kernel,sglang.chain"
     ;;
   flashinfer)
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/site "$ROOT"/flashinfer/*.whl
-    cp -r "$ROOT"/flashinfer/site/* /tmp/site/
+      --target /tmp/site "$STAGE"/flashinfer/*.whl
+    cp -r "$STAGE"/flashinfer/site/* /tmp/site/
     protocols="flashinfer"
     tests="tests/peers/test_flashinfer.py"
     peers="flashinfer.chain"
