@@ -34,8 +34,8 @@ adapter checks them against argmax chains itself and, if one is wrong, flags eve
 random row of that call as an error (the protocol's kernel_errors test fails).
 
 Planted misuse (``mutant``, the negative controls of tests/peers): ``wrong_temperature``
-builds the logits for temperature 1 while the metadata says each row's own temperature
-(0.7 / 1.5): vLLM then samples softmax(log p / T), not p.
+builds every random row's logits for temperature 1 (log p) while its metadata says 0.7:
+vLLM then samples softmax(log p / 0.7), not p.
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ TEMPERATURES = (1.0, 0.7, 1.5)  # per random row, cycled
 FILTERS = ("none", "top_k", "top_p")  # per random row, cycled (coprime with the above)
 GREEDY_EVERY = 8  # one greedy row rides along per this many random rows
 DECOY_NATS = 30.0
+WRONG_TEMPERATURE = 0.7  # the planted misuse: metadata temperature for logits built at 1
 
 
 def _load(device: str, mutant: str | None):
@@ -120,7 +121,9 @@ def _spec_metadata(torch, draft_rows: list[list[int]], dev):
     from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
 
     md = SpecDecodeMetadata.make_dummy(draft_rows, device=dev)
-    target, bonus, at = [], [], 0
+    target: list[int] = []
+    bonus: list[int] = []
+    at = 0
     for ids in draft_rows:
         target.extend(range(at, at + len(ids)))
         at += len(ids)
@@ -191,7 +194,9 @@ class VllmForward:
             L = int(lens[src])
             T = 0.0 if greedy else TEMPERATURES[r % len(TEMPERATURES)]
             mode = "none" if greedy else self._filters[r % len(self._filters)]
-            scale = 1.0 if (greedy or self.mutant == "wrong_temperature") else T
+            scale = 1.0 if greedy else T
+            if self.mutant == "wrong_temperature" and not greedy:
+                scale, T = 1.0, WRONG_TEMPERATURE
             laws = p[src, : L + 1]
             # One top-p per request: the smallest eps over its positions keeps every
             # position's support exactly (the rule holds for any smaller eps).
