@@ -111,9 +111,9 @@ clean:
 # --no-deps (their full requirements are a serving stack with CUDA wheels), then only the
 # pure-Python packages that vLLM's rejection-sampler import closure needs (found by
 # importing it), pinned as tested; SGLang's kernel module imports only triton. Triton 3.6's
-# interpreter needs numpy < 2.3. Measured on the 2 shared cores at load average 11-14:
-# install about 4 min (pip cache warm; the vLLM wheel alone is 336 MB), tests 80 CPU-s /
-# 8.8 min wall, smoke runs 20 CPU-s / 1.6 min wall; on idle cores the CPU times rule.
+# interpreter needs numpy < 2.3. Measured on the 2 shared cores (load average ~8): the
+# install into a fresh venv 3.1 min (pip cache warm; the vLLM wheel alone is 336 MB), then
+# tests, smoke runs and verification 3.3 min wall (98 CPU-s).
 PEERS_VENV ?= .venv-peers
 PEERS_PY   := $(PEERS_VENV)/bin/python
 PEERS_SPECS ?= "vllm==0.33.0" "sglang==0.5.23"
