@@ -1,7 +1,7 @@
 """Calibration of the sequence kind: the false-fail rate of every test and of the verdict
 under the null, and the kill rate of planted bugs, at a protocol's layout.
 
-Null: each replication runs the numpy speculative sampler (tests/toolkit/sequence_synthetic.py)
+Null: each replication runs the numpy speculative sampler (specconform/calibration/sequence_synthetic.py)
 on exact Markov-chain laws for every group of the protocol -- the real group sizes,
 lengths, sampling cycles, round/position/slot structure and TVs -- with fresh engine
 randomness and a fresh ``pit_seed`` (fresh V_t), and evaluates it with the kind's own
@@ -44,10 +44,10 @@ from scipy import stats as sps
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from specconform.calibration.sequence_synthetic import MUTANTS, make_world, simulate  # noqa: E402
 from specconform.kinds.sequence import evaluate_frames  # noqa: E402
 from specconform.kinds.sequence.raw import CHECKS, REQUESTS, TOKENS  # noqa: E402
 from specconform.protocol.load import load_protocol  # noqa: E402
-from tests.toolkit.sequence_synthetic import MUTANTS, make_world, simulate  # noqa: E402
 
 LEVEL = 0.99
 _STATE: dict = {}

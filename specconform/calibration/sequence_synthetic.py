@@ -276,6 +276,7 @@ def simulate_group(
             xd = _inverse_cdf(q, u[at, 2 * j])
             rows = np.arange(at.size)
             tv = 0.5 * np.abs(p - q).sum(axis=1)
+            assert q_acc_tab is not None  # drafts exist only in speculative groups
             q_acc = q_acc_tab[cc, ss]
             accept = u[at, 2 * j + 1] * q_acc[rows, xd] < p_eng[rows, xd]
             if mutant == "reject_position2" and j == 2:

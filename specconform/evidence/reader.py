@@ -25,6 +25,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from specconform.details import SCHEMA1_RECORDS
 from specconform.errors import EvidenceError, SpecconformError, UsageError
 from specconform.evidence.sha256sums import check_member_name, sha256_file, sha256_hex
 from specconform.evidence.zipcheck import check_structure, one_line, shown
@@ -101,7 +102,9 @@ class ArchiveContents:
         row's detail read as the typed record of the archive's protocol kind."""
         protocol = self.json_object("protocol.json") if "protocol.json" in self.files else {}
         kind = protocol.get("kind") if isinstance(protocol.get("kind"), str) else None
-        schema = 1 if kind == "distribution" and "verdict" not in protocol else 2
+        # A kind with a frozen schema-1 layout (details.SCHEMA1_RECORDS: archives from
+        # before protocols pre-registered their verdict rule) is read with it.
+        schema = 1 if kind in SCHEMA1_RECORDS and "verdict" not in protocol else 2
         return Evaluation(
             tuple(
                 row_from_json(r, "results/tests.json", kind, schema=schema)

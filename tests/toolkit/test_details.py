@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from specconform.calibration import load_reference, make_world, simulate, world_from_reference
+from specconform.calibration.sequence_synthetic import simulate as simulate_sequence
 from specconform.details import TYPED_KINDS, JsonDetail, Record, legacy, parse_detail
 from specconform.evidence.jsonio import compact_json
 from specconform.evidence.reader import read_archive
@@ -35,7 +36,6 @@ from specconform.stats.reference import Reference
 from specconform.stats.speculative import joint_cells
 from tests.toolkit.cli_helpers import ROOT
 from tests.toolkit.fixtures.sequence_run import PROTOCOL_PATH as SEQUENCE_PROTOCOL
-from tests.toolkit.sequence_synthetic import simulate as simulate_sequence
 from tests.toolkit.synthetic import PROTOCOL as DISTRIBUTION_PROTOCOL
 
 EXAMPLES = sorted((ROOT / "docs/evidence").rglob("*.zip"))

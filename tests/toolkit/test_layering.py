@@ -103,7 +103,7 @@ out["performance"] = ev.verdict.verdict
 # sequence: ci_sequence on the numpy speculative sampler's exact laws
 from specconform.kinds.sequence import evaluate_frames
 from specconform.protocol.load import load_protocol
-from tests.toolkit.sequence_synthetic import simulate
+from specconform.calibration.sequence_synthetic import simulate
 sp = load_protocol("tests/toolkit/fixtures/sequence_protocol.yaml").data
 out["sequence"] = evaluate_frames(sp, *simulate(sp, 1)).verdict.verdict
 out["kinds"] = sorted(KINDS)

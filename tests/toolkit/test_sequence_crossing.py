@@ -1,6 +1,6 @@
 """crossing_count: the committed top-p crossing tokens against their expected number
 (specconform/stats/crossing.py, specconform/kinds/sequence/crossing.py), on the numpy
-speculative sampler's exact laws (tests/toolkit/sequence_synthetic.py)."""
+speculative sampler's exact laws (specconform/calibration/sequence_synthetic.py)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import json
 import numpy as np
 import pytest
 
+from specconform.calibration.sequence_synthetic import simulate
 from specconform.kinds.sequence import evaluate_frames
 from specconform.kinds.sequence.raw import CROSS_COLUMNS
 from specconform.protocol.load import load_protocol
 from specconform.results import FAIL, NO_EVIDENCE, PASS
 from specconform.stats.crossing import crossing_columns, crossing_test
 from tests.toolkit.cli_helpers import ROOT
-from tests.toolkit.sequence_synthetic import simulate
 
 
 def test_crossing_token_is_the_last_kept_token_in_stable_order():

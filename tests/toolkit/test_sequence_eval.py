@@ -1,5 +1,5 @@
 """The sequence evaluator on frames from the numpy speculative sampler
-(tests/toolkit/sequence_synthetic.py): the ci_sequence layout (a frozen copy,
+(specconform/calibration/sequence_synthetic.py): the ci_sequence layout (a frozen copy,
 tests/toolkit/fixtures/sequence_protocol.yaml) passes on exact laws and fails on each
 planted bug.
 
@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from specconform.calibration.sequence_synthetic import simulate
 from specconform.details.sequence import Offender
 from specconform.kinds import reevaluate
 from specconform.kinds.sequence import evaluate_frames
@@ -27,7 +28,6 @@ from specconform.protocol.load import load_protocol
 from specconform.protocol.schema_sequence import SequenceProtocol
 from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, RawData
 from tests.toolkit.fixtures.sequence_run import PROTOCOL_PATH
-from tests.toolkit.sequence_synthetic import simulate
 
 
 @pytest.fixture(scope="module")

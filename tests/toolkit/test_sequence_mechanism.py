@@ -1,6 +1,6 @@
 """The mechanism PIT (``mechanism_pit``) and the mechanism-out-of-support rule of the
 sequence evaluator, on frames of the numpy speculative sampler
-(tests/toolkit/sequence_synthetic.py) at the shipped protocols/ci_sequence.yaml layout.
+(specconform/calibration/sequence_synthetic.py) at the shipped protocols/ci_sequence.yaml layout.
 
 Sizes (docs/calibration.md, "Sequence kind", 1,000 null and 200 bug replications): the
 verdict is Holm over the protocol's 9 stochastic tests at family-wise α = 0.01, so a
@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from specconform.calibration.sequence_synthetic import simulate
 from specconform.details.sequence import Offender
 from specconform.kinds.sequence import evaluate_frames
 from specconform.kinds.sequence.mechanism import PREDATES
@@ -26,7 +27,6 @@ from specconform.protocol.schema_sequence import SequenceProtocol
 from specconform.results import FAIL, NO_EVIDENCE, PASS
 from tests.toolkit.cli_helpers import ROOT
 from tests.toolkit.fixtures.sequence_run import PROTOCOL_PATH
-from tests.toolkit.sequence_synthetic import simulate
 
 MECHANISM = ("mechanism_async", "mechanism_sync_d1")
 
