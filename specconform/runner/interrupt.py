@@ -13,17 +13,29 @@ that number does (``RANK`` in its environment); others ignore the variable. A si
 to the calling process is delivered before ``os.kill`` returns, so the checkpoint then
 holds exactly the batches written so far: no interleaving is left to chance.
 
-Unset (every real run), :func:`batch_written` costs one dictionary lookup per batch.
+A second variable holds a run right after it has reserved its seeds in the ledger:
+
+    SPECCONFORM_TEST_HOLD_AFTER_RESERVE=PATH
+
+The run waits (outside the ledger's lock) until PATH exists, so a test of two runs
+started together over one ledger knows the winner is still live when the loser checks:
+the test releases the winner only after the loser has exited.
+
+Unset (every real run), each hook costs one dictionary lookup.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
+from pathlib import Path
 
 from specconform.errors import UsageError
 
 ENV = "SPECCONFORM_TEST_INTERRUPT"
+HOLD_ENV = "SPECCONFORM_TEST_HOLD_AFTER_RESERVE"
+HOLD_LIMIT_S = 600.0  # a hang guard: a test that never releases fails, not hangs
 _written = 0  # batch files this process wrote (a resumed run is a new process: from 0)
 
 
@@ -63,3 +75,16 @@ def batch_written() -> None:
     _written += 1
     if _written == after:
         os.kill(os.getpid(), sig)
+
+
+def seeds_reserved() -> None:
+    """Call after this run's ledger entries are written (the lock released); holds the
+    run until the test's release file exists."""
+    value = os.environ.get(HOLD_ENV)
+    if not value:
+        return
+    release, deadline = Path(value), time.monotonic() + HOLD_LIMIT_S
+    while not release.exists():
+        if time.monotonic() > deadline:
+            raise UsageError(f"{HOLD_ENV}: {release} did not appear in {HOLD_LIMIT_S:g} s")
+        time.sleep(0.02)

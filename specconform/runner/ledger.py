@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from specconform.errors import UsageError
+from specconform.runner import interrupt
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,7 @@ def check_and_reserve(
                 fh.write(json.dumps(asdict(entry), sort_keys=True) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
+    interrupt.seeds_reserved()  # a test-only hold (runner/interrupt.py); no-op when unset
 
 
 def release(path: Path, attempt: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import zipfile
 
 from specconform.evidence import compare_archives
@@ -44,10 +45,17 @@ def test_identical_inputs_in_two_out_folders_give_identical_evidence(tmp_path):
 
 def test_two_runs_started_together_over_one_ledger_exactly_one_proceeds(tmp_path):
     """Different batch sizes give different run ids over the same seeds; the ledger's
-    lock lets one reserve, and the other is refused naming the live run."""
+    lock lets one reserve, and the other is refused naming the live run.
+
+    The winner holds right after its reservation until the test releases it
+    (SPECCONFORM_TEST_HOLD_AFTER_RESERVE, runner/interrupt.py), and the test releases it
+    only once the loser has exited: the winner is live when the loser checks on any
+    machine (without the hold, a winner that finished before a slow loser's check made
+    the refusal name a finished run instead)."""
     protocol = tiny_protocol(tmp_path / "protocol")
     ledger = tmp_path / "shared" / "ledger.jsonl"
-    env = dict(os.environ, CI="true")
+    release = tmp_path / "release"
+    env = dict(os.environ, CI="true", SPECCONFORM_TEST_HOLD_AFTER_RESERVE=str(release))
     procs = [
         subprocess.Popen(
             [
@@ -72,6 +80,12 @@ def test_two_runs_started_together_over_one_ledger_exactly_one_proceeds(tmp_path
         )
         for batch in (4, 8)
     ]
+    # Wait for the first exit (the loser's: the winner holds), then release the winner.
+    # A poll, but not a race: nothing here depends on when the loop looks.
+    deadline = time.monotonic() + 600  # a hang guard only
+    while all(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    release.touch()
     results = []
     for p in procs:
         out, err = p.communicate(timeout=600)
