@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from tests.toolkit.cli_helpers import run_cli
+from tests.toolkit.fixtures.sequence_run import TINY_CPU_ENGINE
 
 # One async group of 3 requests and a nospec one of 2, a few tokens each: the ledger is
 # under test, not the statistics (the PIT test has too few tokens: "no evidence", so the
@@ -20,15 +21,7 @@ PROTOCOL = {
     "kind": "sequence",
     "name": "seq_ledger",
     "alpha": 0.01,
-    "engine": {
-        "preset": "tiny",
-        "model_seed": 0,
-        "dtype": "float32",
-        "device": "cpu",
-        "num_speculative_tokens": 3,
-        "temperature": 1.0,
-        "max_tokens": 6,
-    },
+    "engine": {**TINY_CPU_ENGINE, "max_tokens": 6},
     "prompts": ["default"],
     "seeds": {"count": 3, "offset": 100},
     "pit_seed": 1,

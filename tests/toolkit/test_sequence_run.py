@@ -22,15 +22,7 @@ import yaml
 
 from specconform.adapters.sequence import RequestSpec, RoundTrace, SequenceRecord
 from specconform.errors import UsageError
-from specconform.kinds.sequence.raw import (
-    CHECKS,
-    CROSS_COLUMNS,
-    MECH_COLUMNS,
-    REQUEST_COLUMNS,
-    REQUESTS,
-    TOKEN_COLUMNS,
-    TOKENS,
-)
+from specconform.kinds.sequence import raw as seq_raw
 from specconform.progress import silent
 from specconform.protocol.load import load_protocol
 from specconform.runner import sequence as runner
@@ -38,20 +30,13 @@ from specconform.runner import sequence_checks as sc
 from specconform.runner import sequence_requests as requests_plan
 from specconform.runner.context import RunContext
 from tests.toolkit.cli_helpers import ROOT, run_cli
+from tests.toolkit.fixtures.sequence_run import TINY_CPU_ENGINE
 
 SMALL = {
     "kind": "sequence",
     "name": "seq_small",
     "alpha": 0.01,
-    "engine": {
-        "preset": "tiny",
-        "model_seed": 0,
-        "dtype": "float32",
-        "device": "cpu",
-        "num_speculative_tokens": 3,
-        "temperature": 1.0,
-        "max_tokens": 16,
-    },
+    "engine": {**TINY_CPU_ENGINE, "max_tokens": 16},
     "prompts": ["default", [7, 3, 101, 45, 9, 250, 12, 5]],
     "seeds": {"count": 4, "offset": 0},
     "pit_seed": 7,
@@ -139,11 +124,13 @@ def small_run(tmp_path_factory):
 
 def test_raw_files_follow_the_contract(small_run):
     _, raw = small_run
-    assert sorted(raw) == sorted([REQUESTS, TOKENS, CHECKS])
-    req = pd.read_csv(io.BytesIO(raw[REQUESTS]), keep_default_na=False)
-    tok = pd.read_csv(io.BytesIO(raw[TOKENS]))
-    assert tuple(req.columns) == REQUEST_COLUMNS
-    assert tuple(tok.columns) == TOKEN_COLUMNS + MECH_COLUMNS + CROSS_COLUMNS
+    assert sorted(raw) == sorted([seq_raw.REQUESTS, seq_raw.TOKENS, seq_raw.CHECKS])
+    req = pd.read_csv(io.BytesIO(raw[seq_raw.REQUESTS]), keep_default_na=False)
+    tok = pd.read_csv(io.BytesIO(raw[seq_raw.TOKENS]))
+    assert tuple(req.columns) == seq_raw.REQUEST_COLUMNS
+    assert (
+        tuple(tok.columns) == seq_raw.TOKEN_COLUMNS + seq_raw.MECH_COLUMNS + seq_raw.CROSS_COLUMNS
+    )
     # Sorted by (group, request[, step]); one token row per committed token.
     assert list(req["group"]) == sorted(req["group"])
     assert tok.equals(tok.sort_values(["group", "request", "step"], kind="stable"))
@@ -159,7 +146,7 @@ def test_raw_files_follow_the_contract(small_run):
     # Mechanism columns: only at drafted positions; there a clean engine's token has
     # positive conditional mass (a boundary case, both empty, is possible but has
     # probability ~1e-4 per token: none at these seeds).
-    assert tok.loc[~drafted, list(MECH_COLUMNS)].isna().all().all()
+    assert tok.loc[~drafted, list(seq_raw.MECH_COLUMNS)].isna().all().all()
     mech = tok.loc[drafted]
     assert (mech["mech_p_token"] > 0).all()
     assert (mech["mech_cdf_below"] + mech["mech_p_token"] <= 1 + 1e-9).all()
@@ -167,7 +154,7 @@ def test_raw_files_follow_the_contract(small_run):
     # Crossing columns: exactly at the tokens of the top-p request (async_mixed request 0,
     # T 1.4, top-p 0.9) whose law keeps >= 2 tokens; a probability and a 0/1 hit there.
     top_p = (tok["group"] == "async_mixed") & (tok["request"] == 0)
-    assert tok.loc[~top_p, list(CROSS_COLUMNS)].isna().all().all()
+    assert tok.loc[~top_p, list(seq_raw.CROSS_COLUMNS)].isna().all().all()
     cross = tok.loc[top_p].dropna(subset=["cross_p"])
     assert len(cross) > 0 and cross["cross_p"].between(0, 1).all()
     assert cross["cross_hit"].isin([0.0, 1.0]).all() and cross["cross_hit"].notna().all()
@@ -178,7 +165,7 @@ def test_raw_files_follow_the_contract(small_run):
 
 def test_checks_json(small_run):
     _, raw = small_run
-    checks = json.loads(raw[CHECKS])
+    checks = json.loads(raw[seq_raw.CHECKS])
     assert sorted(checks) == ["greedy", "iso", "oracle", "tf", "trace_async"]
     for name in ("oracle", "tf", "iso", "greedy"):
         c = checks[name]
@@ -206,10 +193,10 @@ def test_teacher_forcing_mismatch_falls_back_to_the_serial_replay(tmp_path, smal
     data = json.loads(json.dumps(SMALL))
     data["engine"]["adapter"] = "tests.toolkit.test_sequence_run:wrong_teacher_factory"
     got = _collect(_write(tmp_path, data))
-    a = pd.read_csv(io.BytesIO(got[TOKENS]))
-    b = pd.read_csv(io.BytesIO(raw[TOKENS]))
+    a = pd.read_csv(io.BytesIO(got[seq_raw.TOKENS]))
+    b = pd.read_csv(io.BytesIO(raw[seq_raw.TOKENS]))
     pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=0, atol=1e-5)
-    tf = json.loads(got[CHECKS])["tf"]
+    tf = json.loads(got[seq_raw.CHECKS])["tf"]
     assert tf["applicable"] and tf["mismatches"] > 0 and tf["examples"]
     warning = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
     assert len(warning) == 1, warning
@@ -435,7 +422,7 @@ def test_bundled_trace_plumbing(tmp_path, monkeypatch, q_transform, fails):
         {"name": "pit", "type": "pit_uniformity", "role": "primary"},
         {"name": "trace_async", "type": "trace", "role": "conformance", "sample": 1},
     ]
-    trace = json.loads(_collect(_write(tmp_path, data))[CHECKS])["trace_async"]
+    trace = json.loads(_collect(_write(tmp_path, data))[seq_raw.CHECKS])["trace_async"]
     assert trace["applicable"] and trace["checked"] > 0
     if fails:  # bf16 q: far past the 1e-5 tolerance on q rows
         assert trace["mismatches"] > 0 and trace["max_abs_diff"] > 1e-4
@@ -465,6 +452,6 @@ def test_isolation_fails_shared_rng():
             log=lambda line: None,
             context=RunContext.standalone(),
         )
-    iso = json.loads(raw[CHECKS])["iso"]
+    iso = json.loads(raw[seq_raw.CHECKS])["iso"]
     assert iso["checked"] == 2 and iso["mismatches"] >= 1
     assert iso["examples"][0]["first_divergent_step"] is not None
