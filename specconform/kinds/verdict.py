@@ -138,3 +138,28 @@ def family_verdict(
         schema=RESULTS_SCHEMA,
     )
     return tuple(out), verdict
+
+
+SUPPORT_METHOD = "none (deterministic: impossible under the null)"
+ENGINE_ERRORS_METHOD = "none (deterministic: a correct engine raises no error on valid laws)"
+
+
+def deterministic_row(
+    test: str, statistic: float, n: int, alpha: float, ok: bool, detail, method: str, reason: str
+) -> TestRow:
+    """A primary row decided by a rule a correct engine never breaks (no p-value):
+    ``statistic`` offenders, PASS iff ``ok``; ``reason`` is stated only on FAIL."""
+    return TestRow(
+        test,
+        "primary",
+        statistic,
+        None,
+        None,
+        n,
+        alpha,
+        ok,
+        detail,
+        status=PASS if ok else FAIL,
+        pvalue_method=method,
+        reason="" if ok else reason,
+    )

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -249,52 +250,20 @@ def _plan_one(
         note = "strata with a p_t3 law in the reference only"
     df = sum(s.df for s in strata)
     weight = sum(s.weight for s in strata)
+    plan = partial(_test_plan, spec, kind, deciding, level_t, n)
     if kind == "t3_gof" and not w.p3.any():
-        return TestPlan(
-            spec["name"],
-            kind,
-            spec["role"],
-            deciding,
-            level_t,
-            n,
-            0,
-            (),
-            math.inf,
-            math.nan,
-            "not planned: the reference has no p_t3 laws",
-        )
+        return plan(0, (), math.inf, math.nan, "not planned: the reference has no p_t3 laws")
     if df < 1 or weight <= 0:
-        return TestPlan(
-            spec["name"],
-            kind,
-            spec["role"],
-            deciding,
-            level_t,
-            n,
-            df,
-            tuple(strata),
-            math.inf,
-            math.nan,
+        why = (
             "no evidence: no stratum expected to reach min_samples"
             if not strata
-            else "no evidence: every stratum pools to one cell",
+            else "no evidence: every stratum pools to one cell"
         )
+        return plan(df, strata, math.inf, math.nan, why)
     req = required_noncentrality(df, level_t, power)
     tv = math.sqrt(req / weight)
     achieved = chi2_power(df, weight * tv**2, level_t).power
-    return TestPlan(
-        spec["name"],
-        kind,
-        spec["role"],
-        deciding,
-        level_t,
-        n,
-        df,
-        tuple(strata),
-        tv,
-        achieved,
-        note,
-    )
+    return plan(df, strata, tv, achieved, note)
 
 
 def _plan_score(w: World, spec, groups, n: int, level: float, power: float, deciding: bool):
@@ -309,33 +278,24 @@ def _plan_score(w: World, spec, groups, n: int, level: float, power: float, deci
         StratumPlan(f"t1={w.t1_tokens[i]}", n * float(w.p1[i]), df, 0.0)
         for i in range(w.t1_tokens.size)
     )
+    plan = partial(_test_plan, spec, "joint_score", deciding, level, n)
     if df < 1:
-        return TestPlan(
-            spec["name"],
-            "joint_score",
-            spec["role"],
-            deciding,
-            level,
-            n,
-            0,
-            strata,
-            math.inf,
-            math.nan,
-            "no evidence: no direction moves a cell",
-        )
+        return plan(0, strata, math.inf, math.nan, "no evidence: no direction moves a cell")
     tv = score_tv(weight, df, required_noncentrality(df, level, power))
-    return TestPlan(
-        spec["name"],
-        "joint_score",
-        spec["role"],
-        deciding,
-        level,
-        n,
+    achieved = chi2_power(df, weight * tv**2, level).power
+    return plan(
         df,
         strata,
         tv,
-        chi2_power(df, weight * tv**2, level).power,
+        achieved,
         "along its least detectable bug-class direction only (every stratum)",
+    )
+
+
+def _test_plan(spec, kind, deciding, level, n, df, strata, tv, achieved, note) -> TestPlan:
+    """One test's plan: its name and role from the protocol, the rest as computed."""
+    return TestPlan(
+        spec["name"], kind, spec["role"], deciding, level, n, df, tuple(strata), tv, achieved, note
     )
 
 

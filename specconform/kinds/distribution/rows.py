@@ -27,8 +27,13 @@ from specconform.details.distribution import (
     SupportDetail,
 )
 from specconform.evidence.jsonio import json_number
-from specconform.kinds.verdict import REASON_ENGINE_ERRORS
-from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, TestRow
+from specconform.kinds.verdict import (
+    ENGINE_ERRORS_METHOD,
+    REASON_ENGINE_ERRORS,
+    SUPPORT_METHOD,
+    deterministic_row,
+)
+from specconform.results import INFO, NO_EVIDENCE, TestRow
 from specconform.stats import sum_chi2
 
 from .context import Context
@@ -165,19 +170,8 @@ def support_row(ctx: Context) -> TestRow:
         n += int(ok1.sum() + ok2.sum() + ok3.sum())
     detail = SupportDetail(per_group=per, rule="any observation with reference probability 0 fails")
     ok = total == 0
-    return TestRow(
-        "out_of_support",
-        "primary",
-        float(total),
-        None,
-        None,
-        n,
-        ctx.alpha,
-        ok,
-        detail,
-        status=PASS if ok else FAIL,
-        pvalue_method="none (deterministic: impossible under the null)",
-        reason="" if ok else "out of support",
+    return deterministic_row(
+        "out_of_support", float(total), n, ctx.alpha, ok, detail, SUPPORT_METHOD, "out of support"
     )
 
 
@@ -207,7 +201,7 @@ def engine_errors_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
         over_tolerance=tuple(over),
         rule="FAIL if a group read by a deciding test has more engine errors than the tolerance",
     )
-    method = "none (deterministic: a correct engine raises no error on valid laws)"
+    method = ENGINE_ERRORS_METHOD
     if not recorded:
         detail = detail.replace(
             no_evidence="samples carry no finish_reason: engine errors not counted"
@@ -226,18 +220,13 @@ def engine_errors_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
             pvalue_method=method,
             reason="no evidence",
         )
-    ok = not over
-    return TestRow(
+    return deterministic_row(
         "engine_errors",
-        "primary",
         float(sum(per_group.values())),
-        None,
-        None,
         n,
         ctx.alpha,
-        ok,
+        not over,
         detail,
-        status=PASS if ok else FAIL,
-        pvalue_method=method,
-        reason="" if ok else REASON_ENGINE_ERRORS,
+        method,
+        REASON_ENGINE_ERRORS,
     )

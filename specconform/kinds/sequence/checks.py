@@ -21,7 +21,12 @@ from specconform.details.sequence import (
     SequenceEngineErrorsDetail,
     SequenceSupportDetail,
 )
-from specconform.kinds.verdict import REASON_ENGINE_ERRORS
+from specconform.kinds.verdict import (
+    ENGINE_ERRORS_METHOD,
+    REASON_ENGINE_ERRORS,
+    SUPPORT_METHOD,
+    deterministic_row,
+)
 from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, TestRow
 
 from .context import Context
@@ -126,19 +131,9 @@ def support_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
             reason = "mechanism out of support"
         total += mech_total
     ok = total == 0
-    return TestRow(
-        "out_of_support",
-        "primary",
-        float(total),
-        None,
-        None,
-        int(tok.p_token.size),
-        ctx.alpha,
-        ok,
-        detail,
-        status=PASS if ok else FAIL,
-        pvalue_method="none (deterministic: impossible under the null)",
-        reason=reason,
+    n = int(tok.p_token.size)
+    return deterministic_row(
+        "out_of_support", float(total), n, ctx.alpha, ok, detail, SUPPORT_METHOD, reason
     )
 
 
@@ -171,19 +166,15 @@ def engine_errors_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
         over_tolerance=tuple(over),
         rule="FAIL if a group read by a deciding test has more engine errors than the tolerance",
     )
-    return TestRow(
+    return deterministic_row(
         "engine_errors",
-        "primary",
         float(sum(per.values())),
-        None,
-        None,
         int(req.group.size),
         ctx.alpha,
         ok,
         detail,
-        status=PASS if ok else FAIL,
-        pvalue_method="none (deterministic: a correct engine raises no error on valid laws)",
-        reason="" if ok else REASON_ENGINE_ERRORS,
+        ENGINE_ERRORS_METHOD,
+        REASON_ENGINE_ERRORS,
     )
 
 
