@@ -22,3 +22,13 @@ def run_cli(*args, env=None, cwd=None, timeout=600) -> subprocess.CompletedProce
         cwd=cwd or ROOT,
         timeout=timeout,
     )
+
+
+def assert_cli_refused(result, code: int, fragment: str) -> None:
+    """The command refused with exit ``code`` and one line ``error: ...`` naming
+    ``fragment``, no traceback."""
+    assert result.returncode == code, (result.returncode, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    assert fragment in lines[0], lines[0]

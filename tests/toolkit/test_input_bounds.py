@@ -21,7 +21,7 @@ from specconform.errors import ProtocolError, UsageError
 from specconform.protocol import yaml_safe
 from specconform.protocol.load import json_schema, load_protocol
 from specconform.protocol.schema_base import SEED_MAX
-from tests.toolkit.cli_helpers import ROOT, run_cli
+from tests.toolkit.cli_helpers import ROOT, assert_cli_refused, run_cli
 
 CI_GATE = (ROOT / "protocols" / "ci_gate.yaml").read_text()
 
@@ -223,14 +223,6 @@ def test_shipped_protocols_load_within_the_bounds():
 # --- through the CLI --------------------------------------------------------------------
 
 
-def _cli_refused(result, code: int, fragment: str) -> None:
-    assert result.returncode == code, (result.returncode, result.stderr)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.stderr
-    assert fragment in lines[0], lines[0]
-
-
 def test_cli_exit_2_one_line_and_nothing_written(tmp_path):
     out = tmp_path / "out"
     cases = {
@@ -243,8 +235,8 @@ def test_cli_exit_2_one_line_and_nothing_written(tmp_path):
     }
     for name, (text, fragment) in cases.items():
         result = run_cli("run", _write(tmp_path, text, name), "--out", out, "--no-sign")
-        _cli_refused(result, 2, fragment)
-    _cli_refused(run_cli("run", "/dev/zero", "--out", out, "--no-sign"), 2, "regular file")
+        assert_cli_refused(result, 2, fragment)
+    assert_cli_refused(run_cli("run", "/dev/zero", "--out", out, "--no-sign"), 2, "regular file")
     assert not out.exists()
     schema = json.loads(run_cli("schema").stdout)
     engine = schema["$defs"]["EngineSpec"]["properties"]

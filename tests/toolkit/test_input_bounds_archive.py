@@ -16,17 +16,8 @@ import pytest
 from specconform.errors import EvidenceError, UsageError
 from specconform.evidence import seal, verify_archive
 from specconform.evidence.zipcheck import check_structure
-from tests.toolkit.cli_helpers import ROOT, run_cli
+from tests.toolkit.cli_helpers import ROOT, assert_cli_refused, run_cli
 from tests.toolkit.fixtures import evidence_toy as toy
-
-
-def _cli_refused(result, code: int, fragment: str) -> None:
-    assert result.returncode == code, (result.returncode, result.stderr)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert "Traceback" not in result.stderr
-    assert fragment in lines[0], lines[0]
-
 
 # --- 37.4: zip features the writer does not use ---------------------------------------------
 
@@ -181,4 +172,4 @@ def test_an_archive_that_is_not_a_regular_file_is_a_usage_error(tmp_path):
 
 def test_cli_verify_refuses_a_local_encrypted_flag_with_exit_3(tmp_path, archive):
     bad = _variant(tmp_path, archive, "enc", lambda d: _set16(d, 6, 1))
-    _cli_refused(run_cli("verify", bad, "--skip-signature"), 3, "encrypted entry")
+    assert_cli_refused(run_cli("verify", bad, "--skip-signature"), 3, "encrypted entry")

@@ -274,43 +274,28 @@ def test_step_summary_and_append(tmp_path, disjoint):
 
 
 def test_a_deterministic_check_shows_its_statistic():
-    case = TestRow(
-        test="case",
-        role="case",
-        statistic=0.25,
-        df=None,
-        pvalue=None,
-        n=10,
-        alpha=0.0,
-        passed=True,
-        detail=QuadratureCaseDetail(
-            statistic="max error / bound",
-            grid=64,
-            bound_first=0.006,
-            bound_bonus=0.006,
-            bound_k0=0.003,
-            max_abs_error_first=0.0015,
-            max_abs_error_bonus=0.001,
-            max_abs_error_k0=0.0005,
-            zero_mass_commits=0,
-            kernel_errors=0,
-            tokens_out_of_range=0,
-            tv_pq=0.2,
-            expected=((0, 0.5),),
-            observed_first=(0.5,),
-        ),
-    )
+    # The quadrature case's detail, read back as a deterministic check: errors and bounds
+    # of the exact law (the cell shows the largest error over its bound, 0.25).
+    detail = {
+        "statistic": "max error / bound",
+        "grid": 64,
+        "bound_first": 0.006,
+        "bound_bonus": 0.006,
+        "bound_k0": 0.003,
+        "max_abs_error_first": 0.0015,
+        "max_abs_error_bonus": 0.001,
+        "max_abs_error_k0": 0.0005,
+        "zero_mass_commits": 0,
+        "kernel_errors": 0,
+        "tokens_out_of_range": 0,
+        "tv_pq": 0.2,
+        "expected": ((0, 0.5),),
+        "observed_first": (0.5,),
+    }
+    # TestRow's fields: test, role, statistic, df, pvalue, n, alpha, passed.
+    case = TestRow("case", "case", 0.25, None, None, 10, 0.0, True, QuadratureCaseDetail(**detail))
     assert check_cell(case) == "max err/bound=0.25 PASS"
-    other = TestRow(
-        test="out_of_support",
-        role="primary",
-        statistic=0.0,
-        df=None,
-        pvalue=None,
-        n=10,
-        alpha=0.01,
-        passed=True,
-    )
+    other = TestRow("out_of_support", "primary", 0.0, None, None, 10, 0.01, True)
     assert check_cell(other) == "stat=0 PASS"
     assert check_cell(None) == "—"
     assert pvalue_text(other) == "p=n/a"

@@ -116,7 +116,8 @@ def test_signature_status_names_the_key_and_verifies_with_pubkey(tmp_path, monke
         markdown_report([signed], pubkey=wrong)
 
 
-def test_many_deciding_tests_show_failing_ones_first(tmp_path):
+def _good_bad(tmp_path):
+    """A passing toy archive and a later one whose sync group draws from the bad law."""
     good = _toy(tmp_path, "p", "toy-0123abcd-20250101T000000")
     bad = _toy(
         tmp_path,
@@ -125,6 +126,11 @@ def test_many_deciding_tests_show_failing_ones_first(tmp_path):
         groups={"sync": toy.BAD, "async": toy.GOOD},
         seed_ranges={"sync": [100000, 102000], "async": [102000, 104000]},
     )
+    return good, bad
+
+
+def test_many_deciding_tests_show_failing_ones_first(tmp_path):
+    good, bad = _good_bad(tmp_path)
     markdown = markdown_report([good, bad])
     assert "| gof_sync | primary | p=" in markdown and "FAIL |" in markdown
     assert "Not deciding: 1 tests (exploratory); none fails." in markdown
@@ -136,15 +142,7 @@ def test_many_deciding_tests_show_failing_ones_first(tmp_path):
 
 def _pair(tmp_path):
     pytest.importorskip("matplotlib")
-    good = _toy(tmp_path, "p", "toy-0123abcd-20250101T000000")
-    bad = _toy(
-        tmp_path,
-        "r",
-        "toy-0123abcd-20250202T000000",
-        groups={"sync": toy.BAD, "async": toy.GOOD},
-        seed_ranges={"sync": [100000, 102000], "async": [102000, 104000]},
-    )
-    return good, bad
+    return _good_bad(tmp_path)
 
 
 def test_html_puts_failing_tests_first_in_a_grid_and_has_no_literal_backticks(tmp_path):
