@@ -67,6 +67,26 @@ def assert_one_line(error: SpecconformError) -> None:
     assert message and len(message.splitlines()) == 1, f"not one line: {message!r}"
 
 
+def check_one_line(call, path, seconds: float, expected, outcomes, exit_code=None) -> str:
+    """The property both files test: ``call(path)`` returns (``outcomes[0]``) or raises
+    ``expected`` with a one-line message (``outcomes[1]``; with ``exit_code`` when
+    given) within ``seconds``. A hang or any other exception is an AssertionError."""
+    name = call.__name__
+    try:
+        with time_limit(seconds):
+            call(path)
+    except expected as exc:
+        assert_one_line(exc)
+        if exit_code is not None:
+            assert exc.exit_code == exit_code
+        return outcomes[1]
+    except Hang as exc:
+        raise AssertionError(f"{name} hung: {exc}") from None
+    except Exception as exc:
+        raise AssertionError(f"raw {type(exc).__name__} from {name}: {exc!r}") from exc
+    return outcomes[0]
+
+
 def summary(what: str, outcomes: list[str]) -> None:
     """Printed with -s: how many examples ran and how they ended."""
     counts = {k: outcomes.count(k) for k in sorted(set(outcomes))}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specconform.cli.evidence import verify_command, write_key_pair
+from specconform.cli.evidence import verify_command
 from specconform.errors import EvidenceError, UsageError
 from specconform.evidence import seal, verify_archive
 from specconform.evidence.external import MANIFEST_NAME, parse_size
@@ -26,15 +26,8 @@ RUN_ID = "toy-0123abcd-20250101T000000"
 CAP = 40_000  # bytes: the toy archive's other files take about 4 kB
 
 
-@pytest.fixture(autouse=True)
-def toy_kind(monkeypatch):
-    toy.install_toy_kind(monkeypatch)
-
-
-@pytest.fixture
-def keys(tmp_path):
-    (tmp_path / "keys").mkdir()
-    return write_key_pair(tmp_path / "keys" / "good")
+# toy_kind and keys: tests/toolkit/conftest.py.
+pytestmark = pytest.mark.usefixtures("toy_kind")
 
 
 def _big_run(tmp_path: Path) -> Path:

@@ -31,9 +31,8 @@ RUN_ID = "toy-0123abcd-20250101T000000"
 MIB = 1 << 20
 
 
-@pytest.fixture(autouse=True)
-def toy_kind(monkeypatch):
-    toy.install_toy_kind(monkeypatch)
+# toy_kind: tests/toolkit/conftest.py.
+pytestmark = pytest.mark.usefixtures("toy_kind")
 
 
 @pytest.fixture

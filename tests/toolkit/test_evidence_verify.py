@@ -22,15 +22,8 @@ from tests.toolkit.fixtures import evidence_toy as toy
 RUN_ID = "toy-0123abcd-20250101T000000"
 
 
-@pytest.fixture(autouse=True)
-def toy_kind(monkeypatch):
-    toy.install_toy_kind(monkeypatch)
-
-
-@pytest.fixture
-def keys(tmp_path):
-    (tmp_path / "keys").mkdir()
-    return write_key_pair(tmp_path / "keys" / "good")
+# toy_kind and keys: tests/toolkit/conftest.py.
+pytestmark = pytest.mark.usefixtures("toy_kind")
 
 
 @pytest.fixture

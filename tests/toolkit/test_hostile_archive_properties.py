@@ -27,14 +27,7 @@ from specconform.errors import EvidenceError
 from specconform.evidence import seal, verify_archive
 from tests.toolkit.cli_helpers import run_cli
 from tests.toolkit.fixtures import evidence_toy as toy
-from tests.toolkit.hostile_support import (
-    CONTROL,
-    Hang,
-    assert_one_line,
-    profile,
-    summary,
-    time_limit,
-)
+from tests.toolkit.hostile_support import CONTROL, check_one_line, profile, summary
 
 VERIFY_SECONDS = 10.0
 
@@ -53,25 +46,11 @@ def archive_bytes(tmp_path_factory):
         yield archive.read_bytes()
 
 
-@pytest.fixture
-def toy_kind(monkeypatch):
-    toy.install_toy_kind(monkeypatch)
-
-
 def check_verify(path: Path) -> str:
     """The property: 'valid', or 'invalid' (EvidenceError, one line, exit 3)."""
-    try:
-        with time_limit(VERIFY_SECONDS):
-            verify_archive(path)
-    except EvidenceError as exc:
-        assert_one_line(exc)
-        assert exc.exit_code == 3
-        return "invalid"
-    except Hang as exc:
-        raise AssertionError(f"verify_archive hung: {exc}") from None
-    except Exception as exc:
-        raise AssertionError(f"raw {type(exc).__name__} from verify_archive: {exc!r}") from exc
-    return "valid"
+    return check_one_line(
+        verify_archive, path, VERIFY_SECONDS, EvidenceError, ("valid", "invalid"), exit_code=3
+    )
 
 
 @st.composite

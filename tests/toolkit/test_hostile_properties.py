@@ -30,15 +30,7 @@ from specconform.protocol import load as load_module
 from specconform.protocol.load import load_protocol
 from specconform.protocol.union import KIND_NAMES
 from tests.toolkit.cli_helpers import ROOT, run_cli
-from tests.toolkit.hostile_support import (
-    CONTROL,
-    Hang,
-    assert_one_line,
-    cli_examples,
-    profile,
-    summary,
-    time_limit,
-)
+from tests.toolkit.hostile_support import CONTROL, check_one_line, cli_examples, profile, summary
 
 LOAD_SECONDS = 5.0
 SOURCES = {p.name: p.read_bytes() for p in sorted((ROOT / "protocols").glob("*.yaml"))}
@@ -49,17 +41,7 @@ SOURCES = {p.name: p.read_bytes() for p in sorted((ROOT / "protocols").glob("*.y
 
 def check_load(path: Path) -> str:
     """The property: 'loaded' or 'refused' (one-line UsageError); anything else fails."""
-    try:
-        with time_limit(LOAD_SECONDS):
-            load_protocol(path)
-    except UsageError as exc:
-        assert_one_line(exc)
-        return "refused"
-    except Hang as exc:
-        raise AssertionError(f"load_protocol hung: {exc}") from None
-    except Exception as exc:
-        raise AssertionError(f"raw {type(exc).__name__} from load_protocol: {exc!r}") from exc
-    return "loaded"
+    return check_one_line(load_protocol, path, LOAD_SECONDS, UsageError, ("loaded", "refused"))
 
 
 @pytest.fixture(scope="module")
