@@ -3,8 +3,6 @@ the protocol files' groups and the engine's dependence structure, the harness re
 verdict from the Evaluation, and the second-level checks can fail. The 1,000-replication
 tables are bench/calibration_reference.py's, recorded in docs/calibration.md."""
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -14,7 +12,6 @@ from specconform.calibration import (
     MUTANTS,
     STANDARD_GROUPS,
     load_reference,
-    make_world,
     replicate,
     second_level,
     simulate,
@@ -25,15 +22,9 @@ from specconform.calibration import (
 )
 from specconform.protocol.load import load_protocol
 from specconform.stats.speculative import total_variation
-
-ROOT = Path(__file__).resolve().parents[2]
-ARCHIVE = ROOT / "docs/evidence/fp32_t2-96c34d54-41ee4c6a.zip"
-TINY = ROOT / "bench/reference/ci_gate-tiny.json"
-
-
-@pytest.fixture(scope="module")
-def world():
-    return make_world(0)
+from tests.toolkit.fixtures.distribution_run import FP32_ARCHIVE as ARCHIVE
+from tests.toolkit.fixtures.distribution_run import ROOT
+from tests.toolkit.fixtures.distribution_run import TINY_REFERENCE as TINY
 
 
 @pytest.fixture(scope="module")

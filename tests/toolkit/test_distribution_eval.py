@@ -12,22 +12,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specconform.calibration import make_world, simulate
-from specconform.kinds.distribution import Reference, evaluate, evaluate_frames
+from specconform.calibration import simulate
+from specconform.kinds.distribution import evaluate, evaluate_frames
 from specconform.results import RawData
 from tests.toolkit.synthetic import PROTOCOL
 
 ALPHA = PROTOCOL["alpha"]  # 0.01 throughout
 
 
-@pytest.fixture(scope="module")
-def world():
-    return make_world(0)
-
-
-@pytest.fixture(scope="module")
-def ref(world):
-    return Reference(world.reference)
+# world, ref: tests/toolkit/conftest.py.
 
 
 def _rows(ev):

@@ -3,7 +3,6 @@ its promise against the real evaluator on a biased sampler."""
 
 import json
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,10 +18,9 @@ from specconform.protocol.load import load_protocol
 from specconform.stats.mutant_laws import SCORE_DIRECTIONS
 from specconform.stats.power import chi2_power
 from tests.toolkit.cli_helpers import run_cli
-
-ROOT = Path(__file__).resolve().parents[2]
-ARCHIVE = ROOT / "docs/evidence/fp32_t2-96c34d54-41ee4c6a.zip"
-TINY = ROOT / "bench/reference/ci_gate-tiny.json"
+from tests.toolkit.fixtures.distribution_run import FP32_ARCHIVE as ARCHIVE
+from tests.toolkit.fixtures.distribution_run import ROOT
+from tests.toolkit.fixtures.distribution_run import TINY_REFERENCE as TINY
 
 
 @pytest.fixture(scope="module")

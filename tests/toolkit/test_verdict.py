@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from statsmodels.stats.multitest import multipletests
 
-from specconform.calibration import make_world, simulate
-from specconform.kinds.distribution import Reference, evaluate_frames
+from specconform.calibration import simulate
+from specconform.kinds.distribution import evaluate_frames
 from specconform.kinds.verdict import FamilyRule, family_verdict
 from specconform.results import TestRow
 from specconform.stats.aggregate import adjust
@@ -86,14 +86,7 @@ def test_no_evidence_fails_a_deciding_role_and_deterministic_rows_do_not_count()
 # --- the distribution kind under the family-wise rule ------------------------------------
 
 
-@pytest.fixture(scope="module")
-def world():
-    return make_world(0)
-
-
-@pytest.fixture(scope="module")
-def ref(world):
-    return Reference(world.reference)
+# world, ref: tests/toolkit/conftest.py.
 
 
 def _protocol(**extra):
