@@ -32,6 +32,27 @@ def forbid_host_reads(patch, where: str) -> None:
         patch.setattr(torch.Tensor, name, boom)
 
 
+def submit_traced_round(llm, params, patch, where: str):
+    """Add one traced request per ``params`` (ids 0, 1, ...), step three times, then
+    submit a traced round and its host view with host reads forbidden (``patch``:
+    pytest's monkeypatch; ``where``: named in the error). Returns (rows, out, view)."""
+    runner = llm.runner
+    for i, p in enumerate(params):
+        llm.add_request(i, PROMPT, p)
+        runner.waiting[-1].output.trace = []
+    for _ in range(3):
+        llm.step()
+    B = runner.bucket()
+    rows = runner.snapshot(B)
+    runner.law_trace = True
+    with patch.context() as ctx:
+        forbid_host_reads(ctx, where)
+        out = runner.submit_round(B, runner.draft_width(rows, runner.K))
+        view = runner.host_view(out, rows)
+    runner.law_trace = False
+    return rows, out, view
+
+
 def small_tie_case(g: torch.Generator, B: int = 160, V: int = 24):
     """Integer-valued logits on a small vocabulary, so ties in logits and probabilities
     are common (top-k ties, top-p cuts inside tie groups), with random T (10% greedy),

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from engine_under_test import LLM, RoundTrace, SamplingParams
-from tests.engine.helpers import MODES, PROMPT, SPEC, forbid_host_reads
+from tests.engine.helpers import MODES, PROMPT, SPEC, submit_traced_round
 
 TOL = 2e-5
 BF16_SEEN = 1e-4  # bf16 rounding of q (2^-9 relative) moves q by more than this
@@ -116,20 +116,10 @@ def test_traced_async_submit_reads_nothing_on_the_host(model, monkeypatch):
     host read (forbidden tensor-to-host calls raise), like the untraced one."""
     llm = LLM(model=model, speculative_config=SPEC, async_scheduling=True)
     runner = llm.runner
-    params = mixed_params(3)
-    for i, p in enumerate(params):
-        llm.add_request(i, PROMPT, dataclasses.replace(p, max_tokens=40))
-        runner.waiting[-1].output.trace = []
-    for _ in range(3):
-        llm.step()
-    B = runner.bucket()
-    rows = runner.snapshot(B)
-    runner.law_trace = True
-    with monkeypatch.context() as patch:
-        forbid_host_reads(patch, "while submitting a traced round")
-        out = runner.submit_round(B, runner.draft_width(rows, runner.K))
-        view = runner.host_view(out, rows)
-    runner.law_trace = False
+    params = [dataclasses.replace(p, max_tokens=40) for p in mixed_params(3)]
+    rows, out, view = submit_traced_round(
+        llm, params, monkeypatch, "while submitting a traced round"
+    )
     assert view["trace_p"].shape[0] == sum(r is not None for r in rows)
     host = runner.transfer.wait(runner.transfer.submit(view))
     assert host["trace_p"].shape[1:] == (out.trace_p.shape[1], llm.model_config.vocab_size)

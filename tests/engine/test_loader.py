@@ -12,16 +12,16 @@ from engine_under_test import DEFAULT_PROMPT, LLM, ModelConfig, SamplingParams
 from engine_under_test.model import build_model
 from engine_under_test.model.loader import save_checkpoint
 
-SMALL = dict(
-    vocab_size=512,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=8,
-    intermediate_size=64,
-    total_ut_steps=3,
-)
+SMALL = {
+    "vocab_size": 512,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "intermediate_size": 64,
+    "total_ut_steps": 3,
+}
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -20,7 +20,13 @@ import pytest
 from engine_under_test import LLM, SamplingParams, SpeculativeConfig
 from engine_under_test.mutants import list_mutants
 from engine_under_test.runners import spec_round
-from tests.engine.helpers import MODES, PROMPT, SPEC, deep_mutant_names, forbid_host_reads
+from tests.engine.helpers import (
+    MODES,
+    PROMPT,
+    SPEC,
+    deep_mutant_names,
+    submit_traced_round,
+)
 from tests.engine.test_engine_trace import TOL
 
 DEEP = deep_mutant_names()
@@ -324,20 +330,9 @@ def test_deep_mutants_are_registered_and_submit_without_host_reads(model, monkey
     assert set(DEEP) <= {m.name for m in list_mutants("engine")}
     for name in DEEP:
         llm = LLM(model=model, speculative_config=SPEC, async_scheduling=True, mutant=name)
-        runner = llm.runner
-        for s in range(3):
-            p = rand(s, max_tokens=40) if s else SamplingParams(temperature=0.0, max_tokens=40)
-            llm.add_request(s, PROMPT, p)
-            runner.waiting[-1].output.trace = []
-        for _ in range(3):
-            llm.step()
-        B = runner.bucket()
-        rows = runner.snapshot(B)
-        runner.law_trace = True
-        with monkeypatch.context() as patch:
-            forbid_host_reads(patch, f"submitting a round under {name}")
-            runner.host_view(runner.submit_round(B, runner.draft_width(rows, runner.K)), rows)
-        runner.law_trace = False
+        params = [SamplingParams(temperature=0.0, max_tokens=40)]
+        params += [rand(s, max_tokens=40) for s in (1, 2)]
+        submit_traced_round(llm, params, monkeypatch, f"submitting a round under {name}")
         for s in range(3):
             llm.abort_request(s)
         llm.step()
