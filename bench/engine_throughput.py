@@ -61,25 +61,9 @@ from engine_under_test import (
 from engine_under_test.model import build_model
 
 try:  # run as a script (bench/ on sys.path) or imported as bench.engine_throughput
-    from throughput_bounds import (
-        matmul_flops_per_s,
-        model_costs,
-        nospec_flops,
-        ratio_parts,
-        round_flops,
-        round_shape,
-        speedup_bounds,
-    )
+    import throughput_bounds as tb
 except ImportError:  # pragma: no cover
-    from bench.throughput_bounds import (
-        matmul_flops_per_s,
-        model_costs,
-        nospec_flops,
-        ratio_parts,
-        round_flops,
-        round_shape,
-        speedup_bounds,
-    )
+    from bench import throughput_bounds as tb
 
 MODES = ("nospec", "sync", "async")
 
@@ -221,10 +205,10 @@ def main(argv=None) -> int:
     element = torch.empty((), dtype=dtype).element_size()
     mean_prompt = statistics.mean(len(p) for p in prompts(8, vocab))
     try:  # tokens attended on average: the prompt and half the generation
-        costs = model_costs(model.cfg, mean_prompt + args.max_tokens / 2, element)
+        costs = tb.model_costs(model.cfg, mean_prompt + args.max_tokens / 2, element)
     except ValueError:
         costs = None  # a Llama-family checkpoint: no bounds stated
-    peak_flops = matmul_flops_per_s(device, dtype) if device.type == "cuda" else None
+    peak_flops = tb.matmul_flops_per_s(device, dtype) if device.type == "cuda" else None
     if costs is not None:
         if peak_flops:
             print(f"# matmul rate {peak_flops / 1e12:.0f} TFLOP/s ({dtype}, 8192^3, measured)")
@@ -276,16 +260,16 @@ def main(argv=None) -> int:
             }
             ratio_async = median["async"] / median["nospec"]
             first = runs["async"][0]
-            shape = round_shape(
+            shape = tb.round_shape(
                 first["tokens"], first["requests"], first["drafted"], first["accepted"]
             )
             bounds = (
-                speedup_bounds(costs, shape, args.draft_loops)
+                tb.speedup_bounds(costs, shape, args.draft_loops)
                 if costs is not None and shape is not None
                 else None
             )
             parts = (  # bounds exist exactly when the preset is looped and rounds ran
-                ratio_parts(first, runs["nospec"][0], c, shape, costs.loops, args.draft_loops)
+                tb.ratio_parts(first, runs["nospec"][0], c, shape, costs.loops, args.draft_loops)
                 if bounds is not None
                 else None
             )
@@ -306,9 +290,9 @@ def main(argv=None) -> int:
                 "matmul_flops_per_s": peak_flops,
                 "mfu": (
                     {
-                        "nospec": median["nospec"] * nospec_flops(costs) / peak_flops,
+                        "nospec": median["nospec"] * tb.nospec_flops(costs) / peak_flops,
                         "async": median["async"]
-                        * round_flops(costs, shape)
+                        * tb.round_flops(costs, shape)
                         / shape.tokens
                         / peak_flops,
                     }

@@ -27,7 +27,6 @@ remove.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 import time
@@ -38,6 +37,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.engine_args import engine_parser  # noqa: E402
+
 sys.path.insert(0, str(ROOT / "bench"))
 
 from engine_throughput import capture_at_first_use, prompts, sampling  # noqa: E402
@@ -139,12 +141,7 @@ def runtime_calls(llm: LLM, ps, params) -> dict[str, int]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="small")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 on CPU")
-    ap.add_argument("--concurrency", default="64")
-    ap.add_argument("--modes", default="nospec,async")
+    ap = engine_parser(__doc__.splitlines()[0], concurrency="64")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--waves", type=int, default=4)
     ap.add_argument("--k", type=int, default=3)

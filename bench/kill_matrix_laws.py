@@ -32,12 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specconform.calibration.replicate import replicate_draws  # noqa: E402
-from specconform.calibration.world import (  # noqa: E402
-    World,
-    _draw,
-    _sample_group,
-    simulate_groups,
-)
+from specconform.calibration.world import World, _draw, _sample_group, simulate_groups  # noqa: E402
 from specconform.planning import _group_law, raw_laws, t3_laws  # noqa: E402
 from specconform.stats.mutant_laws import affects  # noqa: E402
 

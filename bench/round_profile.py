@@ -18,7 +18,6 @@ Per step: device ms, CPU ms (self time of the operators), kernels and operator c
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import sys
@@ -31,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import engine_under_test as eut  # noqa: E402
+from bench.engine_args import engine_parser  # noqa: E402
 from engine_under_test import DEFAULT_PROMPT  # noqa: E402
 from specconform.runner import performance_worker as worker  # noqa: E402
 
@@ -86,12 +86,7 @@ def profile_one(args, mode: str, concurrency: int) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="small")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 on CPU")
-    ap.add_argument("--concurrency", default="64,1024")
-    ap.add_argument("--modes", default="nospec,async")
+    ap = engine_parser(__doc__.splitlines()[0], concurrency="64,1024")
     ap.add_argument("--sampling", default="random", choices=["greedy", "random"])
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--draft-loops", type=int, default=2)
