@@ -248,19 +248,25 @@ class EngineSpec(Strict):
         return self
 
 
-class Group(Strict):
+# A group of the distribution or sequence kind: its `mode` says whether it drafts
+# (nospec takes no draft_loops, sync and async need them). No fields and no docstring,
+# so the subclasses' fields, order and JSON schema are theirs alone.
+class DraftedGroup(Strict):
+    @model_validator(mode="after")
+    def _draft_loops(self):
+        mode, draft_loops = self.mode, self.draft_loops  # type: ignore[attr-defined]
+        if mode == "nospec" and draft_loops is not None:
+            raise ValueError("nospec groups take no draft_loops")
+        if mode != "nospec" and draft_loops is None:
+            raise ValueError(f"{mode} groups need draft_loops")
+        return self
+
+
+class Group(DraftedGroup):
     name: Name
     mode: Literal["nospec", "sync", "async"]
     draft_loops: DraftLoops | None = None
     seed_offset: Seed = 0  # added to the run's offset: disjoint ranges per group
-
-    @model_validator(mode="after")
-    def _draft_loops(self):
-        if self.mode == "nospec" and self.draft_loops is not None:
-            raise ValueError("nospec groups take no draft_loops")
-        if self.mode != "nospec" and self.draft_loops is None:
-            raise ValueError(f"{self.mode} groups need draft_loops")
-        return self
 
 
 class TestSpec(Strict):

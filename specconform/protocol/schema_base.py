@@ -11,7 +11,7 @@ and overflowing literals such as ``1e999`` are refused.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -122,3 +122,24 @@ def _unique(items, what):
             raise ValueError(f"duplicate {what} name {item.name!r}")
         seen.add(item.name)
     return items
+
+
+def draft_loops_iff_drafting(model, what: str):
+    """A greedy configuration or McNemar group: draft_loops for sync/async, none for
+    nospec (the error names ``what`` and the model's name)."""
+    if (model.mode == "nospec") != (model.draft_loops is None):
+        raise ValueError(
+            f"{what} {model.name!r}: draft_loops is required for sync/async and not "
+            "allowed for nospec"
+        )
+    return model
+
+
+class BaseCandidate(Strict):
+    """A named comparison of ``candidate`` against ``base``; the subclasses say what is
+    compared."""
+
+    name: Name
+    base: Name
+    candidate: Name
+    role: Literal["primary", "secondary"] = "primary"

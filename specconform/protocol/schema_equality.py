@@ -17,6 +17,7 @@ from specconform.protocol.schema_base import (
     K_MAX,
     LIST_MAX,
     TOKENS_MAX,
+    BaseCandidate,
     DraftLoops,
     FilePath,
     GitRef,
@@ -27,6 +28,7 @@ from specconform.protocol.schema_base import (
     Text,
     TokenId,
     _unique,
+    draft_loops_iff_drafting,
     overridable,
 )
 
@@ -68,21 +70,11 @@ class EqualityConfig(Strict):
 
     @model_validator(mode="after")
     def _draft_loops(self):
-        if (self.mode == "nospec") != (self.draft_loops is None):
-            raise ValueError(
-                f"configuration {self.name!r}: draft_loops is required for "
-                "sync/async and not allowed for nospec"
-            )
-        return self
+        return draft_loops_iff_drafting(self, "configuration")
 
 
-class Comparison(Strict):
+class Comparison(BaseCandidate):
     """Within one tree: `candidate`'s greedy tokens must equal `base`'s, prompt by prompt."""
-
-    name: Name
-    base: Name
-    candidate: Name
-    role: Literal["primary", "secondary"] = "primary"
 
 
 # Explicit prompts: at most as many as a PromptPlan draws, each at most TOKENS_MAX long.

@@ -21,10 +21,7 @@ from specconform.protocol.schema import (
     FamilyVerdict,
     Probability,
     SeedPlan,
-    Strict,
-    _unique,
     _with_verdict,
-    overridable,
 )
 from specconform.protocol.schema_base import (
     BATCH_MAX,
@@ -36,12 +33,17 @@ from specconform.protocol.schema_base import (
     SMALL_LIST_MAX,
     TEMPERATURE_MAX,
     TOKENS_MAX,
+    BaseCandidate,
     DraftLoops,
     Name,
     ProtocolName,
     Seed,
+    Strict,
     Text,
     TopK,
+    _unique,
+    draft_loops_iff_drafting,
+    overridable,
 )
 
 
@@ -106,21 +108,11 @@ class McNemarGroup(Strict):
 
     @model_validator(mode="after")
     def _draft_loops(self):
-        if (self.mode == "nospec") != (self.draft_loops is None):
-            raise ValueError(
-                f"group {self.name!r}: draft_loops is required for sync/async and not "
-                "allowed for nospec"
-            )
-        return self
+        return draft_loops_iff_drafting(self, "group")
 
 
-class McNemarPair(Strict):
+class McNemarPair(BaseCandidate):
     """The candidate's correctness against the base's on the same trials."""
-
-    name: Name
-    base: Name
-    candidate: Name
-    role: Literal["primary", "secondary"] = "primary"
 
 
 class McNemarProtocol(Strict):

@@ -27,18 +27,17 @@ Test types:
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field, model_serializer, model_validator
 
 from specconform.protocol.schema import (
+    DraftedGroup,
     EngineErrors,
     EngineSpec,
     FamilyVerdict,
     Probability,
     SeedPlan,
-    Strict,
-    _unique,
     _with_verdict,
 )
 from specconform.protocol.schema_base import (
@@ -55,10 +54,12 @@ from specconform.protocol.schema_base import (
     Name,
     ProtocolName,
     Seed,
+    Strict,
     Text,
     TokenId,
     TokenList,
     TopK,
+    _unique,
 )
 
 
@@ -80,7 +81,7 @@ class SamplingConfig(Strict):
     top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
 
 
-class SequenceGroup(Strict):
+class SequenceGroup(DraftedGroup):
     """One engine configuration and its requests.
 
     Request i (0-based) of the group uses prompt ``prompts[i % len(prompts)]``,
@@ -113,14 +114,6 @@ class SequenceGroup(Strict):
     stop_token_ids: Annotated[list[TokenId], Field(max_length=SMALL_LIST_MAX)] = []
     ignore_eos: bool = True
 
-    @model_validator(mode="after")
-    def _draft_loops(self):
-        if self.mode == "nospec" and self.draft_loops is not None:
-            raise ValueError("nospec groups take no draft_loops")
-        if self.mode != "nospec" and self.draft_loops is None:
-            raise ValueError(f"{self.mode} groups need draft_loops")
-        return self
-
 
 StochasticType = Literal[
     "pit_uniformity",
@@ -132,22 +125,8 @@ StochasticType = Literal[
     "crossing_count",
 ]
 DeterministicType = Literal["oracle", "teacher_forcing", "trace", "isolation", "greedy_equality"]
-STOCHASTIC_TYPES: tuple[str, ...] = (
-    "pit_uniformity",
-    "pit_independence",
-    "pit_correlation",
-    "acceptance_all",
-    "mechanism_pit",
-    "mechanism_mean",
-    "crossing_count",
-)
-DETERMINISTIC_TYPES: tuple[str, ...] = (
-    "oracle",
-    "teacher_forcing",
-    "trace",
-    "isolation",
-    "greedy_equality",
-)
+STOCHASTIC_TYPES: tuple[str, ...] = get_args(StochasticType)
+DETERMINISTIC_TYPES: tuple[str, ...] = get_args(DeterministicType)
 
 
 class SequenceTest(Strict):
