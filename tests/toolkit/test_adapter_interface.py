@@ -14,23 +14,14 @@ import pytest
 
 from specconform.adapters.engine import AdapterError, load_engine
 from specconform.adapters.interface import REQUIRED_METHODS, Engine, check_adapter
+from tests.toolkit.plain_adapter import PlainAdapter
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = "tests.toolkit.test_adapter_interface"
 
 
-class _Complete:
-    prompt = [1, 2]
-    vocab_size = 4
-
-    def describe(self):
-        return {"name": "complete", "version": "1"}
-
-    def run_group(self, group, seeds, progress=None):
-        return []
-
-    def target_law(self, prefix):
-        return np.full(4, 0.25)
+def _complete():
+    return PlainAdapter(4, "complete")
 
 
 class _NoRunGroup:
@@ -60,7 +51,7 @@ def _spec(factory: str) -> SimpleNamespace:
 
 
 def test_a_complete_adapter_passes():
-    check_adapter(_Complete(), "complete")
+    check_adapter(_complete(), "complete")
 
 
 def test_missing_method_is_one_line_naming_it_at_load_time():
@@ -79,7 +70,7 @@ def test_missing_attribute_is_named():
 
 def test_every_required_method_is_checked():
     for method in REQUIRED_METHODS:
-        adapter = _Complete()
+        adapter = _complete()
         setattr(adapter, method, None)  # present but not callable
         with pytest.raises(AdapterError, match=rf"missing method {method}\(\)"):
             check_adapter(adapter, "x")

@@ -190,26 +190,34 @@ def _group(mode="sync"):
     return Group(name=mode, mode=mode, draft_loops=None if mode == "nospec" else 1)
 
 
+# (how the adapter is broken, message) by the method that meets it.
+BROKEN_RUN = [
+    ("short", "returned 2 records for 3 seeds"),
+    ("token_range", "token 8 outside [0, 8)"),
+    ("accepted_gt_drafted", "breaks 0 <= accepted <= drafted"),
+    ("two_closing", "do not fit"),
+    ("not_a_record", "expected a SeedRecord"),
+]
+BROKEN_LAW = [
+    ("torch_law", "returned Tensor, expected a numpy array (convert with"),
+    ("wrong_shape", "has shape (7,), expected (8,)"),
+    ("unnormalised", "sums to 2, not 1"),
+]
+BROKEN_BATCHED = [
+    ("batched_differs", "batched must equal serial"),
+    ("batched_middle", "target_laws()[2] differs from the one-prefix law"),
+    ("batched_support", "support differs; batched must equal serial"),
+    ("batched_beyond_rounding", "target_laws()[3] differs from the one-prefix law by 0.0003"),
+]
+
+
 @pytest.mark.parametrize(
     "how, method, message",
     [
-        ("short", "run", "returned 2 records for 3 seeds"),
-        ("token_range", "run", "token 8 outside [0, 8)"),
-        ("accepted_gt_drafted", "run", "breaks 0 <= accepted <= drafted"),
-        ("two_closing", "run", "do not fit"),
-        ("not_a_record", "run", "expected a SeedRecord"),
-        ("torch_law", "law", "returned Tensor, expected a numpy array (convert with"),
-        ("wrong_shape", "law", "has shape (7,), expected (8,)"),
-        ("unnormalised", "law", "sums to 2, not 1"),
-        ("batched_differs", "batched", "batched must equal serial"),
-        ("batched_middle", "batched", "target_laws()[2] differs from the one-prefix law"),
-        ("batched_support", "batched", "support differs; batched must equal serial"),
+        *((how, "run", message) for how, message in BROKEN_RUN),
+        *((how, "law", message) for how, message in BROKEN_LAW),
+        *((how, "batched", message) for how, message in BROKEN_BATCHED),
         ("batched_draft_differs", "draft_batched", "draft_laws()[4] differs"),
-        (
-            "batched_beyond_rounding",
-            "batched",
-            "target_laws()[3] differs from the one-prefix law by 0.0003",
-        ),
     ],
 )
 def test_each_broken_answer_is_one_named_line(how, method, message):

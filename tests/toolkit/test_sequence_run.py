@@ -31,6 +31,7 @@ from specconform.runner import sequence_requests as requests_plan
 from specconform.runner.context import RunContext
 from tests.toolkit.cli_helpers import ROOT, run_cli
 from tests.toolkit.fixtures.sequence_run import TINY_CPU_ENGINE
+from tests.toolkit.plain_adapter import PlainAdapter
 
 SMALL = {
     "kind": "sequence",
@@ -327,20 +328,7 @@ def test_shipped_protocols_validate(name):
 
 
 def no_sequence_factory(spec, *, mutant=None, log=print):
-    class Plain:
-        prompt = [1, 2]
-        vocab_size = 16
-
-        def describe(self):
-            return {"name": "plain", "version": "1"}
-
-        def run_group(self, group, seeds, progress=None):
-            return []
-
-        def target_law(self, prefix):
-            return np.full(16, 1 / 16)
-
-    return Plain()
+    return PlainAdapter(16, "plain")  # no run_requests(): not a sequence engine
 
 
 @pytest.mark.parametrize(
