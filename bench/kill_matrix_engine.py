@@ -19,6 +19,10 @@ from pathlib import Path
 from specconform.protocol.load import apply_overrides, exact_int, load_protocol
 from specconform.runner.execute import execute
 
+# The engine's law-changing planted bugs this bench runs by default: the first-position
+# engine mutants (no fault, none of the deep block) and the kernel ones. The engine
+# names repeat tests/engine/test_mutants_registry.py's ENGINE on purpose: that test pins
+# the registry by hand, and this list is the bench's own choice of what to run.
 LAW_CHANGING = [
     "greedy_draft",
     "target_default_params",

@@ -10,6 +10,8 @@ from engine_under_test.mutants import MUTANTS, Mutant, get_mutant, list_mutants
 from engine_under_test.sampling import KERNEL_MUTANTS
 from tests.engine.helpers import deep_mutant_names
 
+# Written out by hand on purpose (bench/kill_matrix_engine.py's default list repeats the
+# engine names): a registry test that read its names from the registry would check nothing.
 KERNEL = {"residual_from_p", "bonus_off_by_one", "shared_uniform"}
 ENGINE = {
     "greedy_draft",
