@@ -24,6 +24,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from specconform.results import (
     FAIL,
     INFO,
@@ -162,4 +164,65 @@ def deterministic_row(
         status=PASS if ok else FAIL,
         pvalue_method=method,
         reason="" if ok else reason,
+    )
+
+
+def coverage_info_row(share: float, n: int, alpha: float, detail) -> TestRow:
+    """The exploratory ``coverage`` row: the smallest share of eligible samples the
+    strata of any stratified test covered. Descriptive, never decides."""
+    return TestRow(
+        "coverage",
+        "exploratory",
+        float(share),
+        None,
+        None,
+        n,
+        alpha,
+        None,
+        detail,
+        status=INFO,
+        pvalue_method="none (descriptive)",
+    )
+
+
+def stochastic_row(
+    spec: dict,
+    statistic,
+    df,
+    pvalue,
+    n: int,
+    alpha: float,
+    detail,
+    method: str,
+    reason_none: str,
+    detail_none: str,
+) -> TestRow:
+    """A stochastic row at the per-test level; :func:`family_verdict` re-decides deciding
+    rows. NaN/None p-value or n 0: no evidence (never a pass), with ``reason_none`` as
+    the row's reason and ``detail_none`` as its detail's ``no_evidence``."""
+    role = spec["role"]
+    evidence = n > 0 and pvalue is not None and bool(np.isfinite(pvalue))
+    if not evidence:
+        status, passed, reason = NO_EVIDENCE, False, reason_none
+        detail = detail.replace(no_evidence=detail_none)
+    elif role == "exploratory":
+        status, passed, reason = INFO, None, ""
+    else:
+        passed = bool(pvalue >= alpha)
+        status, reason = (PASS if passed else FAIL), ""
+    if role == "exploratory":
+        passed = None
+    return TestRow(
+        spec["name"],
+        role,
+        None if statistic is None else float(statistic),
+        df,
+        float(pvalue) if evidence else None,
+        int(n),
+        alpha,
+        passed,
+        detail,
+        status=status,
+        pvalue_method=method,
+        reason=reason,
     )

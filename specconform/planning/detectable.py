@@ -133,17 +133,23 @@ def plan_tests(
 ) -> list[TestPlan]:
     """Detectable TV of every planned test (deciding, secondary, mechanism; exploratory
     t3 too when the reference has its laws) at ``seeds`` per group."""
+    world, level, planned = _planned(protocol, reference)
+    return [
+        _plan_one(protocol, world, spec, int(seeds), level, power, is_d) for spec, is_d in planned
+    ]
+
+
+def _planned(protocol: dict, reference: dict | World):
+    """(the reference world, the planning level, [(spec, deciding)] of the planned tests)."""
     world = reference if isinstance(reference, World) else world_from_reference(reference)
     level, _ = planning_level(protocol)
     deciding = {t["name"] for t in deciding_tests(protocol)}
-    out = []
-    for spec in protocol["tests"]:
-        if spec["type"] not in PLANNED_TYPES:
-            continue
-        out.append(
-            _plan_one(protocol, world, spec, int(seeds), level, power, spec["name"] in deciding)
-        )
-    return out
+    planned = [
+        (spec, spec["name"] in deciding)
+        for spec in protocol["tests"]
+        if spec["type"] in PLANNED_TYPES
+    ]
+    return world, level, planned
 
 
 def detectable_tv_for_run(protocol: dict, reference: dict, seeds: int) -> list[TestPlan]:
@@ -162,14 +168,9 @@ def seeds_needed(
     (bisection on N; strata and pooling are recomputed at every N)."""
     if not 0 < tv <= 1:
         raise ValueError(f"--tv must lie in (0, 1], got {tv}")
-    world = reference if isinstance(reference, World) else world_from_reference(reference)
-    level, _ = planning_level(protocol)
-    deciding = {t["name"] for t in deciding_tests(protocol)}
+    world, level, planned = _planned(protocol, reference)
     out = []
-    for spec in protocol["tests"]:
-        if spec["type"] not in PLANNED_TYPES:
-            continue
-        is_d = spec["name"] in deciding
+    for spec, is_d in planned:
 
         def ok(n, spec=spec, is_d=is_d):
             p = _plan_one(protocol, world, spec, n, level, power, is_d)

@@ -16,12 +16,19 @@ from types import MappingProxyType
 import numpy as np
 
 from specconform.details import Record
-from specconform.kinds.verdict import FamilyRule
-from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, TestRow
+from specconform.kinds.verdict import FamilyRule, stochastic_row
+from specconform.results import TestRow
 from specconform.stats.reference import Reference
 
 DECIDING_ROLES = ("prerequisite", "primary")
 COLUMNS = ("seed", "t1", "t2", "t3", "first_accepted", "drafted", "accepted")
+
+
+# A stochastic row without evidence: its reason, and its detail's ``no_evidence``.
+_NONE = (
+    "no evidence",
+    "no stratum reached the strata threshold, or every cell pooled into one (df 0)",
+)
 
 
 @dataclass(frozen=True)
@@ -108,35 +115,7 @@ class Context:
     ) -> TestRow:
         """A row at the per-test level; :func:`family_verdict` re-decides deciding rows.
         NaN/None p-value or n 0: no evidence (never a pass)."""
-        role = spec["role"]
-        evidence = n > 0 and pvalue is not None and np.isfinite(pvalue)
-        if not evidence:
-            status, passed, reason = NO_EVIDENCE, False, "no evidence"
-            detail = detail.replace(
-                no_evidence="no stratum reached the strata threshold, "
-                "or every cell pooled into one (df 0)",
-            )
-        elif role == "exploratory":
-            status, passed, reason = INFO, None, ""
-        else:
-            passed = bool(pvalue >= self.alpha)
-            status, reason = (PASS if passed else FAIL), ""
-        if role == "exploratory":
-            status, passed = (INFO if evidence else NO_EVIDENCE), None
-        return TestRow(
-            spec["name"],
-            role,
-            None if statistic is None else float(statistic),
-            df,
-            None if not evidence else float(pvalue),
-            int(n),
-            self.alpha,
-            passed,
-            detail,
-            status=status,
-            pvalue_method=method,
-            reason=reason,
-        )
+        return stochastic_row(spec, statistic, df, pvalue, n, self.alpha, detail, method, *_NONE)
 
 
 def split(samples, vocab_size: int) -> dict[str, GroupData]:

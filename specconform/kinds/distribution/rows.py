@@ -31,9 +31,10 @@ from specconform.kinds.verdict import (
     ENGINE_ERRORS_METHOD,
     REASON_ENGINE_ERRORS,
     SUPPORT_METHOD,
+    coverage_info_row,
     deterministic_row,
 )
-from specconform.results import INFO, NO_EVIDENCE, TestRow
+from specconform.results import NO_EVIDENCE, TestRow
 from specconform.stats import sum_chi2
 
 from .context import Context
@@ -134,19 +135,7 @@ def coverage_row(ctx: Context, coverage: dict[str, Coverage]) -> TestRow:
         statistic="smallest share of eligible samples covered by the strata of any stratified test",
         tests={name: c.record() for name, c in coverage.items()},
     )
-    return TestRow(
-        "coverage",
-        "exploratory",
-        float(share),
-        None,
-        None,
-        n,
-        ctx.alpha,
-        None,
-        detail,
-        status=INFO,
-        pvalue_method="none (descriptive)",
-    )
+    return coverage_info_row(share, n, ctx.alpha, detail)
 
 
 def support_row(ctx: Context) -> TestRow:

@@ -70,14 +70,7 @@ def pair_row(protocol: dict, pair: dict, metric: str, groups: dict[str, GroupSam
         base=pair["base"],
         candidate=pair["candidate"],
         trials=res.n,
-        wins=res.wins,
-        losses=res.losses,
-        ties=res.ties,
-        both_right=res.both_right,
-        both_wrong=res.both_wrong,
-        discordant=res.discordant,
-        pvalue_two_sided=res.pvalue_two_sided,
-        pvalue_worse=res.pvalue_worse,
+        **{key: getattr(res, key) for key in _PAIR_COUNTS},
         fail_on=res.alternative,
         accuracy_base=_accuracy(acc_b),
         accuracy_candidate=_accuracy(acc_c),
@@ -153,6 +146,19 @@ def errors_row(protocol: dict, groups: dict[str, GroupSamples], role: str) -> Te
         reason=f"engine errors in {', '.join(over)}" if over else "",
         pvalue_method="none (deterministic: requests ending in an engine error)",
     )
+
+
+# The McNemar result's counts and p-values, under the same names in the pair's record.
+_PAIR_COUNTS = (
+    "wins",
+    "losses",
+    "ties",
+    "both_right",
+    "both_wrong",
+    "discordant",
+    "pvalue_two_sided",
+    "pvalue_worse",
+)
 
 
 def _accuracy(acc) -> Accuracy:

@@ -21,7 +21,12 @@ import numpy as np
 
 from specconform.details.runs import KernelErrorsDetail, MonteCarloCellDetail, OutOfVocabDetail
 from specconform.kinds.laws import as_exact, montecarlo_laws
-from specconform.kinds.verdict import REASON_ENGINE_ERRORS, FamilyRule, family_verdict
+from specconform.kinds.verdict import (
+    REASON_ENGINE_ERRORS,
+    FamilyRule,
+    deterministic_row,
+    family_verdict,
+)
 from specconform.results import FAIL, NO_EVIDENCE, PASS, Evaluation, RawData, TestRow
 from specconform.stats import pearson_gof
 from specconform.stats.speculative import joint_cells
@@ -92,36 +97,28 @@ def evaluate(protocol: dict, raw: RawData) -> Evaluation:
                 ),
             )
         )
-    tests.append(
-        TestRow(
-            test="out_of_vocab",
-            role="primary",
-            statistic=float(out_of_vocab),
-            df=None,
-            pvalue=None,
-            n=int(committed["count"].sum()),
-            alpha=alpha,
-            passed=out_of_vocab == 0,
-            detail=OutOfVocabDetail(tokens=out_of_vocab),
-            reason="" if out_of_vocab == 0 else "out of vocabulary",
-            pvalue_method="none (deterministic)",
-        )
+    deterministic = (
+        (
+            "out_of_vocab",
+            out_of_vocab,
+            committed,
+            OutOfVocabDetail(tokens=out_of_vocab),
+            "out of vocabulary",
+        ),
+        (
+            "kernel_errors",
+            errors,
+            counts,
+            KernelErrorsDetail(error_rows=errors),
+            REASON_ENGINE_ERRORS,
+        ),
     )
-    tests.append(
-        TestRow(
-            test="kernel_errors",
-            role="primary",
-            statistic=float(errors),
-            df=None,
-            pvalue=None,
-            n=int(counts["count"].sum()),
-            alpha=alpha,
-            passed=errors == 0,
-            detail=KernelErrorsDetail(error_rows=errors),
-            reason="" if errors == 0 else REASON_ENGINE_ERRORS,
-            pvalue_method="none (deterministic)",
+    for test, bad, frame, detail, reason in deterministic:
+        n = int(frame["count"].sum())
+        row = deterministic_row(
+            test, float(bad), n, alpha, bad == 0, detail, "none (deterministic)", reason
         )
-    )
+        tests.append(row)
     rows, verdict = family_verdict(tests, FamilyRule.from_protocol(protocol, ("primary",)))
     return Evaluation(rows, verdict)
 

@@ -25,6 +25,7 @@ from specconform.kinds.verdict import (
     ENGINE_ERRORS_METHOD,
     REASON_ENGINE_ERRORS,
     SUPPORT_METHOD,
+    coverage_info_row,
     deterministic_row,
 )
 from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, TestRow
@@ -204,16 +205,4 @@ def coverage_row(ctx: Context, coverage: dict[str, CoverageRecord]) -> TestRow:
         per_group=per_group,
         tests=coverage,
     )
-    return TestRow(
-        "coverage",
-        "exploratory",
-        float(share),
-        None,
-        None,
-        int(tok.p_token.size),
-        ctx.alpha,
-        None,
-        detail,
-        status=INFO,
-        pvalue_method="none (descriptive)",
-    )
+    return coverage_info_row(share, int(tok.p_token.size), ctx.alpha, detail)

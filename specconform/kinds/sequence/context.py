@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from specconform.details import Record
-from specconform.kinds.verdict import FamilyRule
-from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, TestRow
+from specconform.kinds.verdict import FamilyRule, stochastic_row
+from specconform.results import TestRow
 
 from .records import Requests, Tokens
 
@@ -80,32 +80,8 @@ class Context:
         """A stochastic row at the per-test level; :func:`family_verdict` re-decides
         deciding rows. NaN/None p-value or n 0: no evidence (never a pass); ``why_none``,
         when given, says why in the reason."""
-        role = spec["role"]
-        evidence = n > 0 and pvalue is not None and bool(np.isfinite(pvalue))
-        if not evidence:
-            status, passed = NO_EVIDENCE, False
-            reason = "no evidence" if why_none is None else f"no evidence: {why_none}"
-            detail = detail.replace(
-                no_evidence=why_none or "nothing testable: no stratum, pair row or cell"
-            )
-        elif role == "exploratory":
-            status, passed, reason = INFO, None, ""
-        else:
-            passed = bool(pvalue >= self.alpha)
-            status, reason = (PASS if passed else FAIL), ""
-        if role == "exploratory":
-            passed = None
-        return TestRow(
-            spec["name"],
-            role,
-            None if statistic is None else float(statistic),
-            df,
-            float(pvalue) if evidence else None,
-            int(n),
-            self.alpha,
-            passed,
-            detail,
-            status=status,
-            pvalue_method=method,
-            reason=reason,
+        reason = "no evidence" if why_none is None else f"no evidence: {why_none}"
+        why = why_none or "nothing testable: no stratum, pair row or cell"
+        return stochastic_row(
+            spec, statistic, df, pvalue, n, self.alpha, detail, method, reason, why
         )
