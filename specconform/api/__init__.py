@@ -214,15 +214,9 @@ def verify(
     EvidenceError
         The archive is invalid; the message names the first failing file or field.
     """
-    from specconform.evidence.verify import verify_archive
+    from specconform.evidence.verify import require_signature_choice, verify_archive
 
-    if pubkey is not None and skip_signature:
-        raise UsageError("pubkey and skip_signature=True contradict each other")
-    if pubkey is None and not skip_signature:
-        raise UsageError(
-            "pass pubkey=PATH to check the signature, or skip_signature=True "
-            "to check digests and recomputation only"
-        )
+    require_signature_choice(pubkey, skip_signature, "pubkey", "pubkey=PATH", "skip_signature=True")
     return verify_archive(Path(archive), None if pubkey is None else Path(pubkey))
 
 

@@ -78,16 +78,12 @@ def _fail(error: SpecconformError) -> None:
 def verify_command(
     archive: Path, pubkey: Path | None, skip_signature: bool, skip_external: bool
 ) -> None:
-    from specconform.evidence.verify import verify_archive
+    from specconform.evidence.verify import require_signature_choice, verify_archive
 
     try:
-        if pubkey is not None and skip_signature:
-            raise UsageError("--pubkey and --skip-signature contradict each other")
-        if pubkey is None and not skip_signature:
-            raise UsageError(
-                "pass --pubkey FILE to check the signature, or --skip-signature "
-                "to check digests and recomputation only"
-            )
+        require_signature_choice(
+            pubkey, skip_signature, "--pubkey", "--pubkey FILE", "--skip-signature"
+        )
         report = verify_archive(archive, pubkey, skip_external=skip_external)
     except SpecconformError as error:
         _fail(error)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specconform.errors import EvidenceError, SpecconformError
+from specconform.errors import EvidenceError, SpecconformError, UsageError
 from specconform.evidence.external import MANIFEST_NAME, check_external
 from specconform.evidence.reader import ArchiveContents, read_archive
 from specconform.evidence.recompute import check_recomputation, reevaluate_archive
@@ -91,6 +91,20 @@ class VerifyReport:
             ),
             *(f"  warning: {w}" for w in self.warnings),
         ]
+
+
+def require_signature_choice(
+    pubkey, skip_signature: bool, key: str, key_arg: str, skip: str
+) -> None:
+    """Exactly one of a public key and skipping the signature check (the API and the CLI
+    name them ``key``/``key_arg`` and ``skip`` in their own words); UsageError otherwise."""
+    if pubkey is not None and skip_signature:
+        raise UsageError(f"{key} and {skip} contradict each other")
+    if pubkey is None and not skip_signature:
+        raise UsageError(
+            f"pass {key_arg} to check the signature, or {skip} "
+            "to check digests and recomputation only"
+        )
 
 
 def verify_archive(

@@ -31,6 +31,9 @@ import math
 import sys
 
 
+# Alike in shape to performance_worker.py's _llm on purpose: each worker is a self-contained
+# script run with PYTHONPATH naming another tree, so neither imports the other or
+# specconform.
 def _llm(eut, torch, engine: dict, config: dict):
     model = (
         engine["checkpoint"]

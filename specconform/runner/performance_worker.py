@@ -37,6 +37,9 @@ PHASE_PREFIX = "phase:"
 STEP_RANGE = "step"
 
 
+# Alike in shape to equality_worker.py's _llm on purpose: each worker is a self-contained
+# script run with PYTHONPATH naming another tree, so neither imports the other or
+# specconform.
 def _llm(eut, torch, engine: dict, config: dict, concurrency: int, graphs: bool):
     model = eut.ModelConfig.preset(engine["preset"], seed=int(engine["model_seed"]))
     spec = None
