@@ -81,17 +81,16 @@ class McNemarPairDetail(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class GroupAccuracyDetail(Record):
-    """One group's accuracy on one metric (exploratory)."""
-
+class _MetricGroup(Record):
     metric: str
     group: str
-    correct: int
-    n: int
-    accuracy: float
-    wilson_low: float
-    wilson_high: float
-    level: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupAccuracyDetail(Accuracy, _MetricGroup):
+    """One group's accuracy on one metric (exploratory). Its keys: metric and group
+    (``_MetricGroup``'s, first by the dataclass field order of the bases), then
+    :class:`Accuracy`'s."""
 
 
 @dataclass(frozen=True, kw_only=True)

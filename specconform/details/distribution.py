@@ -56,9 +56,10 @@ class HomogeneityStratum(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class StratifiedDetail(Record):
-    """Strata's χ² summed into one row (t2_gof, t3_gof, t2_homogeneity, joint). The head
-    fields name what was stratified; which are present depends on the test."""
+class StratifiedFields(Record):
+    """The keys a stratified row's detail has in either schema (all but the last: schema
+    2's ``no_evidence``, schema 1's ``reason``). The head fields name what was
+    stratified; which are present depends on the test."""
 
     group: str | None = optional()
     groups: tuple[str, ...] | None = optional()
@@ -71,6 +72,12 @@ class StratifiedDetail(Record):
     strata_count: int
     aggregate_df: float
     strata: tuple[GofStratum | HomogeneityStratum, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StratifiedDetail(StratifiedFields):
+    """Strata's χ² summed into one row (t2_gof, t3_gof, t2_homogeneity, joint)."""
+
     no_evidence: str | None = optional()
 
 
@@ -93,8 +100,8 @@ class GroupsGofDetail(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RejectionStratum(Record):
-    """One t1 stratum of the first-position rejection test: rejections against TV."""
+class RejectionCounts(Record):
+    """The leading keys of a t1 stratum of the acceptance test (either schema)."""
 
     t1: int
     n: int
@@ -102,6 +109,12 @@ class RejectionStratum(Record):
     rejected: int
     expected_rejection_rate: float
     observed_rejection_rate: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RejectionStratum(RejectionCounts):
+    """One t1 stratum of the first-position rejection test: rejections against TV."""
+
     binom_pvalue: float | None
     expected: tuple[float, ...]
     observed: tuple[int, ...]

@@ -11,7 +11,8 @@ from .base import Record, optional
 from .distribution import (
     CoverageDetail,
     GofStratum,
-    HomogeneityStratum,
+    RejectionCounts,
+    StratifiedFields,
     SupportDetail,
 )
 
@@ -28,33 +29,16 @@ class LegacyGroupsGofDetail(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class LegacyStratifiedDetail(Record):
+class LegacyStratifiedDetail(StratifiedFields):
     """t2_gof, t3_gof, t2_homogeneity and joint of schema 1."""
 
-    group: str | None = optional()
-    groups: tuple[str, ...] | None = optional()
-    draft_loops: int | None = optional()
-    skipped_impossible_strata: tuple[dict[str, int], ...] | None = optional()
-    seed_split: str | None = optional()
-    cells: str | None = optional()
-    min_samples: int
-    min_expected: float
-    strata_count: int
-    aggregate_df: float
-    strata: tuple[GofStratum | HomogeneityStratum, ...]
     reason: str | None = optional()
 
 
 @dataclass(frozen=True, kw_only=True)
-class LegacyRejectionStratum(Record):
+class LegacyRejectionStratum(RejectionCounts):
     """One t1 stratum of schema 1's acceptance test (2-cell χ² and exact binomial)."""
 
-    t1: int
-    n: int
-    tv: float
-    rejected: int
-    expected_rejection_rate: float
-    observed_rejection_rate: float | None
     expected: tuple[float, ...]
     observed: tuple[int, ...]
     statistic: float | None
