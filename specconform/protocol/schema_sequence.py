@@ -38,6 +38,8 @@ from specconform.protocol.schema import (
     FamilyVerdict,
     Probability,
     SeedPlan,
+    Strict,
+    _unique,
     _with_verdict,
 )
 from specconform.protocol.schema_base import (
@@ -54,12 +56,10 @@ from specconform.protocol.schema_base import (
     Name,
     ProtocolName,
     Seed,
-    Strict,
     Text,
     TokenId,
     TokenList,
     TopK,
-    _unique,
 )
 
 
