@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+# The public names once more, after specconform.api.__all__, on purpose: this module
+# resolves them lazily and so cannot import specconform.api to read its list (the
+# assert below and tests/toolkit/test_api.py keep the lists in step).
 __all__ = [
     "AggregateResult",
     "ArchiveView",

@@ -295,6 +295,7 @@ class BundledEngine:
     # -- sequence protocols (specconform.adapters.sequence) ------------------------------
     def request_params(self, request: RequestSpec):
         """The engine's SamplingParams of one sequence request."""
+        # Field by field on purpose: the engine's SamplingParams is not ours to copy into.
         return self._eut.SamplingParams(
             temperature=request.temperature,
             top_k=request.top_k,

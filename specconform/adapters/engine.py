@@ -42,7 +42,8 @@ from pathlib import Path
 from specconform.adapters.checks import CheckedEngine
 
 # The vocabulary lives in adapters.types and the typed interface in adapters.interface;
-# both are re-exported here, where adapter authors have always imported them from.
+# both are re-exported here, where adapter authors have always imported them from (so
+# this import list repeats the one adapters.checks uses, on purpose).
 from specconform.adapters.interface import Engine, EngineAdapter, check_adapter
 from specconform.adapters.types import (
     TOKEN_KINDS,

@@ -108,6 +108,9 @@ class Engine(Protocol):
     def draft_law(self, prefix: list[int], depth: int) -> np.ndarray | None: ...
     def target_laws(self, prefixes: list[list[int]]) -> list[np.ndarray]: ...
     def draft_laws(self, prefixes: list[list[int]], depth: int) -> list[np.ndarray] | None: ...
+    # The sequence methods repeat adapters.sequence.SequenceEngine's signatures on
+    # purpose: here they are the validated wrapper's full surface, there the optional
+    # methods an adapter may implement.
     def run_requests(
         self,
         group: Any,

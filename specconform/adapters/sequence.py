@@ -82,6 +82,7 @@ class SequenceRecord:
 class SequenceEngine(Protocol):
     """The optional sequence methods (see the module docstring)."""
 
+    # Repeated in adapters.interface.Engine (the wrapper's surface) on purpose.
     def run_requests(
         self,
         group,

@@ -156,6 +156,9 @@ def run(
 
     if device is not None and device not in ("cpu", "cuda"):
         raise UsageError(f"device {device!r}: expected 'cpu' or 'cuda'")
+    # The same RunRequest as `specconform run` builds (cli/__init__.py), on purpose: each
+    # front end maps its own arguments (paths, argv, signing) into it; the run itself is
+    # shared (runner.assemble.run_protocol).
     request = RunRequest(
         protocol=Path(protocol),
         out_dir=Path(out),

@@ -86,6 +86,7 @@ def _execute(
     from specconform.runner.assemble import RunRequest, run_protocol
 
     set_verbose(verbose)
+    # Alike to specconform.api.run's RunRequest on purpose (see there).
     request = RunRequest(
         protocol=protocol,
         out_dir=out_dir,

@@ -56,6 +56,8 @@ def _fail(error: SpecconformError) -> None:
     sys.exit(error.exit_code)
 
 
+# The commands' path options are alike in shape on purpose: click declares each option in
+# full, with its own help.
 @click.command("verify", help=_VERIFY_HELP)
 @click.argument("archive", type=click.Path(path_type=Path))
 @click.option(

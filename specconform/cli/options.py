@@ -40,6 +40,8 @@ def _size_option(ctx, param, value):
         raise click.BadParameter(str(exc).split(": ", 1)[-1]) from None
 
 
+# The click options below are alike in shape (a path option, its default, its help) on
+# purpose: click declares each option in full, and each one's help is its documentation.
 def run_options(f):
     options = [
         click.argument("protocol", type=click.Path(dir_okay=False, path_type=Path)),

@@ -13,6 +13,13 @@ archive's bytes do not change), ``bool``, another record, a union of records (th
 whose keys fit is read), ``tuple[X, ...]``, ``dict[str, X]``, ``X | None`` and
 :data:`Json` (open JSON data the engine wrote, e.g. a check's mismatch examples, kept
 as it was).
+
+Records whose field lists look alike (``n``, ``statistic``, ``df``, ``pvalue``, ...:
+same shape, other names) stay written out on purpose: each class is one archived JSON
+object's keys in the order its evaluator writes them, and that order is part of the
+archive's bytes. Keys that two records share *as a leading run in the same order* are
+declared once in a base (``RejectionCounts``, ``StratifiedFields``, ``Accuracy``);
+anything else would tie unrelated archive objects' key orders together.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Each record's fields are, in order, the keys its evaluator writes into the archi
 (results/tests.json); :mod:`specconform.details.base` turns them into JSON and back.
 Strata, pooled cells and per-group tables are records of their own, so a report reads
 ``row.detail.strata[0].observed`` instead of digging in dicts.
+
+Alike-shaped field lists here and in the sibling modules are on purpose (each is one
+archive object's keys in order): see :mod:`specconform.details.base`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Typed detail records of schema-1 distribution archives (the frozen evaluator
 specconform/kinds/distribution/legacy.py): written before family-wise verdicts, read
 back so that old archives still verify and report. Rows without evidence carry
-``reason`` (schema 2 says ``no_evidence``)."""
+``reason`` (schema 2 says ``no_evidence``).
+
+Alike-shaped field lists here and in the sibling modules are on purpose (each is one
+archive object's keys in order): see :mod:`specconform.details.base`."""
 
 from __future__ import annotations
 

@@ -202,6 +202,8 @@ def _sharding(loaded: LoadedProtocol):
     return shard, Coordinator(shard)
 
 
+# Its keyword parameters repeat execute()'s on purpose: execute takes the run lock and
+# hands the same arguments on; each signature states what it reads.
 def _execute_locked(
     loaded: LoadedProtocol,
     *,

@@ -123,6 +123,7 @@ def t2_homogeneity(ctx: Context, spec: dict):
         ca, cb = counts_on(tokens, xa), counts_on(tokens, xb)
         res = pearson_homogeneity(ca, cb, min_expected=ctx.min_expected)
         results.append(res)
+        # Key by key on purpose: the record's keys are the archive's, some converted.
         per.append(
             HomogeneityStratum(
                 t1=int(t1),

@@ -118,6 +118,8 @@ def acceptance_all(ctx: Context, spec: dict) -> tuple[TestRow, CoverageRecord]:
             tok.position[sel], tok.kind[sel] == CORRECTION, tok.tv[sel], min_expected=MIN_EXPECTED
         )
         results.append(res)
+        # Key by key on purpose (alike in shape to other records built from a result):
+        # the record's keys are the archive's, and some are converted (json_number).
         per.append(
             AcceptanceGroup(
                 group=name,

@@ -4,7 +4,10 @@ written before family-wise verdicts (their protocol.json has no ``verdict``), so
 
 Do not change its output: new behaviour goes in :mod:`..evaluate`. It imports no live
 evaluator module: the helpers it shared with the live evaluator are frozen copies in
-:mod:`.frozen`. Schema-1 semantics it
+:mod:`.frozen`. This package is a FROZEN copy, kept byte-for-byte so that old archives
+re-verify with the rules they were made with: the duplicated lines between it (this
+module and :mod:`.frozen`) and the live evaluator (``context``, ``rows``, ``tokens``,
+``mechanism``, ``fixed``) are on purpose; never merge them. Schema-1 semantics it
 keeps on purpose (each wrong for new runs, fixed there): every test decides at alpha on
 its own (union bound only); df 0 reads p = 1 and PASS; acceptance decides on the summed
 2-cell χ²; t1 over several groups shows the smallest-p group's statistic beside the

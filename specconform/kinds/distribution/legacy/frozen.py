@@ -4,7 +4,8 @@ The live evaluator (`kinds.distribution.context`, `mechanism`, `rows`, `tokens`)
 change for new runs; archives of the first results schema must keep re-deriving exactly
 what they state, so the frozen evaluator reads its samples, strata and rows through
 these copies, never through the live modules. Do not change them: a fix for new runs
-goes in the live modules. Only the statistics primitives (`specconform.stats`) and the
+goes in the live modules. The duplicated lines between this module and the live ones are
+on purpose (a FROZEN copy, kept byte-for-byte); never merge them. Only the statistics primitives (`specconform.stats`) and the
 detail records (`specconform.details`) are shared.
 """
 
