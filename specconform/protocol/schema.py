@@ -119,18 +119,22 @@ class QuadratureCase(Strict):
         return self
 
 
-class QuadratureProtocol(Strict):
+# A kernel protocol (quadrature, Monte Carlo): its cases' names are unique. No fields
+# and no docstring, so each subclass's fields, order and JSON schema are its own.
+class NamedCases(Strict):
+    @field_validator("cases", check_fields=False)
+    @classmethod
+    def _unique_names(cls, cases):
+        return _unique(cases, "case")
+
+
+class QuadratureProtocol(NamedCases):
     kind: Literal["quadrature"]
     name: ProtocolName
     description: Text = ""
     sampler: SamplerSpec = SamplerSpec()
     device: Literal["cpu", "cuda"] = Field("cpu", json_schema_extra=overridable("--device"))
     cases: Annotated[list[QuadratureCase], Field(min_length=1, max_length=LIST_MAX)]
-
-    @field_validator("cases")
-    @classmethod
-    def _unique_names(cls, cases):
-        return _unique(cases, "case")
 
 
 class FamilyVerdict(Strict):
@@ -177,7 +181,7 @@ class MonteCarloCase(Strict):
         return self
 
 
-class MonteCarloProtocol(Strict):
+class MonteCarloProtocol(NamedCases):
     kind: Literal["montecarlo"]
     name: ProtocolName
     description: Text = ""
@@ -192,11 +196,6 @@ class MonteCarloProtocol(Strict):
     @model_validator(mode="after")
     def _default_verdict(self):
         return _with_verdict(self)
-
-    @field_validator("cases")
-    @classmethod
-    def _unique_names(cls, cases):
-        return _unique(cases, "case")
 
 
 # --- distribution protocols ---------------------------------------------------------------

@@ -143,3 +143,11 @@ class BaseCandidate(Strict):
     base: Name
     candidate: Name
     role: Literal["primary", "secondary"] = "primary"
+
+
+def known_sides(pairs, names: set[str], pair_word: str, item_word: str) -> None:
+    """Every pair's base and candidate name one of ``names`` (ValueError otherwise)."""
+    for pair in pairs:
+        for side in (pair.base, pair.candidate):
+            if side not in names:
+                raise ValueError(f"{pair_word} {pair.name!r} names unknown {item_word} {side!r}")

@@ -29,6 +29,7 @@ from specconform.protocol.schema_base import (
     TokenId,
     _unique,
     draft_loops_iff_drafting,
+    known_sides,
     overridable,
 )
 
@@ -108,11 +109,6 @@ class EqualityProtocol(Strict):
         _unique(self.configurations, "configuration")
         _unique(self.comparisons, "comparison")
         names = {c.name for c in self.configurations}
-        for comp in self.comparisons:
-            for side in (comp.base, comp.candidate):
-                if side not in names:
-                    raise ValueError(
-                        f"comparison {comp.name!r} names unknown configuration {side!r}"
-                    )
+        known_sides(self.comparisons, names, "comparison", "configuration")
         check_git_ref(self.base_ref)
         return self

@@ -43,6 +43,7 @@ from specconform.protocol.schema_base import (
     TopK,
     _unique,
     draft_loops_iff_drafting,
+    known_sides,
     overridable,
 )
 
@@ -143,9 +144,7 @@ class McNemarProtocol(Strict):
         _unique(self.pairs, "pair")
         names = {g.name for g in self.groups}
         for pair in self.pairs:
-            for g in (pair.base, pair.candidate):
-                if g not in names:
-                    raise ValueError(f"pair {pair.name!r} names unknown group {g!r}")
+            known_sides([pair], names, "pair", "group")
             if pair.base == pair.candidate:
                 raise ValueError(f"pair {pair.name!r} compares group {pair.base!r} with itself")
         return self
