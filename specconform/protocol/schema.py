@@ -291,6 +291,9 @@ class Expansion(Strict):
     of_count: Annotated[int, Field(ge=1, le=COUNT_MAX)]
 
 
+# Its head fields (kind, name, description, alpha, engine, seeds, groups) read like
+# SequenceProtocol's on purpose: each protocol kind declares its whole file format, in
+# the order its documentation and JSON schema list the keys.
 class DistributionProtocol(Strict):
     kind: Literal["distribution"]
     name: ProtocolName

@@ -134,6 +134,8 @@ def mean_test(u) -> MeanResult:
     return MeanResult(z, float(2 * sps.norm.sf(abs(z))), n, float(x.mean()))
 
 
+# Its fields read like the detail records' (details/) on purpose: a statistic's result
+# states what it computed; the record states an archive object's keys.
 @dataclass(frozen=True)
 class PairResult:
     """χ² of U_b's bin within each bin (row) of U_a, g x g cells.
