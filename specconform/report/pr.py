@@ -31,7 +31,7 @@ from specconform.details.runs import EqualityDetail
 from specconform.evidence.external import MANIFEST_NAME
 from specconform.evidence.reader import read_archive
 from specconform.kinds.registry import KINDS, Kind
-from specconform.report.context import RunFacts, run_facts
+from specconform.report.context import RunFacts, run_facts, run_labels
 from specconform.report.markdown import VERIFIED_NOTE, VERIFY_NOTE, table
 from specconform.report.model import (
     ArchiveView,
@@ -66,7 +66,7 @@ class PrArchive:
     facts: RunFacts
     kind: str
     protocol: str
-    label: str  # "primary", "replication", "replication 2": within its protocol
+    label: str  # context.run_labels: "primary", "replication", "mutant NAME", ...
     size: int  # bytes of the zip
     external: int  # files kept beside it (--max-archive-size)
 
@@ -81,15 +81,13 @@ def pr_markdown(archives: Sequence[Path], *, pubkey: Path | None = None) -> str:
 
 
 def collect_items(views: Sequence[ArchiveView], facts: Sequence[RunFacts]) -> list[PrArchive]:
-    seen: dict[str, int] = {}
     items = []
-    for view, fact in zip(views, facts, strict=True):
+    # The label says what the run is (context.run_labels: primary, replication, "mutant
+    # NAME", candidate, base), never its position: a mutant run of the same protocol was
+    # labelled "replication 2" (issue 37).
+    labels = run_labels(views)
+    for view, fact, label in zip(views, facts, labels, strict=True):
         protocol = str(view.run.get("protocol_name", "?"))
-        index = seen.get(protocol, 0)
-        seen[protocol] = index + 1
-        label = (
-            "primary" if index == 0 else ("replication" if index == 1 else f"replication {index}")
-        )
         contents = read_archive(view.path)
         external = 0
         if MANIFEST_NAME in contents.files:

@@ -111,3 +111,16 @@ def test_a_failing_archive_is_named_in_the_headline(tmp_path):
     archive = seal(bad, key=None, sign=False)
     page = pr_markdown([archive])
     assert "**1 FAIL**: toy (primary)" in page
+
+
+def test_a_mutant_run_is_labelled_as_one_never_as_a_replication():
+    """Issue 37: `report --pr` over a clean run and a planted-misuse run of the same
+    protocol labelled the second "replication" (its position), which presents a
+    negative control as independent confirming evidence. The committed peer archives: a
+    clean vLLM run and its `wrong_temperature` negative control."""
+    peers = ROOT / "docs" / "evidence" / "peers"
+    clean = peers / "peers_vllm-13f20cee-32dabab3.zip"
+    mutant = peers / "negative-controls" / "peers_vllm-13f20cee-a2ed0f6d-wrong_temperature.zip"
+    page = pr_markdown([clean, mutant])
+    assert "mutant wrong_temperature" in page
+    assert "replication" not in page
