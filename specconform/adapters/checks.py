@@ -71,7 +71,7 @@ class CheckedEngine(SequenceChecks):
             return fn(*args)
         except UsageError:
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # an adapter's exit is its failure
             raise self._fail(f"{method}() raised {one_line(exc)}") from None
 
     # -- identity ---------------------------------------------------------------------

@@ -127,7 +127,7 @@ def load_engine(spec, *, mutant: str | None, log=print) -> Engine:
         adapter = factory(spec, mutant=mutant, log=log)
     except UsageError:
         raise
-    except Exception as exc:  # a user's factory: any failure is that adapter's
+    except (Exception, SystemExit) as exc:  # a user's factory: any failure, exit included
         raise AdapterError(f"engine adapter {name}: factory raised {one_line(exc)}") from None
     return CheckedEngine(adapter, name, spec)
 

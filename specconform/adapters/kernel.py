@@ -104,7 +104,7 @@ class CheckedKernel:
             out = self._k.accept(p, q, drafts, draft_lens, uniforms)
         except UsageError:
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # an adapter's exit is its failure
             raise self._fail(f"raised {one_line(exc)}") from None
         B, K1 = drafts.shape[0], drafts.shape[1] + 1
         fields = {}
@@ -172,7 +172,7 @@ def load_kernel(adapter: str, device: str, mutant: str | None) -> CheckedKernel:
         kernel = factory(device=device, mutant=mutant)
     except UsageError:
         raise
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # a factory's exit is its failure
         raise AdapterError(f"sampler.adapter {adapter}: factory raised {one_line(exc)}") from None
     return CheckedKernel(kernel, adapter)
 

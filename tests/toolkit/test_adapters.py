@@ -135,6 +135,8 @@ class _Broken:
         return laws
 
     def run_group(self, group, seeds, progress=None):
+        if self.how == "exits":  # an adapter that ends the process "successfully"
+            raise SystemExit(0)
         recs = self._inner.run_group(group, seeds[:1] * len(seeds), progress)
         recs = [dataclasses.replace(r, seed=s) for r, s in zip(recs, seeds, strict=True)]
         r = recs[0]
@@ -178,6 +180,10 @@ def broken(spec, *, mutant=None, log=print):
 
 def raising(spec, *, mutant=None, log=print):
     raise RuntimeError("cannot reach the server\nsecond line")
+
+
+def exiting(spec, *, mutant=None, log=print):
+    raise SystemExit(0)
 
 
 def _checked(how: str) -> CheckedEngine:
@@ -283,6 +289,10 @@ def test_adapter_options_are_validated_naming_the_field(tmp_path):
         ({"adapter": f"{HERE}:broken", "options": {"how": "token_range"}}, "outside [0, 8)"),
         ({"adapter": f"{HERE}:missing"}, "has no callable 'missing'"),
         ({"adapter": "no_such_module_xyz:factory"}, "cannot import no_such_module_xyz"),
+        # SystemExit(0) from an adapter ended the run with exit 0, leaving .inprogress and
+        # its ledger reservation behind (issue 37): an adapter's exit is its failure.
+        ({"adapter": f"{HERE}:exiting"}, "factory raised SystemExit: 0"),
+        ({"adapter": f"{HERE}:broken", "options": {"how": "exits"}}, "raised SystemExit: 0"),
     ],
 )
 def test_broken_adapter_exits_2_with_one_line_and_leaves_out_untouched(tmp_path, engine, message):
