@@ -126,6 +126,8 @@ def prepare(request: RunRequest, *, notify: Callable[[str], None] = notice) -> P
             f"{protocol}: --resume applies to {_names(lambda c: c.resumable)} protocols, "
             f"not {loaded.kind}"
         )
+    if request.max_archive_size is not None:
+        check_archive_floor(loaded, request.max_archive_size)
     signing_key = resolve_key(request.key, request.sign, notify)
     options = RunOptions(
         ledger=request.ledger, resume=request.resume, max_archive_size=request.max_archive_size
@@ -142,6 +144,28 @@ def prepare(request: RunRequest, *, notify: Callable[[str], None] = notice) -> P
     return PreparedRun(
         loaded, Path(out_dir), request.argv, request.mutant, signing_key, request.sign, options
     )
+
+
+# Bytes every archive holds whatever its raw data: the zip's local and central headers
+# of its fixed members (protocol.yaml/json, run.json, environment.json, verdict.json,
+# results/, log.txt, SHA256SUMS: > 1,200 bytes of headers alone) -- a lower bound, so a
+# limit below it can never be met and is refused before any work.
+ARCHIVE_FIXED_FLOOR = 1024
+
+
+def check_archive_floor(loaded: LoadedProtocol, max_size: int) -> None:
+    """Refuse a --max-archive-size that no archive of this protocol can meet: the
+    protocol file is stored in every archive (deflated; 0.9 of zlib's size leaves room for
+    a better compressor), and only raw/ and plots/ can move out (issue 37)."""
+    import zlib
+
+    floor = int(0.9 * len(zlib.compress(loaded.source, 9))) + ARCHIVE_FIXED_FLOOR
+    if max_size < floor:
+        raise UsageError(
+            f"--max-archive-size {max_size}: every archive of {loaded.path.name} takes more "
+            f"than {floor} bytes (the protocol file and the run's fixed members; only raw/ "
+            "and plots/ can move out): raise the limit"
+        )
 
 
 def _names(predicate) -> str:

@@ -142,6 +142,26 @@ def test_cli_bad_size_is_one_line_exit_2_and_writes_nothing(tmp_path):
     assert not out.exists()
 
 
+def test_a_limit_no_archive_can_meet_is_refused_before_the_run(tmp_path):
+    """Issue 37: `--max-archive-size 1KB` was refused only after the whole run (leaving
+    .inprogress). The protocol file and the fixed members alone exceed 1 kB, so the
+    limit is refused before anything runs; a limit above that floor is not."""
+    out = tmp_path / "out"
+    args = ("run", ROOT / "protocols" / "quadrature.yaml", "--no-sign", "--out", out)
+    done = run_cli(*args, "--max-archive-size", "1KB")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "raise the limit" in done.stderr
+    assert not out.exists()  # nothing ran, nothing written
+    # The floor is a lower bound: a real archive of this protocol is larger than it.
+    from specconform.protocol.load import load_protocol
+    from specconform.runner.assemble import check_archive_floor
+
+    loaded = load_protocol(ROOT / "protocols" / "quadrature.yaml")
+    check_archive_floor(loaded, 4_000)  # above the floor (about 1.8 kB): no refusal
+    with pytest.raises(UsageError, match="raise the limit"):
+        check_archive_floor(loaded, 1_500)
+
+
 def test_cli_run_keeps_the_moved_files_beside_the_archive(tmp_path):
     """`run --max-archive-size`: the staged run's external folder is renamed with it to
     OUT/<run-id>.external, and `verify` reads it from there. Three small quadrature
