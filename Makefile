@@ -18,7 +18,7 @@ EXTRAS      ?= all,dev
 PIP_FLAGS   ?= -q --disable-pip-version-check
 SRC         := specconform engine_under_test tests bench
 
-.PHONY: install test-deps run test test-stress bench gpu-test lint format-check typecheck imports check clean
+.PHONY: install test-deps run test test-stress peers-test bench gpu-test lint format-check typecheck imports check clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 
 from specconform.adapters.kernel import CheckedKernel, ensure_uses_uniforms
+from specconform.adapters.peers import sglang as peer  # imports sglang lazily
 from specconform.errors import UsageError
 from tests.peers.conftest import joint_pvalue, single_draft_case
 
+# find_spec, not importorskip: `import sglang` pulls in its whole serving runtime.
 if __import__("importlib").util.find_spec("sglang") is None:
-    pytest.skip("sglang is not installed", allow_module_level=True)
-
-from specconform.adapters.peers import sglang as peer  # noqa: E402
+    pytest.skip(f"sglang is not installed: pip install {peer.INSTALL}", allow_module_level=True)
 
 
 def test_chain_matches_the_joint_law_and_is_white_box():

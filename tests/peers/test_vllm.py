@@ -4,12 +4,11 @@ import numpy as np
 import pytest
 
 from specconform.adapters.kernel import CheckedKernel, ensure_uses_uniforms
+from specconform.adapters.peers import vllm as peer  # imports vllm lazily
 from specconform.errors import UsageError
 from tests.peers.conftest import joint_pvalue, single_draft_case
 
-pytest.importorskip("vllm")
-
-from specconform.adapters.peers import vllm as peer  # noqa: E402
+pytest.importorskip("vllm", reason=f"vllm is not installed: pip install {peer.INSTALL}")
 
 
 def test_forward_matches_the_joint_law():
