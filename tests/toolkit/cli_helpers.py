@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_cli(*args, env=None, cwd=None, timeout=600) -> subprocess.CompletedProcess:
+def run_cli(*args, env=None, cwd=None, timeout=600, **popen) -> subprocess.CompletedProcess:
     full_env = dict(os.environ)
     full_env["CI"] = "true"  # plain progress lines, no terminal control codes
     full_env.update(env or {})
@@ -21,6 +21,7 @@ def run_cli(*args, env=None, cwd=None, timeout=600) -> subprocess.CompletedProce
         env=full_env,
         cwd=cwd or ROOT,
         timeout=timeout,
+        **popen,
     )
 
 

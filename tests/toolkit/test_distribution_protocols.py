@@ -10,6 +10,7 @@ p-values below 1e-10, so these assertions have power ~1 and never flake.
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,10 @@ def _small_protocol(tmp_path: Path, seeds: int, batch: int) -> Path:
     return path
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_resume_after_kill_gives_identical_counts_and_verdict(tmp_path):
     """Interrupt a real run with SIGKILL, SIGINT and SIGKILL again, resume each time, and
     compare with an uninterrupted run: same samples byte for byte, same tests, same
@@ -122,7 +127,10 @@ def test_resume_after_kill_gives_identical_counts_and_verdict(tmp_path):
     ):
         resume = ("--resume", folder) if folder else ()
         env = dict(os.environ, SPECCONFORM_TEST_INTERRUPT=f"{after}:{sig}")
-        stopped = run_cli(*args, *resume, env=env)
+        # SIGINT's default disposition in the child whatever the parent's: a shell that
+        # starts pytest in the background ignores SIGINT, the child inherits that, and
+        # Python then never turns SIGINT into KeyboardInterrupt.
+        stopped = run_cli(*args, *resume, env=env, preexec_fn=_default_sigint)
         assert stopped.returncode == code, (n, stopped.stderr[-2000:])
         if sig == "SIGINT":
             assert "interrupted: continue with --resume" in stopped.stderr
