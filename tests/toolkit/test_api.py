@@ -50,6 +50,19 @@ def test_import_is_lazy_and_names_are_public():
         specconform.no_such_name  # noqa: B018
 
 
+def test_every_api_name_is_public_at_the_top_and_resolves():
+    # specconform.__all__ is derived from its lazy table: every name of specconform.api
+    # must be in it (a name added to the API but not to the table would be unreachable as
+    # specconform.<name>), and every public name must resolve to the defining module's.
+    import specconform.api
+
+    assert set(specconform.api.__all__) <= set(specconform.__all__)
+    for name in specconform.__all__:
+        if name != "__version__":
+            module = importlib.import_module(specconform._LAZY[name])
+            assert getattr(specconform, name) is getattr(module, name), name
+
+
 def test_public_statistics_have_scipy_style_docstrings():
     # The public functions of specconform.api.stats, read from the package's export table
     # (_LAZY) rather than a copy of its list: eight today, the result classes aside.
