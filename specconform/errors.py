@@ -8,6 +8,8 @@ line on stderr and exits with its `exit_code`:
     2  bad input or usage (malformed protocol, bad option, overlapping seeds, ...)
     3  evidence invalid (digest, signature or recomputed verdict mismatch)
     4  a sharded run (--nproc) ended without a verdict: a process died
+  124  an engine adapter call passed its deadline (engine.call_timeout_s,
+       --adapter-timeout; 124 as timeout(1)); a distribution run keeps its checkpoint
   130  interrupted (Ctrl-C, SIGINT); a distribution run keeps its checkpoint folder
 """
 
@@ -16,6 +18,7 @@ EXIT_FAIL = 1
 EXIT_USAGE = 2
 EXIT_EVIDENCE = 3
 EXIT_INCOMPLETE = 4
+EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
 
 
@@ -33,3 +36,11 @@ class ProtocolError(UsageError):
 
 class EvidenceError(SpecconformError):
     exit_code = EXIT_EVIDENCE
+
+
+class AdapterTimeout(SpecconformError):
+    """An adapter call that did not return within its deadline (`adapters.watchdog`):
+    the run ends as if interrupted -- checkpoint and its seed reservation kept for
+    --resume -- not as bad input (which would undo them)."""
+
+    exit_code = EXIT_TIMEOUT
