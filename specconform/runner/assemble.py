@@ -21,10 +21,11 @@ from pathlib import Path
 
 from specconform.errors import UsageError
 from specconform.kinds.registry import kind_of, kinds_with
+from specconform.planning.evidence import check_evidence_plan
 from specconform.progress import notice
 from specconform.protocol.load import LoadedProtocol, apply_overrides, load_protocol
 from specconform.runner.context import RunOptions
-from specconform.runner.execute import RunOutcome, execute
+from specconform.runner.execute import PreparedRun, RunOutcome
 
 
 @dataclass(frozen=True)
@@ -48,35 +49,9 @@ class RunRequest:
     batch: int | None = None  # seeds per group per sequential batch
     max_archive_size: int | None = None
     persistent_caches: bool = False  # Triton/weights/bytecode caches under OUT/.cache
-
-
-@dataclass(frozen=True)
-class PreparedRun:
-    """A checked run, ready to execute: nothing has been written yet."""
-
-    loaded: LoadedProtocol
-    out_dir: Path
-    argv: tuple[str, ...]
-    mutant: str | None
-    key: Path | None
-    sign: bool
-    options: RunOptions
-
-    def execute(self, progress) -> RunOutcome:
-        from specconform.extras import missing_extra
-
-        # No torch: name the extra in one line (exit 2), whatever the entry point.
-        with missing_extra(f"running protocol {self.loaded.name}"):
-            return execute(
-                self.loaded,
-                out_dir=self.out_dir,
-                argv=list(self.argv),
-                mutant=self.mutant,
-                key=self.key,
-                sign=self.sign,
-                progress=progress,
-                options=self.options,
-            )
+    adapter_timeout: float | None = None  # s per adapter call; None: engine.call_timeout_s
+    # run even when the seeds cannot give some deciding test evidence (planning.evidence)
+    allow_inconclusive: bool = False
 
 
 def run_protocol(
@@ -115,6 +90,10 @@ def prepare(request: RunRequest, *, notify: Callable[[str], None] = notice) -> P
         },
     )
     loaded = sequential_override(loaded, request)
+    if request.adapter_timeout is not None:
+        loaded = with_call_timeout(loaded, request.adapter_timeout)
+    # Before any model is read: seeds too few for a deciding test's evidence (exit 2).
+    check_evidence_plan(loaded.kind, loaded.data, allow_inconclusive=request.allow_inconclusive)
     capabilities = kind_of(loaded.kind).capabilities
     if request.ledger and not capabilities.ledgered:
         raise UsageError(
@@ -166,6 +145,20 @@ def check_archive_floor(loaded: LoadedProtocol, max_size: int) -> None:
             f"than {floor} bytes (the protocol file and the run's fixed members; only raw/ "
             "and plots/ can move out): raise the limit"
         )
+
+
+def with_call_timeout(loaded: LoadedProtocol, seconds: float) -> LoadedProtocol:
+    """`--adapter-timeout`: the protocol's ``engine.call_timeout_s`` for this run. Not an
+    override in the record: the field is outside protocol.json and the hash (a limit on
+    waiting, not part of the claim), so the run id and the evidence do not change."""
+    engine = getattr(loaded.model, "engine", None)
+    if engine is None or "call_timeout_s" not in type(engine).model_fields:
+        raise UsageError(
+            f"--adapter-timeout: applies to protocols run through an engine adapter "
+            f"(engine.adapter), not {loaded.kind}"
+        )
+    timed = engine.model_copy(update={"call_timeout_s": float(seconds)})
+    return replace(loaded, model=loaded.model.model_copy(update={"engine": timed}))
 
 
 def _names(predicate) -> str:

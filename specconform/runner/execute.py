@@ -117,26 +117,37 @@ def _dump(obj) -> bytes:
     return (json.dumps(obj, sort_keys=True, indent=1, ensure_ascii=False) + "\n").encode()
 
 
-def execute(
-    loaded: LoadedProtocol,
-    *,
-    out_dir: Path,
-    argv: list[str],
-    mutant: str | None,
-    key: Path | None,
-    sign: bool,
-    progress,
-    options: RunOptions | None = None,
-) -> RunOutcome:
+@dataclass(frozen=True)
+class PreparedRun:
+    """A checked run, ready to execute (made by ``runner.assemble.prepare``): nothing
+    has been written yet."""
+
+    loaded: LoadedProtocol
+    out_dir: Path
+    argv: tuple[str, ...]  # recorded in run.json (path options as placeholders)
+    mutant: str | None
+    key: Path | None
+    sign: bool
+    options: RunOptions = RunOptions()
+
+    def execute(self, progress) -> RunOutcome:
+        from specconform.extras import missing_extra
+
+        # No torch: name the extra in one line (exit 2), whatever the entry point.
+        with missing_extra(f"running protocol {self.loaded.name}"):
+            return execute(self, progress)
+
+
+def execute(run: PreparedRun, progress) -> RunOutcome:
     started = datetime.now(timezone.utc)
-    options = options or RunOptions()
-    run_id = options.run_id or make_run_id(loaded, mutant)
+    loaded, options = run.loaded, run.options
+    run_id = options.run_id or make_run_id(loaded, run.mutant)
     shard, coord = _sharding(loaded)
     run_context = RunContext(
         run_id=run_id,
         # Unique per process: two simultaneous runs of the same inputs never share one.
         attempt=options.attempt or new_attempt_id(run_id),
-        out_dir=out_dir,
+        out_dir=run.out_dir,
         options=options,
         coordinator=coord,
     )
@@ -149,12 +160,12 @@ def execute(
             try:
                 preflight(
                     loaded,
-                    mutant=mutant,
-                    out_dir=out_dir,
+                    mutant=run.mutant,
+                    out_dir=run.out_dir,
                     run_id=run_id,
                     context=run_context,
-                    key=key,
-                    sign=sign,
+                    key=run.key,
+                    sign=run.sign,
                 )
             except UsageError as exc:
                 if not shard.distributed:
@@ -164,22 +175,12 @@ def execute(
         if error:
             raise UsageError(error)
         locked = (
-            run_lock(out_dir, run_id)
+            run_lock(run.out_dir, run_id)
             if kind_of(loaded.kind).capabilities.resumable and shard.is_leader
             else nullcontext()
         )
         with locked:
-            return _execute_locked(
-                loaded,
-                out_dir=out_dir,
-                argv=argv,
-                mutant=mutant,
-                key=key,
-                sign=sign,
-                progress=progress,
-                started=started,
-                run_context=run_context,
-            )
+            return _execute_locked(run, progress, started=started, run_context=run_context)
     finally:
         coord.close()
 
@@ -202,22 +203,12 @@ def _sharding(loaded: LoadedProtocol):
     return shard, Coordinator(shard)
 
 
-# Its keyword parameters repeat execute()'s on purpose: execute takes the run lock and
-# hands the same arguments on; each signature states what it reads.
 def _execute_locked(
-    loaded: LoadedProtocol,
-    *,
-    out_dir: Path,
-    argv: list[str],
-    mutant: str | None,
-    key: Path | None,
-    sign: bool,
-    progress,
-    started,
-    run_context: RunContext,
+    run: PreparedRun, progress, *, started: datetime, run_context: RunContext
 ) -> RunOutcome:
     from specconform import evidence
 
+    loaded, mutant, argv, out_dir = run.loaded, run.mutant, run.argv, run.out_dir
     run_id = run_context.run_id
     log = RunLog()
     log(f"specconform {__version__} run {run_id}")
@@ -283,7 +274,9 @@ def _execute_locked(
             path = staging / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(data)
-        archive = evidence.seal(staging, key=key, sign=sign, max_size=run_context.max_archive_size)
+        archive = evidence.seal(
+            staging, key=run.key, sign=run.sign, max_size=run_context.max_archive_size
+        )
         staging.rename(final)
         archive_final = zip_beside(final)
         archive.rename(archive_final)

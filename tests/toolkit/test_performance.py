@@ -263,7 +263,7 @@ def small_run(tmp_path_factory) -> Path:
     from specconform.progress import silent
     from specconform.protocol.load import load_protocol
     from specconform.runner import performance as runner
-    from specconform.runner.execute import execute
+    from specconform.runner.execute import PreparedRun
 
     tmp = tmp_path_factory.mktemp("perf")
     data = yaml.safe_load(PROTOCOL.read_text())
@@ -272,10 +272,11 @@ def small_run(tmp_path_factory) -> Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(runner, "run_worker", _in_process_worker)
-        outcome = execute(
-            load_protocol(path), out_dir=tmp / "out", argv=["specconform", "run", str(path)],
-            mutant=None, key=None, sign=False, progress=silent,
+        run = PreparedRun(
+            load_protocol(path), out_dir=tmp / "out", argv=("specconform", "run", str(path)),
+            mutant=None, key=None, sign=False,
         )  # fmt: skip
+        outcome = run.execute(silent)
     return outcome.archive
 
 
