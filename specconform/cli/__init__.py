@@ -135,7 +135,7 @@ def _run_and_print(nproc: int | None, options: dict):
     _launch_shards(nproc)
     outcome = _execute(**options)
     _exit_follower(outcome)
-    print_table(outcome.evaluation)
+    print_table(outcome.evaluation, archive=outcome.archive)
     return outcome
 
 
@@ -261,6 +261,9 @@ _register_evidence_commands()
 from specconform.cli.plan import plan as _plan  # noqa: E402
 
 cli.add_command(_plan, "plan")
+from specconform.cli.replay import replay_command as _replay  # noqa: E402
+
+cli.add_command(_replay, "replay")
 
 
 def main() -> None:

@@ -7,11 +7,12 @@ layer's job.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from specconform.results import Evaluation
 
 
-def print_table(evaluation: Evaluation, file=None) -> None:
+def print_table(evaluation: Evaluation, file=None, archive: Path | None = None) -> None:
     """The table reviewers know: a row per check with its p-values named by what they are
     (p, p_Bonf over seed-sharing groups, p_Holm after the family-wise adjustment) and
     its status (PASS, FAIL, "no evidence", or "info" for rows that never decide), then
@@ -51,6 +52,34 @@ def print_table(evaluation: Evaluation, file=None) -> None:
 
     for line in terminal_lines(evaluation):  # sequential runs: E, seeds used, why info
         console.print(line, markup=False)
+    if archive is not None:
+        print_diagnoses(archive, console)
+
+
+def print_diagnoses(archive: Path, console) -> None:
+    """Where each failing or inconclusive row differs (specconform.diagnosis), read back
+    from the sealed archive, so the terminal shows what `report` and JUnit show."""
+    lines = diagnosis_lines(archive)
+    if lines:
+        console.print("where it differs:", style="bold")
+    for line in lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def diagnosis_lines(archive: Path) -> list[str]:
+    """Every diagnosis's lines, or one line saying why none could be computed (raw files
+    kept outside the archive, an unreadable member)."""
+    from dataclasses import replace
+
+    from specconform.diagnosis import diagnose_archive
+    from specconform.errors import SpecconformError
+    from specconform.evidence.reader import read_archive
+
+    try:
+        diagnoses = diagnose_archive(read_archive(Path(archive)))
+    except (SpecconformError, KeyError, ValueError) as exc:
+        return [f"(no diagnosis: {exc})"]
+    return [line for d in diagnoses for line in replace(d, archive=str(archive)).lines()]
 
 
 def _fmt(x) -> str:
