@@ -26,7 +26,7 @@ from specconform.adapters.types import (
     one_line,
     source_digest,
 )
-from specconform.errors import UsageError
+from specconform.adapters.watchdog import timed_call, timeout_message
 
 # A law's total mass may differ from 1 by float32 rounding over a large vocabulary.
 MASS_TOLERANCE = 1e-4
@@ -56,6 +56,9 @@ class CheckedEngine(SequenceChecks):
         self._a = adapter
         self.name = name
         self._spec = spec
+        # Seconds each adapter call may take (adapters.watchdog); a spec without the
+        # field (a test's stand-in) leaves calls untimed.
+        self._timeout: float | None = getattr(spec, "call_timeout_s", None)
         self.info = self._describe()
         self.vocab_size = self._vocab_size()
         self.prompt = self._prompt()
@@ -67,12 +70,13 @@ class CheckedEngine(SequenceChecks):
         fn = getattr(self._a, method, None)
         if not callable(fn):
             raise self._fail(f"has no method {method}()")
-        try:
-            return fn(*args)
-        except UsageError:
-            raise
-        except (Exception, SystemExit) as exc:  # an adapter's exit is its failure
-            raise self._fail(f"{method}() raised {one_line(exc)}") from None
+        return timed_call(
+            fn,
+            args,
+            seconds=self._timeout,
+            message=timeout_message(f"engine adapter {self.name}", f"{method}()", self._timeout),
+            failed=lambda exc: self._fail(f"{method}() raised {one_line(exc)}"),
+        )
 
     # -- identity ---------------------------------------------------------------------
     def _describe(self) -> AdapterInfo:
@@ -318,6 +322,7 @@ class CheckedEngine(SequenceChecks):
         return laws
 
     def close(self) -> None:
-        close = getattr(self._a, "close", None)
-        if callable(close):
-            close()
+        """The adapter's close(), timed like every call: after a timed-out call the
+        engine may hang here too."""
+        if callable(getattr(self._a, "close", None)):
+            self._call("close")

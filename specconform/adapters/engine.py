@@ -57,6 +57,7 @@ from specconform.adapters.types import (
     one_line,
     source_digest,
 )
+from specconform.adapters.watchdog import timed_call, timeout_message
 from specconform.errors import UsageError
 
 __all__ = [
@@ -123,12 +124,15 @@ def load_engine(spec, *, mutant: str | None, log=print) -> Engine:
             f"engine.adapter is {name!r} (plant a bug in a wrapper adapter)"
         )
     factory = resolve_factory(name)
-    try:
-        adapter = factory(spec, mutant=mutant, log=log)
-    except UsageError:
-        raise
-    except (Exception, SystemExit) as exc:  # a user's factory: any failure, exit included
-        raise AdapterError(f"engine adapter {name}: factory raised {one_line(exc)}") from None
+    seconds = getattr(spec, "call_timeout_s", None)  # building a model is a call too
+    adapter = timed_call(
+        factory,
+        (spec,),
+        kwargs={"mutant": mutant, "log": log},
+        seconds=seconds,
+        message=timeout_message(f"engine adapter {name}", "factory", seconds),
+        failed=lambda exc: AdapterError(f"engine adapter {name}: factory raised {one_line(exc)}"),
+    )
     return CheckedEngine(adapter, name, spec)
 
 

@@ -57,6 +57,8 @@ def cli():
       2    bad input or usage (one line on stderr, nothing written)
       3    evidence invalid
       4    --nproc: a process died before the verdict (continue with --resume)
+      124  an engine adapter call passed its deadline (--adapter-timeout); a
+           distribution run keeps OUT/<run-id>.inprogress for --resume
       130  interrupted (Ctrl-C); a distribution run keeps OUT/<run-id>.inprogress
            for --resume
     """
@@ -79,6 +81,7 @@ def _execute(
     max_archive_size=None,
     sequential=False,
     batch=None,
+    adapter_timeout=None,
 ):
     """The options of `run` and `gate` as one request to the run assembly
     (`runner.assemble`, shared with the Python API)."""
@@ -104,6 +107,7 @@ def _execute(
         sequential=sequential,
         batch=batch,
         max_archive_size=max_archive_size,
+        adapter_timeout=adapter_timeout,
         persistent_caches=True,
     )
     return run_protocol(request, progress=progress, notify=lambda line: click.echo(line, err=True))

@@ -40,6 +40,23 @@ def _size_option(ctx, param, value):
         raise click.BadParameter(str(exc).split(": ", 1)[-1]) from None
 
 
+def _timeout_option(ctx, param, value):
+    """--adapter-timeout SECONDS: a finite number in (0, a week] (nan, inf, 0 refused)."""
+    if value is None:
+        return None
+    from specconform.protocol.schema_base import CALL_TIMEOUT_MAX_S
+
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise click.BadParameter(f"{value[:80]!r} is not a number of seconds") from None
+    if not 0 < seconds <= CALL_TIMEOUT_MAX_S:  # False for nan too
+        raise click.BadParameter(
+            f"{value[:80]!r}: must be a number of seconds in (0, {CALL_TIMEOUT_MAX_S:g}]"
+        )
+    return seconds
+
+
 # The click options below are alike in shape (a path option, its default, its help) on
 # purpose: click declares each option in full, and each one's help is its documentation.
 def run_options(f):
@@ -127,6 +144,14 @@ def run_options(f):
             help="Largest archive to write, e.g. 25MB or 500KiB: raw/ and plots/ files "
             "that would exceed it are hashed, listed in external/MANIFEST.json (signed) "
             "and kept beside the archive in OUT/<run-id>.external/.",
+        ),
+        click.option(
+            "--adapter-timeout",
+            default=None,
+            callback=_timeout_option,
+            help="Seconds any one engine adapter call may take (default: the protocol's "
+            "engine.call_timeout_s, 3600). Past it the run ends with exit 124; a "
+            "distribution run keeps its checkpoint for --resume.",
         ),
         click.option(
             "--verbose",

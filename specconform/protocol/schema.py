@@ -15,6 +15,8 @@ from pydantic import Field, JsonValue, field_validator, model_serializer, model_
 
 from specconform.protocol.schema_base import (
     BATCH_MAX,
+    CALL_TIMEOUT_DEFAULT_S,
+    CALL_TIMEOUT_MAX_S,
     COUNT_MAX,
     DEPTH_MAX,
     K_MAX,
@@ -235,6 +237,12 @@ class EngineSpec(Strict):
         | None
     ) = None
     draft_head: Literal["plain", "fitted"] = "plain"
+    # Seconds any one adapter call may take before the run ends with exit 124
+    # (adapters.watchdog; --adapter-timeout overrides). An operating limit, not part of
+    # the claim: excluded from protocol.json and the hash, so setting it changes no run id.
+    call_timeout_s: Annotated[float, Field(gt=0.0, le=CALL_TIMEOUT_MAX_S)] = Field(
+        CALL_TIMEOUT_DEFAULT_S, exclude=True
+    )
 
     @model_validator(mode="after")
     def _bundled_model(self):

@@ -53,6 +53,11 @@ MASS_MAX = 1e9
 # Deterministic tolerances on |delta p| and log-probability gaps.
 TOLERANCE_MAX = 1.0
 GAP_MAX = 1000.0
+# Seconds one engine adapter call may take (engine.call_timeout_s, adapters.watchdog).
+# The default is far above any real call (the largest GPU batch, a 4,096-token sequence
+# batch on CPU: minutes) and still ends a hung engine within the hour; a week bounds it.
+CALL_TIMEOUT_DEFAULT_S = 3600.0
+CALL_TIMEOUT_MAX_S = 7 * 24 * 3600.0
 
 # --- string and list bounds -------------------------------------------------------------
 # Names (protocol, case, group, test): the protocol name starts the run id, which names a

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specconform.errors import UsageError
+from specconform.errors import AdapterTimeout, UsageError
 from specconform.progress import notice, timing
 from specconform.runner import interrupt
 from specconform.runner.checkpoint import (  # noqa: F401 (re-exported: benches, assemble)
@@ -127,7 +127,7 @@ def _collect(loaded, model, shard, coord, engine, folder, *, progress, log, cont
                     written += time.perf_counter() - t0
                     interrupt.batch_written()
                 bar.advance(stop - start)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, AdapterTimeout):  # a hung adapter's call was interrupted
         notice(f"interrupted: continue with --resume {folder}")
         raise
     timing(f"batch files written in {written:.1f}s ({len(mine)} batches)")
