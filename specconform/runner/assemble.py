@@ -50,7 +50,6 @@ class RunRequest:
     max_archive_size: int | None = None
     persistent_caches: bool = False  # Triton/weights/bytecode caches under OUT/.cache
     adapter_timeout: float | None = None  # s per adapter call; None: engine.call_timeout_s
-    adapter_timeout: float | None = None  # s per adapter call; None: engine.call_timeout_s
     # run even when the seeds cannot give some deciding test evidence (planning.evidence)
     allow_inconclusive: bool = False
 
@@ -91,8 +90,6 @@ def prepare(request: RunRequest, *, notify: Callable[[str], None] = notice) -> P
         },
     )
     loaded = sequential_override(loaded, request)
-    if request.adapter_timeout is not None:
-        loaded = with_call_timeout(loaded, request.adapter_timeout)
     if request.adapter_timeout is not None:
         loaded = with_call_timeout(loaded, request.adapter_timeout)
     # Before any model is read: seeds too few for a deciding test's evidence (exit 2).
@@ -148,20 +145,6 @@ def check_archive_floor(loaded: LoadedProtocol, max_size: int) -> None:
             f"than {floor} bytes (the protocol file and the run's fixed members; only raw/ "
             "and plots/ can move out): raise the limit"
         )
-
-
-def with_call_timeout(loaded: LoadedProtocol, seconds: float) -> LoadedProtocol:
-    """`--adapter-timeout`: the protocol's ``engine.call_timeout_s`` for this run. Not an
-    override in the record: the field is outside protocol.json and the hash (a limit on
-    waiting, not part of the claim), so the run id and the evidence do not change."""
-    engine = getattr(loaded.model, "engine", None)
-    if engine is None or "call_timeout_s" not in type(engine).model_fields:
-        raise UsageError(
-            f"--adapter-timeout: applies to protocols run through an engine adapter "
-            f"(engine.adapter), not {loaded.kind}"
-        )
-    timed = engine.model_copy(update={"call_timeout_s": float(seconds)})
-    return replace(loaded, model=loaded.model.model_copy(update={"engine": timed}))
 
 
 def with_call_timeout(loaded: LoadedProtocol, seconds: float) -> LoadedProtocol:
