@@ -197,6 +197,30 @@ _ALL = (
         "a numerical fault that silently drops the requests of one batch from the sample",
         fault=True,
     ),
+    # --- engine, configuration / stop / random-stream bugs (issue 35,
+    # runners/scope_mutants.py): each acts only in the configuration, at the stop or in
+    # the stream it names, so a protocol that never reaches it passes it -------------
+    Mutant(
+        "filter_order_top_p_first",
+        "engine",
+        "the target law of rows with both top-k and top-p on applies top-p to the full "
+        "softmax first and top-k to its survivors (contract: top-k, then top-p)",
+        "top-k and top-p filters applied in the wrong order",
+    ),
+    Mutant(
+        "stop_commits_next",
+        "engine",
+        "when a stop token is not the last token a round committed, the host also "
+        "commits the round's next token (the stop index checked one position late)",
+        "off-by-one at a stop: a token committed after the stop token",
+    ),
+    Mutant(
+        "rng_draft_overlaps_coins",
+        "engine",
+        "the draft uniforms are keyed by (seed, round) without the draft domain's "
+        "offset, so draft j is sampled with the counter of acceptance coin j",
+        "overlapping random streams: draft sampling reuses the acceptance coins",
+    ),
 )
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in _ALL}

@@ -362,7 +362,7 @@ class RunnerBase:
             stat = RoundStat(int(drafted[b]), int(accepted[b]))
             if traces is not None:
                 traces.record(b, req)
-            if req.commit(tokens[b, :n].tolist(), stat):
+            if req.commit(tokens[b, :n].tolist(), stat, self.hooks.stop_slack):
                 self.finish(req, req.output.finish_reason, defer=True)
         self.flush_finished()
 

@@ -26,6 +26,7 @@ import torch
 from ..mutants import MUTANTS
 from ..sampling import KERNEL_MUTANTS, AcceptResult, batched_probabilities, speculative_accept
 from . import deep_mutants as deep
+from . import scope_mutants as scope
 from .deep_mutants import RowParams, StaleParams
 
 # p_for_accept mutants that rebuild p from the target logits.
@@ -35,6 +36,7 @@ _FROM_TARGET_LOGITS = (
     "deep_position_temp",
     "filter_order_temp",
     "greedy_row_sampled",
+    scope.FILTER_ORDER,
 )
 
 
@@ -70,6 +72,16 @@ class MutantHooks:
     @property
     def needs_target_logits(self) -> bool:
         return self.name in _FROM_TARGET_LOGITS
+
+    @property
+    def stop_slack(self) -> int:
+        """Tokens after a stop token that ``Request.commit`` keeps (stop_commits_next: 1)."""
+        return 1 if self.name == scope.STOP_NEXT else 0
+
+    def draft_round_offset(self, offset: int) -> int:
+        """The draft stream's counter offset: ``offset`` (spec_round.DRAFT_ROUND_OFFSET),
+        or 0 under rng_draft_overlaps_coins (draft j then reads acceptance coin j)."""
+        return 0 if self.name == scope.DRAFT_OVERLAP else offset
 
     @property
     def allows_sampling_hints(self) -> bool:
@@ -180,6 +192,8 @@ class MutantHooks:
         name = self.name
         if name == "deep_position_temp":
             return deep.deep_position_temp(p, target_logits, params, random)
+        if name == scope.FILTER_ORDER:
+            return scope.filter_order_top_p_first(p, target_logits, params, random)
         if name == "filter_order_temp":
             return deep.filter_order_temp(p, target_logits, params, random)
         if name == "top_p_drop_crossing":

@@ -96,10 +96,11 @@ class RoundOutputs(NamedTuple):
 
 
 def draft_uniforms(
-    rng: RngRegistry, B: int, K: int, random: torch.Tensor
+    rng: RngRegistry, B: int, K: int, random: torch.Tensor, offset: int = DRAFT_ROUND_OFFSET
 ) -> torch.Tensor:  # [B] bool -> [B, K] float64
-    """The K draft uniforms of rows 0..B-1 for the round about to be drawn."""
-    u = philox_uniforms(rng.seed[:B], rng.round[:B] + DRAFT_ROUND_OFFSET, K)
+    """The K draft uniforms of rows 0..B-1 for the round about to be drawn (``offset``:
+    the draft domain's counter offset; only a planted bug passes another)."""
+    u = philox_uniforms(rng.seed[:B], rng.round[:B] + offset, K)
     return torch.where(random[:, None], u, 0.0)
 
 
@@ -109,7 +110,8 @@ def round_uniforms(
     """The round's draft uniforms and accept block; advances the random rows' counters."""
     rows = torch.arange(B, device=random.device)
     # Draft-domain uniforms first: they read the round counter that draw() advances.
-    u_draft = hooks.share(draft_uniforms(rng, B, K, random), random)
+    offset = hooks.draft_round_offset(DRAFT_ROUND_OFFSET)
+    u_draft = hooks.share(draft_uniforms(rng, B, K, random, offset), random)
     u_block = hooks.share(rng.draw(rows, random), random)  # [B, 2K+1]
     key = hooks.rng_key(rng.round[:B], rng.seed[:B])  # None: the request's own key
     if key is not None:  # an RNG-keying mutant

@@ -80,15 +80,20 @@ class Request:
         """Position of the last committed token (the next round's input)."""
         return len(self.prompt) + self.generated - 1
 
-    def commit(self, tokens: list[int], stat: RoundStat | None) -> bool:
-        """Append committed tokens up to a stop token or max_tokens; True if finished."""
+    def commit(self, tokens: list[int], stat: RoundStat | None, stop_slack: int = 0) -> bool:
+        """Append committed tokens up to a stop token or max_tokens; True if finished.
+
+        stop_slack: tokens of this round kept after a stop token; 0 except under the
+        planted stop_commits_next (``MutantHooks.stop_slack``)."""
         if stat is not None:
             self.output.rounds.append(stat)
         out = self.output.token_ids
-        for t in tokens:
+        for i, t in enumerate(tokens):
             out.append(int(t))
             if int(t) in self.stop_ids:
                 self.output.finish_reason = "stop"
+                room = self.params.max_tokens - len(out)
+                out.extend(int(x) for x in tokens[i + 1 : i + 1 + min(stop_slack, room)])
                 return True
             if len(out) >= self.params.max_tokens:
                 self.output.finish_reason = "length"

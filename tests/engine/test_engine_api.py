@@ -14,7 +14,7 @@ from engine_under_test import (
 from engine_under_test.model import build_model
 from engine_under_test.mutants import list_mutants
 from engine_under_test.sampling import Sampler
-from tests.engine.helpers import MODES, PROMPT, SPEC, deep_mutant_names
+from tests.engine.helpers import MODES, PROMPT, SPEC, deep_mutant_names, scope_mutant_names
 
 
 def rand(seed, **kw):
@@ -170,7 +170,7 @@ def test_mutants_are_off_by_default_and_validated(model):
 # The mutants that act only past the first draft position need their own conditions
 # (reused slots, mixed batches, later rounds) and are checked where they act, with
 # sharper assertions, in test_mutants_deep.py.
-DEEP_MUTANTS = set(deep_mutant_names())
+DEEP_MUTANTS = set(deep_mutant_names()) | set(scope_mutant_names())  # and issue 35's
 ENGINE_MUTANTS = [m.name for m in list_mutants("engine") if m.name not in DEEP_MUTANTS]
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from engine_under_test.mutants import MUTANTS, Mutant, get_mutant, list_mutants
 from engine_under_test.sampling import KERNEL_MUTANTS
-from tests.engine.helpers import deep_mutant_names
+from tests.engine.helpers import deep_mutant_names, scope_mutant_names
 
 # Written out by hand on purpose (bench/kill_matrix_engine.py's default list repeats the
 # engine names): a registry test that read its names from the registry would check nothing.
@@ -25,8 +25,9 @@ ENGINE = {
     "async_stale_input",
     "nan_target_once",
 }
-# Engine mutants that act only past the first draft position (runners/deep_mutants.py).
-DEEP = set(deep_mutant_names())
+# Engine mutants that act only past the first draft position (runners/deep_mutants.py),
+# and those that act only in a configuration, at a stop or in a stream (scope_mutants.py).
+DEEP = set(deep_mutant_names()) | set(scope_mutant_names())
 
 
 def test_registry_holds_exactly_the_planned_mutants():
