@@ -9,7 +9,8 @@ plugin autoloading is off. It adds:
 - ``--specconform-archive DIR``: writes ``DIR/specconform-checks.json`` with every check
   of the session (test id, statistic, df, p, n, seeds, detectable TV) and copies the
   evidence archives of ``assert_protocol_passes`` into DIR;
-- a terminal summary line: ``specconform: N checks in M tests: P PASS, F FAIL`` and,
+- a terminal summary line: ``specconform: N checks in M tests: P PASS, F FAIL`` (and
+  ``, I NO_EVIDENCE`` for deciding checks without evidence: an INCONCLUSIVE verdict) and,
   for the FAILs, how many were inside failing tests and how many inside passing ones
   (negative controls: a test that asserts a wrong sampler is rejected passes *because*
   its check FAILed, so a suite full of negative controls does not read as broken).
@@ -133,11 +134,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         return
     tests = {r.nodeid for r in records}
     failed_tests = config.stash.get(_STASH_FAILED_TESTS, set())
-    fails = [r for r in records if not r.passed]
+    fails = [r for r in records if not r.passed and not r.inconclusive]
+    unknown = sum(1 for r in records if not r.passed and r.inconclusive)
     in_failing = sum(r.nodeid in failed_tests for r in fails)
     line = (
         f"specconform: {len(records)} checks in {len(tests)} tests: "
-        f"{len(records) - len(fails)} PASS, {len(fails)} FAIL"
+        f"{len(records) - len(fails) - unknown} PASS, {len(fails)} FAIL"
+        + (f", {unknown} NO_EVIDENCE" if unknown else "")
     )
     if fails:
         line += f" ({in_failing} in failing tests, {len(fails) - in_failing} in passing tests"

@@ -11,8 +11,8 @@ Status, one of :data:`STATUSES`:
 
 - ``PASS`` / ``FAIL``: the test had evidence and decided;
 - ``NO_EVIDENCE``: nothing was testable (df 0, no stratum reached the threshold, every
-  cell pooled into one); never a pass, and in a deciding role it fails the verdict with
-  the reason "no evidence";
+  cell pooled into one); never a pass, and in a deciding role it makes the verdict
+  INCONCLUSIVE (results schema 3; schema 2 read it as a FAIL, "no evidence");
 - ``INFO``: reported, never decides (exploratory rows, coverage).
 
 ``passed`` stays for readers of the first archive schema: True for PASS, False for
@@ -27,7 +27,7 @@ import io
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from specconform.details import Detail, JsonDetail, parse_detail
@@ -54,9 +54,16 @@ ROLES = (
 )
 PASS, FAIL, NO_EVIDENCE, INFO = "PASS", "FAIL", "NO_EVIDENCE", "INFO"
 STATUSES = (PASS, FAIL, NO_EVIDENCE, INFO)
+# The verdict's third outcome (schema 3): no deciding test failed, but at least one had
+# no evidence. Not a failure of the engine; `gate` counts it as one unless told otherwise.
+INCONCLUSIVE = "INCONCLUSIVE"
+VERDICTS = (PASS, FAIL, INCONCLUSIVE)
 # The archive's results schema: 1 = before family-wise verdicts (no `status`, no
-# `adjusted_pvalue`), 2 = this module. Written into verdict.json as `schema`.
-RESULTS_SCHEMA = 2
+# `adjusted_pvalue`), 2 = family-wise verdicts, PASS/FAIL (a deciding test without
+# evidence failed the verdict), 3 = this module: PASS/FAIL/INCONCLUSIVE, verdict.json
+# lists the tests without evidence under `inconclusive`. Written into verdict.json as
+# `schema`; `verify` reads each archive under the schema it states.
+RESULTS_SCHEMA = 3
 
 
 @dataclass(frozen=True)
@@ -141,9 +148,14 @@ class Verdict:
     """The protocol's decision. ``alpha`` is the family-wise false-fail rate the verdict
     holds (schema 2) or the per-test level (schema 1); ``statement`` says which, e.g.
     "false-fail rate <= 0.01 over 8 tests (Holm)"; ``reasons`` maps each failed test to
-    why it failed ("p_Holm < alpha", "no evidence", "engine errors", ...)."""
+    why it failed ("p_Holm < alpha", "no evidence", "engine errors", ...).
 
-    verdict: str  # "PASS" or "FAIL"
+    Schema 3: ``failed`` lists the deciding tests that failed with evidence (or broke a
+    deterministic rule), ``inconclusive`` those without evidence; the verdict is FAIL if
+    any failed, else INCONCLUSIVE if any had no evidence, else PASS. Schema 2 listed both
+    under ``failed`` and said FAIL (:meth:`as_schema2`)."""
+
+    verdict: str  # "PASS", "FAIL" or (schema 3) "INCONCLUSIVE"
     alpha: float
     rule: str
     failed: tuple[str, ...]
@@ -152,6 +164,7 @@ class Verdict:
     statement: str = ""
     reasons: tuple[tuple[str, str], ...] = ()
     schema: int = 1
+    inconclusive: tuple[str, ...] = ()  # schema 3: deciding tests without evidence
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -170,7 +183,23 @@ class Verdict:
                     "schema": self.schema,
                 }
             )
+        if self.schema >= 3:
+            out["inconclusive"] = list(self.inconclusive)
         return out
+
+    def as_schema2(self, order: tuple[str, ...]) -> Verdict:
+        """This verdict as results schema 2 stated it (how `verify` reads an archive of
+        schema 2): a test without evidence failed the verdict, and ``failed`` lists every
+        not-passed deciding test in ``order`` (the deciding rows' order)."""
+        if self.schema < 3:
+            return self
+        if not self.inconclusive:
+            return replace(self, schema=2)
+        bad = set(self.failed) | set(self.inconclusive)
+        failed = tuple(t for t in order if t in bad)
+        return replace(
+            self, verdict=FAIL if failed else PASS, failed=failed, inconclusive=(), schema=2
+        )
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Verdict:
@@ -184,6 +213,7 @@ class Verdict:
             statement=str(obj.get("statement", "")),
             reasons=tuple(sorted((obj.get("reasons") or {}).items())),
             schema=int(obj.get("schema", 1)),
+            inconclusive=tuple(obj.get("inconclusive", ())),
         )
 
 

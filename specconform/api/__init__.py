@@ -56,7 +56,8 @@ class Run:
 
     @property
     def verdict(self) -> str:
-        """ "PASS" or "FAIL"."""
+        """ "PASS", "FAIL" or "INCONCLUSIVE" (a deciding test without evidence, none
+        failed)."""
         return self.evaluation.verdict.verdict
 
     @property
@@ -71,6 +72,11 @@ class Run:
     def failed(self) -> tuple[str, ...]:
         """Names of the deciding tests that failed (empty on PASS)."""
         return self.evaluation.verdict.failed
+
+    @property
+    def inconclusive(self) -> tuple[str, ...]:
+        """Names of the deciding tests without evidence (results schema 3)."""
+        return self.evaluation.verdict.inconclusive
 
 
 def run(
@@ -92,6 +98,7 @@ def run(
     base_ref: str | None = None,
     max_archive_size: int | None = None,
     caches: bool = False,
+    allow_inconclusive: bool = False,
 ) -> Run:
     """Run a pre-registered protocol and seal its evidence archive, like `specconform run`.
 
@@ -139,10 +146,15 @@ def run(
         ``out/.cache`` (what the CLI does; off by default here: it sets process-wide
         environment variables).
 
+    allow_inconclusive : bool
+        Run even when the seeds cannot give some deciding test evidence (the verdict may
+        then be INCONCLUSIVE); without it such a run is refused before any work
+        (UsageError naming the test and the seeds it needs).
+
     Returns
     -------
     Run
-        ``verdict`` ("PASS"/"FAIL"), ``tests`` (typed rows), ``archive``, ``run_id``.
+        ``verdict`` ("PASS"/"FAIL"/"INCONCLUSIVE"), ``tests`` (typed rows), ``archive``, ``run_id``.
         A FAIL is a result, not an exception.
 
     Raises
@@ -177,6 +189,7 @@ def run(
         batch=batch,
         max_archive_size=max_archive_size,
         persistent_caches=caches,
+        allow_inconclusive=allow_inconclusive,
     )
     outcome = run_protocol(request, progress=_progress() if progress else silent)
     if outcome.archive is None or outcome.evaluation is None or outcome.run_dir is None:

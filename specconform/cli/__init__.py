@@ -195,14 +195,14 @@ def _exit(code: int) -> None:
 def gate(nproc, junit, **options):
     """A run meant for CI: like `run`, plus JUnit XML (--junit) and the Markdown summary
     appended to $GITHUB_STEP_SUMMARY when set. Exit 0/1/2/3/130 as documented."""
-    from specconform.report import junit_xml, step_summary_markdown
+    from specconform.report import junit_for_archive, step_summary_markdown
 
     outcome = _run_and_print(nproc, options)
     verdict = outcome.evaluation.verdict.verdict
     if junit is not None:
         junit.parent.mkdir(parents=True, exist_ok=True)
         tmp = junit.with_name(junit.name + ".tmp")
-        tmp.write_text(junit_xml(list(outcome.evaluation.tests), outcome.run_id))
+        tmp.write_text(junit_for_archive(outcome.archive))
         tmp.replace(junit)
         click.echo(f"junit: {junit}")
     summary = os.environ.get("GITHUB_STEP_SUMMARY")

@@ -99,6 +99,13 @@ def run_options(f):
         ),
         click.option("--no-sign", is_flag=True, help="Write an archive marked unsigned."),
         click.option(
+            "--allow-inconclusive",
+            is_flag=True,
+            help="Run even when the seeds cannot give some deciding test evidence (the "
+            "verdict may then be INCONCLUSIVE); without it such a run is refused before "
+            "any work, naming the test and the seeds it needs (exit 2).",
+        ),
+        click.option(
             "--ledger",
             type=click.Path(dir_okay=False, path_type=Path),
             default=None,

@@ -13,6 +13,9 @@ states `schema` >= 2 is compared on every field of schema 2 (status, adjusted p-
 reasons, the family-wise statement, ...). An archive without it was written before
 family-wise verdicts: `reevaluate` re-derives it with the frozen schema-1 evaluator and
 the fields schema 1 has (`SCHEMA1_ROW_FIELDS`, `SCHEMA1_VERDICT_FIELDS`) are compared.
+Schema 3 added the INCONCLUSIVE verdict (a deciding test without evidence) and
+verdict.json's `inconclusive`; an archive of schema 2 is compared with the recomputed
+verdict as schema 2 stated it (`Verdict.as_schema2`: such a test failed the verdict).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ SCHEMA2_VERDICT_FIELDS = SCHEMA1_VERDICT_FIELDS + (
     "reasons",
     "schema",
 )
+SCHEMA3_VERDICT_FIELDS = SCHEMA2_VERDICT_FIELDS + ("inconclusive",)
 
 
 def reevaluate_archive(contents: ArchiveContents) -> Evaluation:
@@ -79,6 +83,9 @@ def check_recomputation(contents: ArchiveContents, recomputed: Evaluation) -> No
     """Raise EvidenceError at the first difference between `recomputed` and the archive."""
     stated_verdict = contents.json_object("verdict.json")
     schema = stated_verdict.get("schema", 1)
+    if schema == 2 and recomputed.verdict.schema == 3:  # the reading of its own schema
+        order = tuple(r.test for r in recomputed.tests if r.deciding)
+        recomputed = Evaluation(recomputed.tests, recomputed.verdict.as_schema2(order))
     if schema != recomputed.verdict.schema:
         raise EvidenceError(
             f"verdict.json: results schema {schema!r}, but the protocol "
@@ -114,7 +121,7 @@ def check_recomputation(contents: ArchiveContents, recomputed: Evaluation) -> No
     _check_verdict(
         stated_verdict,
         _normalized(recomputed.verdict.to_json()),
-        SCHEMA1_VERDICT_FIELDS if schema == 1 else SCHEMA2_VERDICT_FIELDS,
+        {1: SCHEMA1_VERDICT_FIELDS, 2: SCHEMA2_VERDICT_FIELDS}.get(schema, SCHEMA3_VERDICT_FIELDS),
     )
 
 

@@ -102,6 +102,9 @@ class Kind:
     report_first: bool = False  # the generic section that opens the others (quality)
     seed_ranges: SeedRanges | None = None  # for the ledger (capabilities.ledgered)
     plan: Ref | None = None  # (loaded, raw, evaluation) -> results/plan.json bytes or None
+    # (protocol JSON) -> the deciding tests its seeds cannot give evidence, whatever the
+    # laws (planning.evidence); checked by `run`/`gate` before any model loads
+    evidence_plan: Ref | None = None
     schema1_evaluate: Callable[[dict, RawData], Evaluation] | None = None
     schema1_records: tuple[type[Record], ...] = ()  # archives before family-wise verdicts
 
@@ -137,6 +140,7 @@ KINDS: dict[str, Kind] = {
                           mutant_layers=("kernel", "engine")),
              "replications", seed_ranges=distribution.seed_ranges,
              plan=Ref("specconform.planning.run:plan_bytes"),
+             evidence_plan=Ref("specconform.planning.evidence:distribution_shortfalls"),
              schema1_evaluate=legacy.evaluate, schema1_records=legacy_records.RECORDS),
         Kind("equality", equality.Schema, _runner("equality"), equality.evaluate,
              runs.EQUALITY_RECORDS, Capabilities(drives="source", base_ref=True),

@@ -1,4 +1,5 @@
-"""Family-wise verdicts: how a protocol's deciding tests combine into PASS/FAIL.
+"""Family-wise verdicts: how a protocol's deciding tests combine into PASS, FAIL or
+INCONCLUSIVE.
 
 A protocol pre-registers ``verdict: {combine: holm|bonferroni, alpha: A}``. The deciding
 tests (rows whose role the protocol lists in ``decision_roles``) are of three sorts:
@@ -10,9 +11,14 @@ tests (rows whose role the protocol lists in ``decision_roles``) are of three so
 - *deterministic*: a rule without a p-value that a correct engine never breaks (an
   observation of reference probability 0, an engine error, a quadrature bound): such a
   failure is impossible under the null and adds nothing to the false-fail rate.
-- *no evidence* (df 0, no stratum, every cell pooled): fails the verdict with the reason
-  "no evidence", whatever the data. A protocol's sample size must make evidence certain
-  in practice (the planner checks it); the stated rate assumes it did.
+- *no evidence* (df 0, no stratum, every cell pooled): the row keeps status NO_EVIDENCE
+  and the reason "no evidence"; it is not a failure of the engine, so the verdict is
+  INCONCLUSIVE unless another deciding test FAILs (then FAIL). The stated false-fail rate
+  is about FAIL only; INCONCLUSIVE says the seeds were too few (``run`` and ``gate``
+  check the plan before any work: :mod:`specconform.planning.evidence`).
+
+Outcome: FAIL if any deciding test failed (adjusted p below alpha, or a deterministic rule
+broken), else INCONCLUSIVE if any deciding test had no evidence, else PASS.
 
 Rows that do not decide keep their own per-test level (the protocol's ``alpha``) and
 never change the verdict.
@@ -26,8 +32,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from specconform.errors import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
 from specconform.results import (
     FAIL,
+    INCONCLUSIVE,
     INFO,
     NO_EVIDENCE,
     PASS,
@@ -113,7 +121,8 @@ def family_verdict(
         out[i] = new
         if new.passed is False:
             reasons.append((new.test, new.reason))
-    failed = tuple(name for name, _ in reasons)
+    inconclusive = tuple(out[i].test for i in deciding if out[i].status == NO_EVIDENCE)
+    failed = tuple(name for name, _ in reasons if name not in inconclusive)
     m = len(stochastic)
     det = [rows[i].test for i in deciding if i not in adjusted and rows[i].status in (PASS, FAIL)]
     if m:
@@ -129,7 +138,7 @@ def family_verdict(
         text += f", and the deterministic checks ({', '.join(det)}) hold"
         statement += f"; {', '.join(det)} fail only on events a correct engine never shows"
     verdict = Verdict(
-        "FAIL" if failed else "PASS",
+        FAIL if failed else (INCONCLUSIVE if inconclusive else PASS),
         rule.alpha,
         text,
         failed,
@@ -138,6 +147,7 @@ def family_verdict(
         statement=statement,
         reasons=tuple(reasons),
         schema=RESULTS_SCHEMA,
+        inconclusive=inconclusive,
     )
     return tuple(out), verdict
 
@@ -225,4 +235,38 @@ def stochastic_row(
         status=status,
         pvalue_method=method,
         reason=reason,
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a front end ends on a verdict: its exit code and, where the verdict is read
+    by a policy (gate on INCONCLUSIVE), the one line that says so (else "")."""
+
+    exit_code: int
+    line: str = ""
+
+
+def run_outcome(verdict: str) -> Outcome:
+    """`run`: PASS 0, FAIL 1, INCONCLUSIVE 7 (errors.EXIT_INCONCLUSIVE)."""
+    return Outcome({PASS: EXIT_PASS, FAIL: EXIT_FAIL}.get(verdict, EXIT_INCONCLUSIVE))
+
+
+def gate_outcome(verdict: str, protocol: dict, *, inconclusive_ok: bool) -> Outcome:
+    """`gate`: as `run`, but an INCONCLUSIVE verdict is read by a policy: a failure
+    (exit 7) unless ``--inconclusive-ok`` or the protocol's ``verdict.inconclusive: pass``
+    accepts it (exit 0); either way one line says which rule applied."""
+    if verdict != INCONCLUSIVE:
+        return run_outcome(verdict)
+    stated = str((protocol.get("verdict") or {}).get("inconclusive") or "fail")
+    if inconclusive_ok:
+        return Outcome(EXIT_PASS, "gate: INCONCLUSIVE accepted (--inconclusive-ok)")
+    if stated == "pass":
+        return Outcome(
+            EXIT_PASS, "gate: INCONCLUSIVE accepted (protocol verdict.inconclusive: pass)"
+        )
+    return Outcome(
+        EXIT_INCONCLUSIVE,
+        "gate: INCONCLUSIVE counts as a failure (a deciding test had no evidence); "
+        "--inconclusive-ok or the protocol's verdict.inconclusive: pass accepts it",
     )

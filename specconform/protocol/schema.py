@@ -145,6 +145,17 @@ class FamilyVerdict(Strict):
 
     combine: Literal["holm", "bonferroni"] = "holm"
     alpha: Probability
+    # How `gate` reads an INCONCLUSIVE verdict (a deciding test without evidence): "fail"
+    # (the default: exit 7) or "pass" (exit 0, said in one line). Unset is "fail" and is
+    # left out of protocol.json, so protocols written before it keep their hash.
+    inconclusive: Literal["fail", "pass"] | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler):
+        data = handler(self)
+        if isinstance(data, dict) and data.get("inconclusive") is None:
+            data.pop("inconclusive", None)
+        return data
 
 
 class EngineErrors(Strict):

@@ -3,7 +3,7 @@ the CI step summary. Imports no torch and no engine; reads archives without veri
 them (`specconform verify` does that)."""
 
 from specconform.report.html import html_report
-from specconform.report.junit import junit_xml
+from specconform.report.junit import junit_for_archive, junit_xml
 from specconform.report.markdown import markdown_report
 from specconform.report.summary import (
     append_step_summary,
@@ -15,6 +15,7 @@ __all__ = [
     "append_step_summary",
     "evaluation_summary_markdown",
     "html_report",
+    "junit_for_archive",
     "junit_xml",
     "markdown_report",
     "step_summary_markdown",

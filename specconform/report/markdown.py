@@ -112,7 +112,8 @@ def failed_cell(view: ArchiveView, limit: int = 3) -> str:
     """The failed deciding tests, at most `limit` named: a long list would not fit."""
     failed = view.evaluation.verdict.failed
     if not failed:
-        return "none"
+        unknown = view.evaluation.verdict.inconclusive  # schema 3: INCONCLUSIVE
+        return f"none (no evidence: {', '.join(unknown[:limit])})" if unknown else "none"
     named = ", ".join(failed[:limit])
     return named if len(failed) <= limit else f"{named} and {len(failed) - limit} more"
 

@@ -265,7 +265,13 @@ def detail_cell(row: TestRow | None) -> str:
 
 
 def verdict_statement(verdict: Verdict) -> str:
-    """The verdict's stated false-fail rate, or what a schema-1 archive could state."""
+    """The verdict's stated false-fail rate, or what a schema-1 archive could state; an
+    INCONCLUSIVE verdict (schema 3) adds the deciding tests that had no evidence."""
+    if verdict.inconclusive:
+        return (
+            f"{verdict.statement or 'no family-wise rate stated'}; INCONCLUSIVE: no evidence "
+            f"for {', '.join(verdict.inconclusive)} (too few seeds; not a failure shown)"
+        )
     if verdict.statement:
         return verdict.statement
     return (

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from specconform.api.stats import detectable_tv
+from specconform.results import NO_EVIDENCE
 from specconform.testing.records import COLLECTOR, CheckRecord, fail_message
 
 POWER = 0.8
@@ -71,16 +72,22 @@ def assert_protocol_passes(
                     seeds=ranges or "not recorded",
                     detectable_tv=dtv,
                     archive=str(result.archive),
+                    inconclusive=row.status == NO_EVIDENCE,
                 )
             )
         )
     if not result.passed:
+        named = set(result.failed) | set(result.inconclusive)
+        why = "; ".join(
+            f"{what}: {', '.join(names)}"
+            for what, names in (("failed", result.failed), ("no evidence", result.inconclusive))
+            if names
+        )
         raise AssertionError(
             fail_message(
                 "assert_protocol_passes",
-                [r for r in records if r.name.split(":", 1)[1] in result.failed],
-                f"{Path(path)} verdict FAIL (failed: {', '.join(result.failed)}); "
-                f"archive {result.archive}",
+                [r for r in records if r.name.split(":", 1)[1] in named],
+                f"{Path(path)} verdict {result.verdict} ({why}); archive {result.archive}",
             )
         )
     return result

@@ -24,16 +24,21 @@ class CheckRecord:
     detectable_tv: float | None  # every law this far from the null is caught, power 0.8
     note: str = ""
     archive: str | None = None  # an evidence archive behind the check, if any
+    inconclusive: bool = False  # no evidence (df 0): not a pass, not a shown failure
     nodeid: str | None = None  # the pytest test that made it (set by the plugin)
 
     def line(self) -> str:
         """statistic, df, p, n, seeds and detectable TV on one line."""
         return (
-            f"{self.name}: {'PASS' if self.passed else 'FAIL'} "
+            f"{self.name}: {self.status} "
             f"statistic={_num(self.statistic)} df={_num(self.df)} p={_p(self.pvalue)} "
             f"n={self.n} alpha={self.alpha:.3g} seeds={self.seeds} "
             f"detectable_tv={_num(self.detectable_tv)}" + (f" ({self.note})" if self.note else "")
         )
+
+    @property
+    def status(self) -> str:
+        return "PASS" if self.passed else ("NO_EVIDENCE" if self.inconclusive else "FAIL")
 
     def to_json(self) -> dict[str, Any]:
         row = asdict(self)

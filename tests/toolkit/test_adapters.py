@@ -298,7 +298,8 @@ def test_adapter_options_are_validated_naming_the_field(tmp_path):
 def test_broken_adapter_exits_2_with_one_line_and_leaves_out_untouched(tmp_path, engine, message):
     path = _protocol(tmp_path, "broken_adapter", **engine)
     out = tmp_path / "out"
-    proc = run_cli("run", path, "--out", out, "--no-sign", "--seeds", "20")
+    # 20 seeds cannot give a stratum of 150 evidence: allowed, the adapter is under test
+    proc = run_cli("run", path, "--out", out, "--no-sign", "--seeds", "20", "--allow-inconclusive")
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
     assert not out.exists()  # no checkpoint, no ledger, no archive
@@ -309,13 +310,13 @@ def test_a_broken_adapter_restores_an_existing_ledger(tmp_path):
     ok = run_cli(
         "run", _protocol(tmp_path, "ledger_ok"), "--out", out, "--no-sign", "--seeds", "300"
     )
-    assert ok.returncode in (0, 1), ok.stderr[-2000:]
+    assert ok.returncode in (0, 1, 7), ok.stderr[-2000:]
     before = sorted(p.name for p in out.iterdir())
     ledger = (out / "seed-ledger.jsonl").read_bytes()
     bad = _protocol(
         tmp_path, "ledger_bad", adapter=f"{HERE}:broken", options={"how": "token_range"}
     )
-    proc = run_cli("run", bad, "--out", out, "--no-sign", "--seeds", "20")
+    proc = run_cli("run", bad, "--out", out, "--no-sign", "--seeds", "20", "--allow-inconclusive")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == before
     assert (out / "seed-ledger.jsonl").read_bytes() == ledger

@@ -35,6 +35,9 @@ def tiny_protocol(folder: Path, **engine) -> Path:
     data["seeds"]["count"] = 8
     data["engine"].update(batch_size=8, max_tokens=2)
     data["strata"]["min_samples"] = 2
+    # 8 seeds are enough for evidence only if 2 samples can be 2 cells (planning.evidence:
+    # 2 x min_expected), so that the pre-run evidence check lets the run through
+    data["strata"]["min_expected"] = 1.0
     data["groups"] = [
         {"name": "nospec", "mode": "nospec", "seed_offset": 1_000_000},
         {"name": "async", "mode": "async", "draft_loops": engine.pop("draft_loops", 2)},

@@ -26,7 +26,7 @@ def test_identical_inputs_in_two_out_folders_give_identical_evidence(tmp_path):
     for name in ("first", "second-folder/deeper"):
         out = tmp_path / name
         proc = run_cli("run", protocol, "--out", out, "--no-sign", timeout=600)
-        assert proc.returncode in (0, 1), proc.stderr[-3000:]
+        assert proc.returncode in (0, 1, 7), proc.stderr[-3000:]
         assert "timing:" not in proc.stderr  # only with --verbose
         archives.append(next(out.glob("*.zip")))
     first, second = archives

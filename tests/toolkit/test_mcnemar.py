@@ -309,7 +309,8 @@ def test_nobody_correct_is_no_evidence():
     rows = _rows(ev)
     assert rows["mcnemar_sync_vs_nospec"].status == "NO_EVIDENCE"
     assert rows["mcnemar_sync_vs_nospec"].pvalue is None  # nothing was testable
-    assert ev.verdict.verdict == "FAIL"  # a deciding row without evidence fails the verdict
+    # a deciding row without evidence, none failed: INCONCLUSIVE (issue 32), never PASS
+    assert ev.verdict.verdict == "INCONCLUSIVE"
     assert any("neither group" in reason for _, reason in ev.verdict.reasons)
     # A candidate that wins where the base never was right: still nothing to lose for
     # "worse"; evidence for "different" (and no significant difference at 2 wins).
@@ -363,7 +364,8 @@ def test_end_to_end_tiny_run_and_verify(tmp_path):
     path.write_text(yaml.safe_dump(protocol))
     out = tmp_path / "out"
     done = run_cli("run", path, "--out", out, "--no-sign", env={"OMP_NUM_THREADS": "1"})
-    assert done.returncode == 1, done.stderr  # the tiny preset answers noise: no evidence
+    # the tiny preset answers noise: no evidence, so INCONCLUSIVE (exit 7)
+    assert done.returncode == 7, done.stderr
     assert "mcnemar_sync_vs_nospec" in done.stdout and "no evidence" in done.stdout
     (archive,) = out.glob("*.zip")
     checked = run_cli("verify", archive, "--skip-signature")

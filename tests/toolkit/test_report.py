@@ -237,7 +237,7 @@ def test_junit_fails_only_deciding_tests(disjoint):
     assert cases["engine_errors"].find("failure").get("message") == "engine errors"
 
 
-def test_junit_no_evidence_deciding_test_is_a_failure_never_pass():
+def test_junit_no_evidence_deciding_test_is_an_inconclusive_error_never_pass():
     row = TestRow(
         "t2_async",
         "primary",
@@ -254,7 +254,11 @@ def test_junit_no_evidence_deciding_test_is_a_failure_never_pass():
     info = TestRow("t3_async", "exploratory", 0.0, 0, None, 0, 0.01, None, status="NO_EVIDENCE")
     (suite,) = ET.fromstring(junit_xml([row, info], "x")).findall("testsuite")
     first, second = suite.findall("testcase")
-    assert first.find("failure").get("message") == "no evidence"
+    # INCONCLUSIVE, not a failure of the engine: an <error>, counted as one
+    assert first.find("failure") is None
+    assert first.find("error").get("message") == "inconclusive: no evidence"
+    assert first.find("error").get("type") == "Inconclusive"
+    assert (suite.get("errors"), suite.get("failures")) == ("1", "0")
     assert "PASS" not in ET.tostring(suite, encoding="unicode")
     assert second.find("skipped") is not None and second.find("failure") is None
     assert outcome(row) == outcome(info) == "no evidence"

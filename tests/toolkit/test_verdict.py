@@ -68,11 +68,12 @@ def test_holm_verdict_states_its_rate_and_keeps_raw_p():
     assert verdict.verdict == "PASS"
 
 
-def test_no_evidence_fails_a_deciding_role_and_deterministic_rows_do_not_count():
+def test_no_evidence_makes_a_deciding_role_inconclusive_and_deterministic_rows_do_not_count():
     support = TestRow("out_of_support", "primary", 0.0, None, None, 10, 0.01, True)
     rows = [_row("a", 0.5), _row("b", None), support]
     out, verdict = family_verdict(rows, FamilyRule(("primary",), "bonferroni", 0.05))
-    assert verdict.verdict == "FAIL" and dict(verdict.reasons) == {"b": "no evidence"}
+    assert verdict.verdict == "INCONCLUSIVE" and dict(verdict.reasons) == {"b": "no evidence"}
+    assert verdict.failed == () and verdict.inconclusive == ("b",)
     assert verdict.family_size == 1  # only "a" has a p-value
     assert verdict.statement.startswith("false-fail rate ≤ 0.05 over 1 tests (Bonf)")
     assert "out_of_support" in verdict.statement

@@ -58,9 +58,18 @@ RUNS: dict[str, list[str]] = {
     "quadrature": ["protocols/quadrature.yaml"],
     "montecarlo": ["protocols/montecarlo.yaml", "--seeds", "20000"],
     "ci_gate": ["protocols/ci_gate.yaml", "--seeds", "400"],
-    "fp32_t2": ["protocols/fp32_t2.yaml", "--seeds", "3", "--device", "cpu"],
-    "hf_smollm2": ["protocols/hf_smollm2.yaml", "--seeds", "4"],
-    "smollm2_t2": ["protocols/smollm2_t2.yaml", "--seeds", "4"],
+    # 3-4 seeds give no stratum evidence: --allow-inconclusive (the run is refused before
+    # any work without it, issue 32); the code paths, not the verdict, are recorded
+    "fp32_t2": [
+        "protocols/fp32_t2.yaml",
+        "--seeds",
+        "3",
+        "--device",
+        "cpu",
+        "--allow-inconclusive",
+    ],
+    "hf_smollm2": ["protocols/hf_smollm2.yaml", "--seeds", "4", "--allow-inconclusive"],
+    "smollm2_t2": ["protocols/smollm2_t2.yaml", "--seeds", "4", "--allow-inconclusive"],
     "ci_sequence": ["protocols/ci_sequence.yaml"],
     "sequence": [f"{_REDUCED}/sequence.yaml", "--seeds", "3", "--device", "cpu"],
     "gsm8k_smoke": [f"{_REDUCED}/gsm8k_smoke.yaml", "--seeds", "1"],
@@ -288,7 +297,7 @@ def run_protocol(
     )
     seconds = time.monotonic() - started
     archives = sorted(out.glob("*.zip"))
-    if proc.returncode not in (0, 1) or len(archives) != 1:
+    if proc.returncode not in (0, 1, 7) or len(archives) != 1:  # 7: INCONCLUSIVE
         raise RuntimeError(
             f"{name}: exit {proc.returncode}, archives {archives}\n{proc.stdout}\n{proc.stderr}"
         )
