@@ -151,13 +151,13 @@ def with_call_timeout(loaded: LoadedProtocol, seconds: float) -> LoadedProtocol:
     """`--adapter-timeout`: the protocol's ``engine.call_timeout_s`` for this run. Not an
     override in the record: the field is outside protocol.json and the hash (a limit on
     waiting, not part of the claim), so the run id and the evidence do not change."""
-    engine = getattr(loaded.model, "engine", None)
-    if engine is None or "call_timeout_s" not in type(engine).model_fields:
+    spec = getattr(loaded.model, "engine", None)  # the protocol's engine section
+    if spec is None or "call_timeout_s" not in type(spec).model_fields:
         raise UsageError(
             f"--adapter-timeout: applies to protocols run through an engine adapter "
             f"(engine.adapter), not {loaded.kind}"
         )
-    timed = engine.model_copy(update={"call_timeout_s": float(seconds)})
+    timed = spec.model_copy(update={"call_timeout_s": float(seconds)})
     return replace(loaded, model=loaded.model.model_copy(update={"engine": timed}))
 
 
