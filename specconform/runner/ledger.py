@@ -27,6 +27,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
+
+from typing_extensions import TypedDict, Unpack  # Unpack: Python 3.11; pydantic brings it
 
 from specconform.errors import UsageError
 from specconform.runner import interrupt
@@ -134,13 +137,42 @@ def check_overlaps(
     expansion=None,
     offset: int | None = None,
     resumable: bool = True,
+    *,
+    reserve: bool = False,
 ) -> None:
-    """Refuse (UsageError) if `new` overlaps an earlier clean run; writes nothing.
+    """Refuse (UsageError) if `new` overlaps an earlier clean run; with ``reserve``, then
+    append `new` durably, atomically across processes (under the ledger's exclusive
+    lock), else write nothing.
 
-    Used before any work starts (preflight) and again under the lock at reservation.
-    ``resumable``: whether the refusal may offer --resume and an expansion (distribution
-    runs); a sequence run has neither, so its refusal names only the free --offset.
+    Used before any work starts (preflight, ``reserve=False``) and again at reservation.
+    ``offset``, when given, lets the refusal name a free --offset; ``resumable``: whether
+    the refusal may offer --resume and an expansion (distribution runs); a sequence run
+    has neither, so its refusal names only the free --offset.
     """
+    if reserve:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(path, exclusive=True):
+            _refuse_overlaps(path, new, expansion, offset, resumable)
+            _append_fresh(path, new)
+        interrupt.seeds_reserved()  # a test-only hold (runner/interrupt.py); no-op when unset
+    else:
+        _refuse_overlaps(path, new, expansion, offset, resumable)
+
+
+class _Refusal(TypedDict, total=False):
+    """check_overlaps' refusal-shaping keywords, typed for check_and_reserve."""
+
+    expansion: Any
+    offset: int | None
+    resumable: bool
+
+
+def check_and_reserve(path: Path, new: list[LedgerEntry], **refusal: Unpack[_Refusal]) -> None:
+    """:func:`check_overlaps` with ``reserve=True`` (the name the runners call)."""
+    check_overlaps(path, new, **refusal, reserve=True)
+
+
+def _refuse_overlaps(path, new, expansion, offset, resumable) -> None:
     earlier = read_ledger(path)
     mine = {e.run_id for e in new}
     for entry in new:
@@ -168,28 +200,17 @@ def check_overlaps(
             )
 
 
-def check_and_reserve(
-    path: Path,
-    new: list[LedgerEntry],
-    expansion=None,
-    offset: int | None = None,
-    resumable: bool = True,
-) -> None:
-    """Atomically (across processes): refuse overlaps with earlier clean runs, then
-    append `new` durably. `offset`, when given, lets the refusal name a free --offset."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(path, exclusive=True):
-        check_overlaps(path, new, expansion, offset, resumable)
-        already = {(e.run_id, e.group) for e in read_ledger(path)}
-        fresh = [e for e in new if (e.run_id, e.group) not in already]
-        if not fresh:
-            return
-        with open(path, "a", encoding="utf-8") as fh:
-            for entry in fresh:
-                fh.write(json.dumps(asdict(entry), sort_keys=True) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-    interrupt.seeds_reserved()  # a test-only hold (runner/interrupt.py); no-op when unset
+def _append_fresh(path: Path, new: list[LedgerEntry]) -> None:
+    """Append the entries not yet in the ledger, fsynced (caller holds the lock)."""
+    already = {(e.run_id, e.group) for e in read_ledger(path)}
+    fresh = [e for e in new if (e.run_id, e.group) not in already]
+    if not fresh:
+        return
+    with open(path, "a", encoding="utf-8") as fh:
+        for entry in fresh:
+            fh.write(json.dumps(asdict(entry), sort_keys=True) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
 
 
 def release(path: Path, attempt: str) -> None:
