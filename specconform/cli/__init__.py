@@ -1,8 +1,8 @@
 """The `specconform` command line.
 
 Exit codes (also in the README and `specconform --help`): 0 protocol passed / evidence
-valid, 1 protocol failed, 2 bad input or usage, 3 evidence invalid, 130 interrupted
-(Ctrl-C). Every error is one line on stderr.
+valid, 1 protocol failed, 2 bad input or usage, 3 evidence invalid, 7 protocol
+inconclusive, 130 interrupted (Ctrl-C). Every error is one line on stderr.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import click
 from specconform import __version__
 from specconform.cli.options import DEFAULT_OUT, run_options  # noqa: F401 (re-exported)
 from specconform.errors import (
-    EXIT_FAIL,
     EXIT_INTERRUPTED,
     EXIT_PASS,
     EXIT_USAGE,
@@ -57,6 +56,8 @@ def cli():
       2    bad input or usage (one line on stderr, nothing written)
       3    evidence invalid
       4    --nproc: a process died before the verdict (continue with --resume)
+      7    inconclusive: a deciding test had no evidence (too few seeds), none
+           failed; `gate --inconclusive-ok` accepts it
       124  an engine adapter call passed its deadline (--adapter-timeout); a
            distribution run keeps OUT/<run-id>.inprogress for --resume
       130  interrupted (Ctrl-C); a distribution run keeps OUT/<run-id>.inprogress
@@ -82,6 +83,7 @@ def _execute(
     sequential=False,
     batch=None,
     adapter_timeout=None,
+    allow_inconclusive=False,
 ):
     """The options of `run` and `gate` as one request to the run assembly
     (`runner.assemble`, shared with the Python API)."""
@@ -108,6 +110,7 @@ def _execute(
         batch=batch,
         max_archive_size=max_archive_size,
         adapter_timeout=adapter_timeout,
+        allow_inconclusive=allow_inconclusive,
         persistent_caches=True,
     )
     return run_protocol(request, progress=progress, notify=lambda line: click.echo(line, err=True))
@@ -118,15 +121,19 @@ def _execute(
 def run(nproc, **options):
     """Run a pre-registered PROTOCOL and write a signed evidence archive.
 
-    Prints a table of every check, then `result: PASS|FAIL` and `archive: PATH`.
-    Exit 0 on PASS, 1 on FAIL, 2 on bad input (checked before any work: one line,
-    nothing written), 130 on Ctrl-C.
+    Prints a table of every check, then `result: PASS|FAIL|INCONCLUSIVE` and `archive:
+    PATH`. Exit 0 on PASS, 1 on FAIL, 7 on INCONCLUSIVE (a deciding test without
+    evidence), 2 on bad input (checked before any work: one line, nothing written;
+    seeds too few for a deciding test's evidence too, unless --allow-inconclusive),
+    130 on Ctrl-C.
     """
+    from specconform.kinds.verdict import run_outcome
+
     outcome = _run_and_print(nproc, options)
     verdict = outcome.evaluation.verdict.verdict
     click.echo(f"result: {verdict}")
     click.echo(f"archive: {outcome.archive}")
-    _exit(EXIT_PASS if verdict == "PASS" else EXIT_FAIL)
+    _exit(run_outcome(verdict).exit_code)
 
 
 def _run_and_print(nproc: int | None, options: dict):
@@ -192,9 +199,17 @@ def _exit(code: int) -> None:
     default=None,
     help="Write JUnit XML of every test here.",
 )
-def gate(nproc, junit, **options):
+@click.option(
+    "--inconclusive-ok",
+    is_flag=True,
+    help="Accept an INCONCLUSIVE verdict (exit 0); by default it fails the gate (exit 7), "
+    "unless the protocol says verdict.inconclusive: pass.",
+)
+def gate(nproc, junit, inconclusive_ok, **options):
     """A run meant for CI: like `run`, plus JUnit XML (--junit) and the Markdown summary
-    appended to $GITHUB_STEP_SUMMARY when set. Exit 0/1/2/3/130 as documented."""
+    appended to $GITHUB_STEP_SUMMARY when set. Exit 0/1/2/3/7/130 as documented; an
+    INCONCLUSIVE verdict fails the gate (7) unless accepted, and one line says which."""
+    from specconform.kinds.verdict import gate_outcome
     from specconform.report import junit_for_archive, step_summary_markdown
 
     outcome = _run_and_print(nproc, options)
@@ -211,7 +226,17 @@ def gate(nproc, junit, **options):
             fh.write(step_summary_markdown(outcome.archive))
     click.echo(f"result: {verdict}")
     click.echo(f"archive: {outcome.archive}")
-    _exit(EXIT_PASS if verdict == "PASS" else EXIT_FAIL)
+    ending = gate_outcome(verdict, _protocol_data(outcome), inconclusive_ok=inconclusive_ok)
+    if ending.line:
+        click.echo(ending.line)
+    _exit(ending.exit_code)
+
+
+def _protocol_data(outcome) -> dict:
+    """The run's protocol as its archive states it (overrides applied)."""
+    import json
+
+    return json.loads((outcome.run_dir / "protocol.json").read_text())
 
 
 @cli.command()

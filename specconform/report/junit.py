@@ -2,7 +2,11 @@
 
 Only deciding rows (``TestRow.deciding``) can be a <failure>: a failed deciding test
 (adjusted p below the family-wise alpha, a broken deterministic rule, or no evidence,
-message the row's reason: "no evidence", or e.g. "not applicable: <why>"). Rows that do not decide never fail CI: a passing (or informational) one is a passed
+message the row's reason). A deciding row without evidence (status NO_EVIDENCE: the
+verdict is INCONCLUSIVE unless another test fails) is an <error type="Inconclusive">, not
+a <failure>: nothing was shown wrong with the engine, the seeds were too few (message
+"inconclusive: " and the row's reason, e.g. "no evidence" or "not applicable: <why>").
+Rows that do not decide never fail CI: a passing (or informational) one is a passed
 testcase, a failing one is <skipped> with its own outcome in the message (a chance
 failure of a secondary test must not turn CI red while the verdict passes); either way
 the suite's property ``decides.<test>`` says "false" (the Jenkins/GitLab schema has no
@@ -70,13 +74,14 @@ def junit_xml(
     """A <testsuites> document with one <testsuite name=suite_name> (the protocol's name:
     classnames are ``specconform.<suite_name>.<role>``)."""
     diagnosed = {d.test: d for d in diagnoses}
-    failures = sum(1 for t in tests if _fails(t))
+    errors = sum(1 for t in tests if _fails(t) and t.status == NO_EVIDENCE)
+    failures = sum(1 for t in tests if _fails(t)) - errors
     skipped = sum(1 for t in tests if _skipped(t))
     time = {} if time_s is None else {"time": f"{time_s:.3f}"}
     counts = {
         "tests": str(len(tests)),
         "failures": str(failures),
-        "errors": "0",
+        "errors": str(errors),
     }
     root = ET.Element("testsuites", {"name": "specconform", **counts, **time})
     stamp = {} if not timestamp else {"timestamp": timestamp}
@@ -101,12 +106,13 @@ def junit_xml(
             f"{pvalue_text(row)} n={row.n} alpha={row.alpha:g}"
         )
         if _fails(row):
+            inconclusive = row.status == NO_EVIDENCE
             failure = ET.SubElement(
                 case,
-                "failure",
+                "error" if inconclusive else "failure",
                 {
                     "message": _failure_message(row),
-                    "type": "NoEvidence" if row.status == NO_EVIDENCE else _failure_type(row),
+                    "type": "Inconclusive" if inconclusive else _failure_type(row),
                 },
             )
             diagnosis = diagnosed.get(row.test)
@@ -175,7 +181,7 @@ def _first_detail(diagnosis: Diagnosis) -> str:
 
 def _failure_message(row: TestRow) -> str:
     if row.status == NO_EVIDENCE:
-        return row.reason or "no evidence"  # e.g. "not applicable: <why>"
+        return f"inconclusive: {row.reason or 'no evidence'}"  # e.g. "not applicable: <why>"
     if row.adjusted_pvalue is not None:
         return f"{pvalue_text(row)} below alpha={row.alpha:g}"
     if row.pvalue is not None:
