@@ -24,8 +24,9 @@ from specconform.kinds.registry import kind_of, kinds_with
 from specconform.planning.evidence import check_evidence_plan
 from specconform.progress import notice
 from specconform.protocol.load import LoadedProtocol, apply_overrides, load_protocol
+from specconform.runner.archive_floor import check_archive_floor  # noqa: F401 (re-exported)
 from specconform.runner.context import RunOptions
-from specconform.runner.execute import PreparedRun, RunOutcome
+from specconform.runner.execute import PreparedRun, RunOutcome, make_run_id
 
 
 @dataclass(frozen=True)
@@ -105,9 +106,6 @@ def prepare(request: RunRequest, *, notify: Callable[[str], None] = notice) -> P
             f"{protocol}: --resume applies to {_names(lambda c: c.resumable)} protocols, "
             f"not {loaded.kind}"
         )
-    if request.max_archive_size is not None:
-        check_archive_floor(loaded, request.max_archive_size)
-    signing_key = resolve_key(request.key, request.sign, notify)
     options = RunOptions(
         ledger=request.ledger, resume=request.resume, max_archive_size=request.max_archive_size
     )
@@ -120,31 +118,17 @@ def prepare(request: RunRequest, *, notify: Callable[[str], None] = notice) -> P
         saved = read_checkpoint(request.resume)
         options = replace(options, run_id=saved["run_id"], attempt=saved["attempt"])
         out_dir = request.resume.parent
+    if request.max_archive_size is not None:  # a cap no archive can meet: refused now
+        check_archive_floor(
+            loaded,
+            request.max_archive_size,
+            run_id=options.run_id or make_run_id(loaded, request.mutant),
+            signed=request.sign,
+        )
+    signing_key = resolve_key(request.key, request.sign, notify)  # may create the user key
     return PreparedRun(
         loaded, Path(out_dir), request.argv, request.mutant, signing_key, request.sign, options
     )
-
-
-# Bytes every archive holds whatever its raw data: the zip's local and central headers
-# of its fixed members (protocol.yaml/json, run.json, environment.json, verdict.json,
-# results/, log.txt, SHA256SUMS: > 1,200 bytes of headers alone) -- a lower bound, so a
-# limit below it can never be met and is refused before any work.
-ARCHIVE_FIXED_FLOOR = 1024
-
-
-def check_archive_floor(loaded: LoadedProtocol, max_size: int) -> None:
-    """Refuse a --max-archive-size that no archive of this protocol can meet: the
-    protocol file is stored in every archive (deflated; 0.9 of zlib's size leaves room for
-    a better compressor), and only raw/ and plots/ can move out (issue 37)."""
-    import zlib
-
-    floor = int(0.9 * len(zlib.compress(loaded.source, 9))) + ARCHIVE_FIXED_FLOOR
-    if max_size < floor:
-        raise UsageError(
-            f"--max-archive-size {max_size}: every archive of {loaded.path.name} takes more "
-            f"than {floor} bytes (the protocol file and the run's fixed members; only raw/ "
-            "and plots/ can move out): raise the limit"
-        )
 
 
 def with_call_timeout(loaded: LoadedProtocol, seconds: float) -> LoadedProtocol:

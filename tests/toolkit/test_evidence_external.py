@@ -157,7 +157,7 @@ def test_a_limit_no_archive_can_meet_is_refused_before_the_run(tmp_path):
     from specconform.runner.assemble import check_archive_floor
 
     loaded = load_protocol(ROOT / "protocols" / "quadrature.yaml")
-    check_archive_floor(loaded, 4_000)  # above the floor (about 1.8 kB): no refusal
+    check_archive_floor(loaded, 4_000)  # above the floor (about 3.4 kB): no refusal
     with pytest.raises(UsageError, match="raise the limit"):
         check_archive_floor(loaded, 1_500)
 
