@@ -9,6 +9,12 @@ plugin autoloading is off. It adds:
 - ``--specconform-archive DIR``: writes ``DIR/specconform-checks.json`` with every check
   of the session (test id, statistic, df, p, n, seeds, detectable TV) and copies the
   evidence archives of ``assert_protocol_passes`` into DIR;
+- failures raised inside specconform (the assertions, or anything they call) are shown
+  from the test's own frame: specconform's frames are dropped from the traceback (as
+  ``__tracebackhide__`` does) and the message is bounded (MAX_MESSAGE_LINES lines of
+  MAX_LINE_CHARS characters: the numbers, then where it differs), so a failing
+  assertion reads in a screen, not in the 100+ KB of source and argument reprs of every
+  specconform frame;
 - a terminal summary line: ``specconform: N checks in M tests: P PASS, F FAIL`` (and
   ``, I NO_EVIDENCE`` for deciding checks without evidence: an INCONCLUSIVE verdict) and,
   for the FAILs, how many were inside failing tests and how many inside passing ones
@@ -58,11 +64,42 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
     """Attach the test's checks to its call-phase report, as JSON rows (they cross the
-    process boundary under pytest-xdist)."""
+    process boundary under pytest-xdist); a failure raised inside specconform is shown
+    from the test's frame with a bounded message (module docstring)."""
+    full = item.config.getoption("fulltrace", False)  # --full-trace: show every frame
+    if call.excinfo is not None and not full and _raised_in_specconform(call.excinfo):
+        _shorten(call.excinfo)
     report = yield
     if report.when == "call":
         setattr(report, REPORT_ATTRIBUTE, [r.to_json() for r in item.stash.get(_ITEM_RECORDS, [])])
     return report
+
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def _in_specconform(path) -> bool:
+    try:
+        return Path(path).resolve().is_relative_to(_PACKAGE)
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def _raised_in_specconform(excinfo: pytest.ExceptionInfo) -> bool:
+    """An AssertionError whose innermost frame is specconform's (its assertions)."""
+    if not isinstance(excinfo.value, AssertionError) or not len(excinfo.traceback):
+        return False
+    return _in_specconform(excinfo.traceback[-1].path)
+
+
+def _shorten(excinfo: pytest.ExceptionInfo) -> None:
+    from specconform.testing.records import bounded
+
+    kept = excinfo.traceback.filter(lambda entry: not _in_specconform(entry.path))
+    if len(kept):
+        excinfo.traceback = kept
+    message = str(excinfo.value)
+    excinfo.value.args = (bounded(message),)
 
 
 class _Tally:

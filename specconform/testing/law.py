@@ -93,6 +93,7 @@ def assert_law(
         )
     )
     if not record.passed:
+        __tracebackhide__ = True  # the test's frame is the one to show, not specconform's
         header = "sample too small" if underpowered else f"law rejected at alpha={alpha:g}"
         raise AssertionError(fail_message("assert_law", [record], header))
     return record

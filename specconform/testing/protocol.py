@@ -77,6 +77,7 @@ def assert_protocol_passes(
             )
         )
     if not result.passed:
+        __tracebackhide__ = True  # the test's frame is the one to show, not specconform's
         named = set(result.failed) | set(result.inconclusive)
         why = "; ".join(
             f"{what}: {', '.join(names)}"
@@ -88,6 +89,18 @@ def assert_protocol_passes(
                 "assert_protocol_passes",
                 [r for r in records if r.name.split(":", 1)[1] in named],
                 f"{Path(path)} verdict {result.verdict} ({why}); archive {result.archive}",
+                _where(result.archive),
             )
         )
     return result
+
+
+def _where(archive) -> tuple[str, ...]:
+    """Where the failing rows differ (specconform.diagnosis), for the message."""
+    from dataclasses import replace
+
+    from specconform.diagnosis import diagnose_archive
+    from specconform.evidence.reader import read_archive
+
+    diagnoses = diagnose_archive(read_archive(Path(archive)))
+    return tuple(line for d in diagnoses for line in replace(d, archive=str(archive)).lines())

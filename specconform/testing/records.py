@@ -77,13 +77,42 @@ class Collector:
 COLLECTOR = Collector()
 
 
-def fail_message(check: str, records: list[CheckRecord], header: str) -> str:
+# A failure message is read in a CI log or a pytest report: at most this many lines of
+# at most this many characters (the failing rows first, then where they differ).
+MAX_MESSAGE_LINES = 20
+MAX_LINE_CHARS = 240
+
+
+def fail_message(
+    check: str, records: list[CheckRecord], header: str, details: tuple[str, ...] = ()
+) -> str:
+    """The failing checks' numbers, then ``details`` (e.g. the diagnosis lines of
+    specconform.diagnosis), bounded by :func:`bounded`."""
     failed = [r for r in records if not r.passed]
     lines = [f"{check}: {header}", *(f"  {r.line()}" for r in failed)]
     passed = len(records) - len(failed)
     if passed:
         lines.append(f"  ({passed} other checks passed)")
-    return "\n".join(lines)
+    lines += [f"  {d}" for d in details]
+    return bounded("\n".join(lines))
+
+
+def bounded(text: str, lines: int = MAX_MESSAGE_LINES, chars: int = MAX_LINE_CHARS) -> str:
+    """``text`` cut to ``lines`` lines of ``chars`` characters, saying what was cut."""
+    rows = [_cut(r, chars) for r in text.splitlines()]
+    if len(rows) > lines:
+        rows = [
+            *rows[: lines - 1],
+            f"  ... {len(rows) - lines + 1} more lines (the archive has all)",
+        ]
+    return "\n".join(rows)
+
+
+def _cut(line: str, chars: int) -> str:
+    if len(line) <= chars:
+        return line
+    suffix = f" ... (+{len(line)} chars in all)"
+    return line[: chars - len(suffix)] + suffix
 
 
 def _num(x: float | None) -> str:

@@ -193,6 +193,7 @@ def assert_sampler_exact(
     if not records:
         raise ValueError("assert_sampler_exact: no case to run for the chosen methods")
     if not all(r.passed for r in records):
+        __tracebackhide__ = True  # the test's frame is the one to show, not specconform's
         raise AssertionError(
             fail_message(
                 "assert_sampler_exact",
