@@ -119,7 +119,7 @@ def matrix(path: str, runs_dir: str | None, replications: int, workers: int, see
         "| bug | verdict FAIL, measured (99 % CP) | best deciding test, predicted power "
         "| seeds to kill (predicted, test) | oracle seeds "
         + " / ".join(f"d={d}" for d in depths)
-        + " | test / oracle (same depth) |",
+        + " (predicted) | test / oracle (same depth, predicted) |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     shown = [*deciding, "out_of_support"]  # the evaluator's always-deciding support row
@@ -221,8 +221,8 @@ def engine_matrix(path: str, runs_dir, replications: int, workers: int, seed: in
     lines = [
         f"### `{path}`, engine-only bugs: {n:,} seeds per group, exact laws "
         f"`{job['reference_path']}`\n",
-        "| bug | verdict FAIL, measured (99 % CP) | killed by (exact-law power) "
-        "| seeds to kill (power 0.99) |",
+        "| bug | verdict FAIL, measured (99 % CP) | killed by (predicted: exact-law power) "
+        "| seeds to kill (predicted, power 0.99) |",
         "| --- | --- | --- | --- |",
     ]
     detail = ["\n| bug | " + " | ".join(shown) + " |", "| --- |" + " --- |" * len(shown)]
