@@ -21,6 +21,8 @@ Test types:
   ``teacher_forcing`` (batched teacher-forced laws against the incremental serial
   replay), ``trace`` (the laws the engine used in each round against the serial replay),
   ``isolation`` (a request's tokens equal its solo run with the same seed),
+  ``stops`` (every request ends at its first stop token or at max_tokens, nothing
+  committed after a stop: runner/sequence_stops.py),
   ``greedy_equality`` (a greedy speculative group token for token against a greedy
   nospec group).
 """
@@ -124,7 +126,9 @@ StochasticType = Literal[
     "mechanism_mean",
     "crossing_count",
 ]
-DeterministicType = Literal["oracle", "teacher_forcing", "trace", "isolation", "greedy_equality"]
+DeterministicType = Literal[
+    "oracle", "teacher_forcing", "trace", "isolation", "greedy_equality", "stops"
+]
 STOCHASTIC_TYPES: tuple[str, ...] = get_args(StochasticType)
 DETERMINISTIC_TYPES: tuple[str, ...] = get_args(DeterministicType)
 

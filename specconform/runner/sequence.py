@@ -44,6 +44,7 @@ from specconform.runner.sequence_requests import (
     greedy_plan,
     resolve_prompts,
 )
+from specconform.runner.sequence_stops import stop_check
 
 # --- generation -----------------------------------------------------------------------
 
@@ -192,7 +193,7 @@ def _collect(protocol, engine, *, progress, log, context) -> dict[str, bytes]:
         context.outputs.reserve_seeds()  # the seed ledger (runner.reserve): inputs are good
     tallies: dict[str, sc.CheckTally | None] = {}
     for test in protocol.tests:
-        if test.type in sc.DEFAULT_SAMPLE or test.type == "greedy_equality":
+        if test.type in sc.DEFAULT_SAMPLE or test.type in ("greedy_equality", "stops"):
             tallies[test.name] = sc.CheckTally(test.type, sc.tolerance_of(test))
 
     records: dict[str, list[SequenceRecord]] = {}
@@ -275,6 +276,15 @@ def _oracle_and_greedy(engine, protocol, specs, records, pairs, tallies) -> None
                 prefix = list(req.prompt) + list(records[g][i].tokens[:t])
                 prefixes.append(({"group": g, "request": i, "step": t}, prefix, req))
             sc.oracle_check(tally, prefixes, configs, engine.target_law_for, engine.target_logits)
+        elif test.type == "stops" and tally is not None:
+            stop_check(
+                tally,
+                [
+                    ({"group": g.name, "request": i}, specs[g.name][i], rec)
+                    for g in covered_groups(protocol, test)
+                    for i, rec in enumerate(records[g.name])
+                ],
+            )
         elif test.type == "greedy_equality" and tally is not None:
             for group, plan in pairs[test.name].items():
                 for i, j in plan:
