@@ -8,6 +8,9 @@ only names and describes them, so protocols and the CLI can list and validate na
 
 layer "kernel": a bug inside the accept kernel, killable by the kernel protocols
 (quadrature, montecarlo) with p, q and the uniforms given.
+layer "tree": a bug in a tree-verification sampler (issue 34), planted in specconform's
+reference tree sampler (specconform/adapters/tree_reference.py, which reads only the
+names) and killed by the tree protocols (protocols/tree*.yaml).
 layer "engine": a bug in how the engine builds p, q, drafts, uniforms or inputs around
 a correct kernel, killable only end to end (distribution, acceptance, equality). One
 group of engine mutants acts only past the first draft position (deep positions,
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-LAYERS = ("kernel", "engine")
+LAYERS = ("kernel", "engine", "tree")
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,10 @@ class MutantHooks:
     def __init__(self, name: str | None, device: torch.device | str = "cpu"):
         if name is not None and name not in MUTANTS:
             raise ValueError(f"unknown mutant {name!r}; valid: {', '.join(sorted(MUTANTS))}")
+        if name is not None and MUTANTS[name].layer not in ("kernel", "engine"):
+            # tree mutants live in specconform's reference tree sampler: the engine has no
+            # tree verification, so selecting one here would plant nothing.
+            raise ValueError(f"mutant {name!r} is a {MUTANTS[name].layer} mutant, not the engine's")
         self.name = name
         self.kernel = name if name in KERNEL_MUTANTS else None
         # nan_target_once: has the fault fired? [1] bool on the engine's device.

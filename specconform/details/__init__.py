@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import cases, distribution, legacy, runs, sequence
+from . import cases, distribution, legacy, runs, sequence, tree
 from .base import Detail, DetailError, Record
 
 __all__ = [
@@ -54,6 +54,7 @@ TYPED_KINDS: dict[str, tuple[type[Record], ...]] = {
     "performance": runs.PERFORMANCE_RECORDS,
     "equality": runs.EQUALITY_RECORDS,
     "montecarlo": runs.MONTECARLO_RECORDS,
+    "tree": tree.RECORDS,
 }
 # kind -> the records of its archives of the first results schema (before family-wise
 # verdicts), read by the frozen evaluators' shapes.

@@ -37,6 +37,7 @@ from specconform.kinds import (
     performance,
     quadrature,
     sequence,
+    tree,
 )
 from specconform.kinds.distribution import legacy
 from specconform.results import Evaluation, RawData
@@ -158,6 +159,9 @@ KINDS: dict[str, Kind] = {
              "generic", report_title="Quality (paired correctness, McNemar)",
              report_first=True, seed_ranges=mcnemar.seed_ranges,
              plan=Ref("specconform.kinds.mcnemar.plan:plan_bytes")),
+        Kind("tree", tree.Schema, _runner("tree"), tree.evaluate, tree.RECORDS,
+             Capabilities(drives="engine", mutant_layers=("tree",)), "generic",
+             report_title="Tree speculation (exact law, TV of lossy settings)"),
     )
 }  # fmt: skip
 

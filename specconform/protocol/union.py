@@ -19,6 +19,7 @@ from specconform.protocol.schema import (
 from specconform.protocol.schema_mcnemar import McNemarProtocol
 from specconform.protocol.schema_performance import PerformanceProtocol
 from specconform.protocol.schema_sequence import SequenceProtocol
+from specconform.protocol.schema_tree import TreeProtocol
 
 Protocol = Annotated[
     QuadratureProtocol
@@ -27,7 +28,8 @@ Protocol = Annotated[
     | EqualityProtocol
     | SequenceProtocol
     | PerformanceProtocol
-    | McNemarProtocol,
+    | McNemarProtocol
+    | TreeProtocol,
     Field(discriminator="kind"),
 ]
 
@@ -39,4 +41,5 @@ KIND_NAMES: tuple[str, ...] = (
     "sequence",
     "performance",
     "mcnemar",
+    "tree",
 )

@@ -164,6 +164,10 @@ def test_mutants_are_off_by_default_and_validated(model):
     with pytest.raises(ValueError, match="unknown mutant"):
         LLM(model=model, mutant="not_a_bug")
     for m in list_mutants():
+        if m.layer == "tree":  # specconform's reference tree sampler's, refused here
+            with pytest.raises(ValueError, match="not the engine's"):
+                LLM(model=model, speculative_config=SPEC, mutant=m.name)
+            continue
         LLM(model=model, speculative_config=SPEC, mutant=m.name)  # every name is selectable
 
 
@@ -216,6 +220,8 @@ def test_every_mutant_runs_ragged_and_k0_rounds(model, asynchronous):
         for s in range(10)
     ]
     for m in list_mutants():
+        if m.layer == "tree":  # not the engine's (test_mutants_are_off_by_default_...)
+            continue
         llm = LLM(
             model=model, speculative_config=SPEC, async_scheduling=asynchronous, mutant=m.name
         )

@@ -28,12 +28,24 @@ ENGINE = {
 # Engine mutants that act only past the first draft position (runners/deep_mutants.py),
 # and those that act only in a configuration, at a stop or in a stream (scope_mutants.py).
 DEEP = set(deep_mutant_names()) | set(scope_mutant_names())
+# Planted in specconform's reference tree sampler (issue 34), not in the engine.
+TREE = {
+    "tree_residual_stale",
+    "tree_sibling_for_child",
+    "tree_coin_reused",
+    "tree_final_wrong_node",
+    "tree_sibling_order_ignored",
+    "tree_coin_le",
+    "tree_duplicate_counted",
+    "tree_final_node_coin",
+}
 
 
 def test_registry_holds_exactly_the_planned_mutants():
     assert {m.name for m in list_mutants("kernel")} == KERNEL
     assert {m.name for m in list_mutants("engine")} == ENGINE | DEEP
-    assert {m.name for m in list_mutants()} == KERNEL | ENGINE | DEEP == set(MUTANTS)
+    assert {m.name for m in list_mutants("tree")} == TREE
+    assert {m.name for m in list_mutants()} == KERNEL | ENGINE | DEEP | TREE == set(MUTANTS)
     assert not any(MUTANTS[name].fault for name in DEEP)  # biases, not faults
     assert all(MUTANTS[name].name == name for name in MUTANTS)
 
@@ -44,7 +56,7 @@ def test_kernel_mutants_are_the_ones_speculative_accept_implements():
 
 def test_every_mutant_is_described_in_one_line_with_its_bug_class():
     for m in list_mutants():
-        assert m.layer in ("kernel", "engine")
+        assert m.layer in ("kernel", "engine", "tree")
         for text in (m.description, m.bug_class):
             assert text and text.strip() == text and "\n" not in text
     assert get_mutant("greedy_draft").bug_class == "greedy draft scored with softmax q"
