@@ -226,11 +226,65 @@ _ALL = (
     ),
 )
 
-MUTANTS: dict[str, Mutant] = {m.name: m for m in _ALL}
+# --- tree: specconform's reference tree sampler (issue 34) ---------------------------------
+_TREE = (
+    Mutant(
+        "tree_residual_stale",
+        "tree",
+        "after every child is refused the last token is drawn from p, the refused "
+        "siblings' mass not removed",
+        "residual not updated after a rejected sibling",
+    ),
+    Mutant(
+        "tree_sibling_for_child",
+        "tree",
+        "after accepting a child the walk continues from its next sibling's node",
+        "sibling taken instead of the child after an accept",
+    ),
+    Mutant(
+        "tree_coin_reused",
+        "tree",
+        "the root's coin decides at every level of the tree",
+        "one coin reused across levels",
+    ),
+    Mutant(
+        "tree_final_wrong_node",
+        "tree",
+        "the last token is drawn from the parent of the last accepted node",
+        "final draw from the wrong node",
+    ),
+    Mutant(
+        "tree_sibling_order_ignored",
+        "tree",
+        "children are tried in reverse order (with duplicate tokens the later node gets the path)",
+        "sibling order ignored",
+    ),
+    Mutant(
+        "tree_coin_le",
+        "tree",
+        "a child is accepted when coin <= cumulative mass: a coin of 0 accepts a first "
+        "child of zero target mass",
+        "coin <= ratio accepting zero-mass candidates",
+    ),
+    Mutant(
+        "tree_duplicate_counted",
+        "tree",
+        "a duplicate sibling token adds its target mass again and can be accepted",
+        "duplicate sibling tokens double-counted",
+    ),
+    Mutant(
+        "tree_final_node_coin",
+        "tree",
+        "the last token is drawn with the last node's coin instead of the final uniform",
+        "acceptance coin reused as the final draw's uniform",
+    ),
+)
+
+MUTANTS: dict[str, Mutant] = {m.name: m for m in _ALL + _TREE}
 
 
 def list_mutants(layer: str | None = None) -> list[Mutant]:
-    """Every registered mutant, or those of one layer ("kernel" or "engine")."""
+    """Every registered mutant, or those of one layer ("kernel", "engine" or "tree")."""
     if layer is not None and layer not in LAYERS:
         raise ValueError(f"layer must be None or one of {LAYERS}, got {layer!r}")
     return [m for m in MUTANTS.values() if layer is None or m.layer == layer]
