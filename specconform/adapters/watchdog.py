@@ -33,6 +33,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -147,9 +148,12 @@ def deadline(seconds: float | None, message: str) -> Iterator[Watch | None]:
     on_main = threading.current_thread() is threading.main_thread()
     ticker: _Ticker | None = None
     previous = None
+    outer = (0.0, 0.0)
+    started = time.monotonic()
     if on_main:
         previous = signal.signal(signal.SIGALRM, lambda signum, frame: _interrupt(watch))
-        signal.setitimer(signal.ITIMER_REAL, watch.seconds, REPEAT_S)
+        # A caller's own alarm (a test's time limit) is put back, less the time spent.
+        outer = signal.setitimer(signal.ITIMER_REAL, watch.seconds, REPEAT_S)
     else:
         ticker = _Ticker(watch)
         ticker.start()
@@ -165,6 +169,9 @@ def deadline(seconds: float | None, message: str) -> Iterator[Watch | None]:
         if on_main:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+            if outer[0] > 0:
+                left = max(outer[0] - (time.monotonic() - started), 1e-3)
+                signal.setitimer(signal.ITIMER_REAL, left, outer[1])
         if ticker is not None:
             ticker.stop()
             ticker.join()

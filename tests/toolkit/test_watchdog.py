@@ -158,3 +158,17 @@ def test_a_call_that_ignores_every_interruption_is_ended_by_a_hard_exit():
     )
     assert proc.returncode == EXIT_TIMEOUT, proc.stderr
     assert proc.stderr == "error: engine adapter x: late; it ignored the interruption for 1 s\n"
+
+
+def test_a_callers_own_alarm_is_put_back():
+    """A test's time limit (hostile_support.time_limit) around a timed call keeps ticking."""
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30.0)
+        assert _timed(lambda: 42) == 42
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 0 < left <= 30.0 and not fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
