@@ -18,7 +18,7 @@ EXTRAS      ?= all,dev
 PIP_FLAGS   ?= -q --disable-pip-version-check
 SRC         := specconform engine_under_test tests bench
 
-.PHONY: install test-deps run test test-stress peers-test bench gpu-test lint format-check typecheck imports check clean
+.PHONY: install test-deps run test test-stress test-hostile-long peers-test bench gpu-test lint format-check typecheck imports check clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -79,6 +79,15 @@ test-stress:
 
 gpu-test: install
 	$(PY) -m pytest -q -m gpu
+
+# Hostile input, long profile (issue 37): random, not derandomized, HOSTILE_EXAMPLES
+# examples per property over protocol files, archives and command lines (make test runs
+# the bounded derandomized profile of the same files).
+HOSTILE_EXAMPLES ?= 5000
+test-hostile-long: install test-deps
+	SPECCONFORM_HYPOTHESIS=long SPECCONFORM_HYPOTHESIS_EXAMPLES=$(HOSTILE_EXAMPLES) \
+	  $(PY) -m pytest -q -s tests/toolkit/test_hostile_properties.py \
+	  tests/toolkit/test_hostile_archive_properties.py tests/toolkit/test_cli_properties.py
 
 bench: install
 	$(PY) bench/run_all.py

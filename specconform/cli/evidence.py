@@ -202,7 +202,11 @@ def write_key_pair(prefix: Path) -> tuple[Path, Path]:
     key_path = prefix.with_name(prefix.name + ".key")
     pub_path = prefix.with_name(prefix.name + ".pub")
     for path in (key_path, pub_path):
-        if path.exists() or path.is_symlink():
+        try:
+            taken = path.exists() or path.is_symlink()
+        except OSError as exc:  # a name too long for the file system
+            raise UsageError(f"--out {str(prefix)[:200]}: {exc.strerror}") from None
+        if taken:
             raise UsageError(f"{path}: already exists; keygen never overwrites a key")
     if not prefix.name or prefix.name in (".", ".."):
         raise UsageError(

@@ -53,12 +53,16 @@ def plan(protocol, seeds, tv, reference, power):
     from specconform.kinds.registry import kind_of
     from specconform.planning import plan_tests, planning_level, seeds_needed
     from specconform.protocol.load import load_protocol
+    from specconform.protocol.schema_base import COUNT_MAX
     from specconform.runner.replay import replay_laws
 
     if seeds is not None and tv is not None:
         raise UsageError("give --seeds or --tv, not both")
-    if seeds is not None and seeds < 1:
-        raise UsageError(f"--seeds must be >= 1, got {seeds}")
+    if seeds is not None and not 1 <= seeds <= COUNT_MAX:  # before minutes of replay
+        got = seeds if abs(seeds) < 10**20 else "more"
+        raise UsageError(f"--seeds must lie in [1, {COUNT_MAX:,}], got {got}")
+    if tv is not None and not 0 < tv <= 1:  # nan and inf too
+        raise UsageError(f"--tv must lie in (0, 1], got {tv}")
     if not 0 < power < 1:
         raise UsageError(f"--power must lie in (0, 1), got {power}")
     loaded = load_protocol(protocol)

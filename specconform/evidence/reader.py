@@ -125,9 +125,13 @@ def read_archive(zip_path: Path) -> ArchiveContents:
 
 
 def _read_archive(zip_path: Path) -> ArchiveContents:
-    if not zip_path.exists():
+    try:
+        found, regular = zip_path.exists(), zip_path.is_file()
+    except OSError as exc:  # a name too long for the file system (10,000 characters)
+        raise UsageError(f"{shown(str(zip_path))}: cannot read ({exc.strerror})") from None
+    if not found:
         raise UsageError(f"{zip_path}: archive not found")
-    if not zip_path.is_file():  # a directory, FIFO or device (/dev/zero)
+    if not regular:  # a directory, FIFO or device (/dev/zero)
         raise UsageError(f"{zip_path}: not a regular file; an archive is a .zip file")
     try:
         with open(zip_path, "rb") as fh:

@@ -1,9 +1,11 @@
 """Shared by the hypothesis properties of hostile input (test_hostile_properties.py,
-test_hostile_archive_properties.py): settings profiles, a time limit, the one-line check.
+test_hostile_archive_properties.py, test_cli_properties.py): settings profiles, a time
+limit, the one-line check.
 
 Profiles. By default the bounded CI profile runs: ``derandomize=True`` (the same
 examples on every run: CI is never flaky) and few enough examples (CI_EXAMPLES) that
-both files together take well under 60 s on one idle core. The long profile, on demand::
+each file takes well under 60 s on one idle core. The long profile, on demand
+(``make test-hostile-long`` runs all three files)::
 
     SPECCONFORM_HYPOTHESIS=long .venv/bin/python -m pytest -q -s \\
         tests/toolkit/test_hostile_properties.py tests/toolkit/test_hostile_archive_properties.py
@@ -25,7 +27,14 @@ from hypothesis import HealthCheck, Phase, given, settings
 from specconform.errors import SpecconformError
 
 LONG = os.environ.get("SPECCONFORM_HYPOTHESIS") == "long"
-CI_EXAMPLES = {"generated": 150, "fragments": 150, "mutated": 200, "bytes": 150, "headers": 150}
+CI_EXAMPLES = {
+    "generated": 150,
+    "fragments": 150,
+    "mutated": 200,
+    "bytes": 150,
+    "headers": 150,
+    "argv": 300,  # test_cli_properties.py: in-process refusals, ~10 ms each
+}
 LONG_EXAMPLES = int(os.environ.get("SPECCONFORM_HYPOTHESIS_EXAMPLES", "5000"))
 # Negative controls: generate only (no shrinking: a failure is what they expect).
 CONTROL = {"phases": [Phase.explicit, Phase.reuse, Phase.generate]}
