@@ -30,6 +30,7 @@ from specconform.report.model import (
     scope_lines,
 )
 from specconform.report.sequential import markdown_lines as sequential_markdown
+from specconform.report.tree import markdown_lines as tree_markdown
 
 VERIFY_NOTE = (
     "This report reads the archives without verifying them; check each with "
@@ -157,6 +158,7 @@ def render_markdown(
     out += ["", _not_deciding_line(views, facts, deciding)]
     out += mcnemar_sections(views, table)
     out += sequential_markdown(views, table)
+    out += tree_markdown(views, table)
     tv_line = detectable_tv_line(views, [f.letter for f in facts])
     if tv_line:
         out += ["", tv_line]

@@ -52,6 +52,10 @@ def print_table(evaluation: Evaluation, file=None, archive: Path | None = None) 
 
     for line in terminal_lines(evaluation):  # sequential runs: E, seeds used, why info
         console.print(line, markup=False)
+    from specconform.report.tree import terminal_lines as tree_lines
+
+    for line in tree_lines(evaluation):  # lossy tree runs: TV with its interval
+        console.print(line, markup=False)
     if archive is not None:
         print_diagnoses(archive, console)
 
