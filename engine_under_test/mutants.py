@@ -224,6 +224,13 @@ _ALL = (
         "offset, so draft j is sampled with the counter of acceptance coin j",
         "overlapping random streams: draft sampling reuses the acceptance coins",
     ),
+    Mutant(
+        "rng_bonus_overlaps_next_round",
+        "engine",
+        "the bonus uniform u[2K] of round r is read from the counter of round r + 1's "
+        "first coin, so a bonus and the next round's first accept share one uniform",
+        "overlapping random streams: a block stride shorter than the block",
+    ),
 )
 
 # --- tree: specconform's reference tree sampler (issue 34) ---------------------------------

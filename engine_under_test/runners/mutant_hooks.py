@@ -82,6 +82,19 @@ class MutantHooks:
         """Tokens after a stop token that ``Request.commit`` keeps (stop_commits_next: 1)."""
         return 1 if self.name == scope.STOP_NEXT else 0
 
+    def overlap_bonus(
+        self,
+        u_block: torch.Tensor,  # [B, 2K+1] float64 the round's accept block
+        seeds: torch.Tensor,  # [B] int64
+        rounds_after: torch.Tensor,  # [B] int64 the rows' RNG counters after the draw
+        random: torch.Tensor,  # [B] bool
+    ) -> torch.Tensor:
+        """rng_bonus_overlaps_next_round: the bonus uniform u[2K] is the next round's
+        coin u[0]; otherwise ``u_block`` itself."""
+        if self.name != scope.BONUS_OVERLAP:
+            return u_block
+        return scope.bonus_from_next_round(u_block, seeds, rounds_after, random)
+
     def draft_round_offset(self, offset: int) -> int:
         """The draft stream's counter offset: ``offset`` (spec_round.DRAFT_ROUND_OFFSET),
         or 0 under rng_draft_overlaps_coins (draft j then reads acceptance coin j)."""

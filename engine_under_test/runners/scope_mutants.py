@@ -15,6 +15,9 @@ sampling configurations, the stop rules and the stream layout, not only the defa
   stream; 0 under the mutant, so the K draft uniforms of a round are the first K
   uniforms of its accept block, the acceptance coins (the stream layout in
   ``spec_round``: coins u[0:K], corrections u[K:2K], bonus u[2K]).
+- ``rng_bonus_overlaps_next_round``: the bonus uniform u[2K] of round r is round r+1's
+  coin u[0] (as if blocks were laid out with a stride one uniform short), so a bonus
+  drawn low in its CDF makes the next round's first draft likelier to be accepted.
 
 Pure device computations (no host reads), like ``deep_mutants``.
 """
@@ -23,13 +26,14 @@ from __future__ import annotations
 
 import torch
 
-from ..sampling import batched_probabilities
+from ..sampling import batched_probabilities, philox_uniforms
 from .deep_mutants import RowParams
 
 FILTER_ORDER = "filter_order_top_p_first"
 STOP_NEXT = "stop_commits_next"
 DRAFT_OVERLAP = "rng_draft_overlaps_coins"
-NAMES = (FILTER_ORDER, STOP_NEXT, DRAFT_OVERLAP)
+BONUS_OVERLAP = "rng_bonus_overlaps_next_round"
+NAMES = (FILTER_ORDER, STOP_NEXT, DRAFT_OVERLAP, BONUS_OVERLAP)
 
 
 def _expand(t: torch.Tensor, n: int) -> torch.Tensor:  # [B] -> [B * n]
@@ -74,3 +78,17 @@ def filter_order_top_p_first(
     ).view(B, K1, V)
     rows = random & (params.top_k > 0) & (params.top_p < 1.0)
     return torch.where(rows[:, None, None], wrong, p)
+
+
+def bonus_from_next_round(
+    u_block: torch.Tensor,  # [B, 2K+1] float64
+    seeds: torch.Tensor,  # [B] int64
+    rounds_after: torch.Tensor,  # [B] int64 counters after this round's draw: r + 1
+    random: torch.Tensor,  # [B] bool
+) -> torch.Tensor:  # [B, 2K+1]
+    """u[2K] of random rows replaced by u[0] of the block keyed (seed, r + 1): the next
+    round's first coin (philox_uniforms(seed, r + 1, 1) is that block's first uniform)."""
+    nxt = philox_uniforms(seeds, rounds_after, 1)[:, 0]
+    out = u_block.clone()
+    out[:, -1] = torch.where(random, nxt, u_block[:, -1])
+    return out

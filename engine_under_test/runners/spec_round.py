@@ -119,6 +119,7 @@ def round_uniforms(
         u_draft = philox_uniforms(seeds, rounds + DRAFT_ROUND_OFFSET, K)
         u_block = philox_uniforms(seeds, rounds, u_block.shape[1])
         u_draft, u_block = (torch.where(random[:, None], u, 0.0) for u in (u_draft, u_block))
+    u_block = hooks.overlap_bonus(u_block, rng.seed[:B], rng.round[:B], random)
     return u_draft, u_block
 
 

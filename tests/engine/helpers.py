@@ -87,4 +87,9 @@ def scope_mutant_names() -> list[str]:
     """The engine mutants that act only in one configuration, at a stop or in one random
     stream (issue 35; runners/scope_mutants.py), checked where they act:
     tests/engine/test_stops.py, test_streams.py, tests/toolkit/test_config_grid.py."""
-    return ["filter_order_top_p_first", "stop_commits_next", "rng_draft_overlaps_coins"]
+    return [
+        "filter_order_top_p_first",
+        "stop_commits_next",
+        "rng_draft_overlaps_coins",
+        "rng_bonus_overlaps_next_round",
+    ]

@@ -9,8 +9,9 @@ correction and bonus slots of one block are distinct uniforms of distinct or
 same-counter words by construction (the layout's indices do not overlap). This test
 records every (key, counter) of every Philox evaluation of a run, per stream (draft or
 block), round and request, and asserts none is used twice. Deterministic: no α. The
-negative control is the planted ``rng_draft_overlaps_coins`` (the draft domain's offset
-dropped), whose draft counters are the coins' and must be caught. The black-box side --
+negative controls are the planted ``rng_draft_overlaps_coins`` (the draft domain's offset
+dropped: the draft counters are the coins') and ``rng_bonus_overlaps_next_round`` (the
+bonus read from the next round's first coin), which must be caught. The black-box side --
 that the overlap shows in the committed tokens -- is ci_sequence's (docs/kill-matrix.md).
 """
 
@@ -74,6 +75,6 @@ def test_every_counter_is_used_once(model, mode, monkeypatch):
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_negative_control_overlapping_draft_stream_is_caught(model, mode, monkeypatch):
-    seen = used_counters(model, mode, monkeypatch, mutant="rng_draft_overlaps_coins")
-    assert len(reused(seen)) > 0
+@pytest.mark.parametrize("mutant", ["rng_draft_overlaps_coins", "rng_bonus_overlaps_next_round"])
+def test_negative_control_overlapping_streams_are_caught(model, mode, mutant, monkeypatch):
+    assert len(reused(used_counters(model, mode, monkeypatch, mutant=mutant))) > 0
