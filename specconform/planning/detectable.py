@@ -204,7 +204,12 @@ def _plan_one(
     if kind == "t1_gof":
         m = len(spec["groups"])
         level_t = level / m
-        note = f"Bonferroni over {m} groups: each at {level_t:.3g}" if m > 1 else ""
+        how = "Simes" if spec.get("combine") == "simes" else "Bonferroni"
+        # Simes rejects whenever Bonferroni does: planning at level / m bounds its power
+        # from below (equal for a bug in one group, higher when the groups agree).
+        note = f"{how} over {m} groups: each at {level_t:.3g}" if m > 1 else ""
+        if m > 1 and how == "Simes":
+            note += " (Bonferroni's level: a lower bound on Simes' power)"
         strata.append(_gof_stratum("all", n, w.p1, min_expected))
     elif kind in ("t2_gof", "acceptance", "joint"):
         d = groups[spec["groups"][0]].get("draft_loops")

@@ -295,6 +295,23 @@ class TestSpec(Strict):
     ]
     role: Literal["prerequisite", "primary", "secondary", "exploratory", "mechanism"]
     groups: Annotated[list[Name], Field(min_length=1, max_length=LIST_MAX)]
+    # A t1_gof over several (seed-sharing) groups: how their p-values combine. Unset is
+    # Bonferroni (what every earlier file meant; left out of protocol.json, so their
+    # hashes stay); "simes" wastes no level on identical draws (stats.aggregate.simes).
+    combine: Literal["bonferroni", "simes"] | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler):
+        data = handler(self)
+        if isinstance(data, dict) and data.get("combine") is None:
+            data.pop("combine", None)
+        return data
+
+    @model_validator(mode="after")
+    def _combine_t1_only(self):
+        if self.combine is not None and self.type != "t1_gof":
+            raise ValueError(f"test {self.name!r}: combine applies to t1_gof tests only")
+        return self
 
 
 class Strata(Strict):

@@ -207,10 +207,11 @@ def pvalue_text(row: TestRow) -> str:
     """The row's p-values named by what they are: ``p=…``, or ``p_Bonf=…`` with each
     group's p for a combination over groups, then ``p_Holm=…`` when the verdict adjusted
     it; ``p=n/a`` when there is none."""
-    label = "p_Bonf" if row.pvalue_method.startswith("Bonferroni over") else "p"
+    combined = {"Bonferroni over": "p_Bonf", "Simes over": "p_Simes"}
+    label = next((v for k, v in combined.items() if row.pvalue_method.startswith(k)), "p")
     text = f"{label}={format_pvalue(row.pvalue)}"
     per_group = group_pvalues(row.detail)
-    if label == "p_Bonf" and per_group:
+    if label != "p" and per_group:
         groups = ", ".join(f"{g} p={format_pvalue(p)}" for g, p in per_group)
         text += f" ({groups})"
     if row.adjusted_pvalue is not None:

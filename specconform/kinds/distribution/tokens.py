@@ -2,9 +2,13 @@
 serial reference, and t2 two-sample homogeneity between groups.
 
 Dependence (issue 5): groups that share seeds can share randomness, so
-- t1 over several groups tests each group and combines by Bonferroni (valid under any
-  dependence); the row states the combined p ("p_Bonf"), each group's own statistic
-  and p in ``per_group``, and has no single statistic;
+- t1 over several groups tests each group and combines the p-values as the test states
+  (``combine``): Bonferroni (the default, valid under any dependence, but it tests each
+  group at alpha / m even when seed-sharing groups draw the very same t1) or Simes
+  (``combine: simes``: no level wasted on identical or independent groups, valid under
+  the positive dependence that shared seeds give; stats.aggregate.simes). The row
+  states the combined p ("p_Bonf" / "p_Simes"), each group's own statistic and p in
+  ``per_group``, and has no single statistic;
 - two-sample tests compare only disjoint seeds: if the groups' seed sets intersect,
   the first group contributes its even seeds and the second its odd seeds;
 - χ² statistics are summed only over strata of one group (disjoint samples).
@@ -18,6 +22,7 @@ from specconform.details.distribution import GroupsGofDetail, HomogeneityStratum
 from specconform.evidence.jsonio import json_number
 from specconform.results import TestRow
 from specconform.stats import bonferroni, pearson_gof, pearson_homogeneity
+from specconform.stats.aggregate import simes
 from specconform.stats.cells import align, counts_on, strata
 
 from .context import Context
@@ -25,7 +30,8 @@ from .rows import Coverage, gof_stratum, stratified_row
 
 
 def t1_gof(ctx: Context, spec: dict) -> tuple[TestRow, Coverage | None]:
-    """Each group's t1 against p_t1; several (seed-sharing) groups combined by Bonferroni."""
+    """Each group's t1 against p_t1; several (seed-sharing) groups combined by Bonferroni
+    or, where the test says ``combine: simes``, by Simes."""
     results, per_group = [], []
     for name in spec["groups"]:
         t1 = ctx.group(name).t1
@@ -41,18 +47,29 @@ def t1_gof(ctx: Context, spec: dict) -> tuple[TestRow, Coverage | None]:
             groups=tuple(spec["groups"]), per_group=tuple(per_group), combination="single group"
         )
         return ctx.row(spec, res.statistic, res.df, res.pvalue, n, detail, "chi2"), None
-    comb = bonferroni([r.pvalue for r in results])
+    if spec.get("combine") == "simes":
+        comb = simes([r.pvalue for r in results])
+        how = (
+            f"Simes over the {comb.m} groups with evidence (they share seeds: positively "
+            "dependent): p_Simes = min(1, min_i m * p_(i) / i); each group's statistic, "
+            "df and p in per_group"
+        )
+        method = f"Simes over {comb.m} groups"
+    else:
+        comb = bonferroni([r.pvalue for r in results])
+        how = (
+            f"Bonferroni over the {comb.m} groups with evidence (they "
+            "share seeds): p_Bonf = min(1, m * min p_i); each group's "
+            "statistic, df and p in per_group"
+        )
+        method = f"Bonferroni over {comb.m} groups"
     detail = GroupsGofDetail(
         groups=tuple(spec["groups"]),
         per_group=tuple(per_group),
-        combination=f"Bonferroni over the {comb.m} groups with evidence (they "
-        "share seeds): p_Bonf = min(1, m * min p_i); each group's "
-        "statistic, df and p in per_group",
+        combination=how,
         smallest_p_group=spec["groups"][comb.argmin] if comb.argmin >= 0 else None,
     )
-    return ctx.row(
-        spec, None, None, comb.pvalue, n, detail, f"Bonferroni over {comb.m} groups"
-    ), None
+    return ctx.row(spec, None, None, comb.pvalue, n, detail, method), None
 
 
 def t2_gof(ctx: Context, spec: dict):
