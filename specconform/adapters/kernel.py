@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specconform.adapters.types import AdapterError, one_line
+from specconform.adapters.watchdog import timed_call, timeout_message
 from specconform.errors import UsageError
 
 
@@ -68,7 +69,7 @@ class BundledKernel:
 class CheckedKernel:
     """A kernel whose every answer is validated (structure only, never the law)."""
 
-    def __init__(self, kernel, adapter: str):
+    def __init__(self, kernel, adapter: str, timeout: float | None = None):
         name = getattr(kernel, "name", None)
         if not isinstance(name, str) or not name:
             raise AdapterError(
@@ -81,6 +82,7 @@ class CheckedKernel:
         self._k = kernel
         self.name = name
         self._adapter = adapter
+        self._timeout = timeout  # s per accept() call (sampler.call_timeout_s); None: untimed
 
     def describe(self) -> dict:
         """What run.json records: the adapter, the kernel's name and its code's digest."""
@@ -100,12 +102,13 @@ class CheckedKernel:
     def accept(self, p, q, drafts, draft_lens, uniforms) -> KernelOutput:
         # p: [B, K+1, V] float32; q: [B, K, V] float32; drafts: [B, K] int64;
         # draft_lens: [B] int64; uniforms: [B, 2K+1] float64
-        try:
-            out = self._k.accept(p, q, drafts, draft_lens, uniforms)
-        except UsageError:
-            raise
-        except (Exception, SystemExit) as exc:  # an adapter's exit is its failure
-            raise self._fail(f"raised {one_line(exc)}") from None
+        out = timed_call(
+            self._k.accept,
+            (p, q, drafts, draft_lens, uniforms),
+            seconds=self._timeout,
+            message=timeout_message(f"sampler.adapter {self._adapter}", "accept()", self._timeout),
+            failed=lambda exc: self._fail(f"raised {one_line(exc)}"),
+        )
         B, K1 = drafts.shape[0], drafts.shape[1] + 1
         fields = {}
         for field, shape, kinds in (
@@ -147,9 +150,12 @@ def kernel_mutants() -> dict[str, object]:
     return {m.name: m for m in list_mutants() if m.layer == "kernel"}
 
 
-def load_kernel(adapter: str, device: str, mutant: str | None) -> CheckedKernel:
+def load_kernel(
+    adapter: str, device: str, mutant: str | None, timeout: float | None = None
+) -> CheckedKernel:
     """Resolve a protocol's `sampler.adapter`: "bundled" or "package.module:factory"
-    (a factory called with device= and mutant= returning an object with `accept`)."""
+    (a factory called with device= and mutant= returning an object with `accept`).
+    `timeout`: seconds the factory and each accept() call may take (adapters.watchdog)."""
     if adapter == "bundled":
         if mutant is not None and mutant not in kernel_mutants():
             from engine_under_test.mutants import MUTANTS
@@ -160,7 +166,7 @@ def load_kernel(adapter: str, device: str, mutant: str | None) -> CheckedKernel:
                     f"only kernel mutants ({', '.join(sorted(kernel_mutants()))})"
                 )
             raise UsageError(f"--mutant {mutant}: unknown mutant; `specconform mutants` lists them")
-        return CheckedKernel(BundledKernel(device, mutant), adapter)
+        return CheckedKernel(BundledKernel(device, mutant), adapter, timeout)
     module_name, _, attr = adapter.partition(":")
     if not attr:
         raise UsageError(f"sampler.adapter {adapter!r}: expected 'bundled' or 'module:factory'")
@@ -168,13 +174,17 @@ def load_kernel(adapter: str, device: str, mutant: str | None) -> CheckedKernel:
         factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise UsageError(f"sampler.adapter {adapter!r}: cannot import: {exc}") from None
-    try:
-        kernel = factory(device=device, mutant=mutant)
-    except UsageError:
-        raise
-    except (Exception, SystemExit) as exc:  # a factory's exit is its failure
-        raise AdapterError(f"sampler.adapter {adapter}: factory raised {one_line(exc)}") from None
-    return CheckedKernel(kernel, adapter)
+    kernel = timed_call(  # a factory's exit is its failure too
+        factory,
+        (),
+        kwargs={"device": device, "mutant": mutant},
+        seconds=timeout,
+        message=timeout_message(f"sampler.adapter {adapter}", "factory", timeout),
+        failed=lambda exc: AdapterError(
+            f"sampler.adapter {adapter}: factory raised {one_line(exc)}"
+        ),
+    )
+    return CheckedKernel(kernel, adapter, timeout)
 
 
 # Rows of the white-box probe: enough that a sampler drawing its own randomness gives a

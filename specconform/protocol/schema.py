@@ -96,6 +96,11 @@ class SamplerSpec(Strict):
     `package.module:callable` returning an object with `accept(...)` (see adapters)."""
 
     adapter: SamplerAdapter = "bundled"
+    # Seconds the factory and each accept() call may take (as engine.call_timeout_s:
+    # exit 124 past it; outside protocol.json and the hash).
+    call_timeout_s: Annotated[float, Field(gt=0.0, le=CALL_TIMEOUT_MAX_S)] = Field(
+        CALL_TIMEOUT_DEFAULT_S, exclude=True
+    )
 
 
 class QuadratureCase(Strict):

@@ -132,17 +132,19 @@ def prepare(request: RunRequest, *, notify: Callable[[str], None] = notice) -> P
 
 
 def with_call_timeout(loaded: LoadedProtocol, seconds: float) -> LoadedProtocol:
-    """`--adapter-timeout`: the protocol's ``engine.call_timeout_s`` for this run. Not an
+    """`--adapter-timeout`: the protocol's ``engine.call_timeout_s`` (or
+    ``sampler.call_timeout_s``) for this run. Not an
     override in the record: the field is outside protocol.json and the hash (a limit on
     waiting, not part of the claim), so the run id and the evidence do not change."""
-    spec = getattr(loaded.model, "engine", None)  # the protocol's engine section
-    if spec is None or "call_timeout_s" not in type(spec).model_fields:
-        raise UsageError(
-            f"--adapter-timeout: applies to protocols run through an engine adapter "
-            f"(engine.adapter), not {loaded.kind}"
-        )
-    timed = spec.model_copy(update={"call_timeout_s": float(seconds)})
-    return replace(loaded, model=loaded.model.model_copy(update={"engine": timed}))
+    for section in ("engine", "sampler"):  # the engine's or the accept kernel's adapter
+        spec = getattr(loaded.model, section, None)
+        if spec is not None and "call_timeout_s" in type(spec).model_fields:
+            timed = spec.model_copy(update={"call_timeout_s": float(seconds)})
+            return replace(loaded, model=loaded.model.model_copy(update={section: timed}))
+    raise UsageError(
+        "--adapter-timeout: applies to protocols run through an adapter "
+        f"(engine.adapter or sampler.adapter), not {loaded.kind}"
+    )
 
 
 def _names(predicate) -> str:

@@ -24,7 +24,8 @@ def collect_raw(
     if drives == "sampler":
         from specconform.adapters.kernel import load_kernel
 
-        kernel = load_kernel(model.sampler.adapter, model.device, mutant)
+        sampler = model.sampler
+        kernel = load_kernel(sampler.adapter, model.device, mutant, sampler.call_timeout_s)
         log(f"kernel: {kernel.name} on {model.device}")
         run_context.outputs.add_run_fields(sampler_adapter=kernel.describe())
         return collect(model, kernel, progress)

@@ -178,13 +178,13 @@ def test_bad_adapter_timeouts_are_one_line(tmp_path, value):
     assert not (tmp_path / "o").exists()
 
 
-def test_adapter_timeout_applies_only_to_engine_adapters(tmp_path):
+def test_adapter_timeout_applies_only_to_adapters(tmp_path):
     proc = run_cli(
-        "run", ROOT / "protocols" / "quadrature.yaml", "--out", tmp_path / "o",
+        "run", ROOT / "protocols" / "equality.yaml", "--out", tmp_path / "o",
         "--adapter-timeout", "5",
     )  # fmt: skip
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert "--adapter-timeout: applies to protocols run through an engine adapter" in proc.stderr
+    assert "--adapter-timeout: applies to protocols run through an adapter" in proc.stderr
 
 
 @pytest.mark.parametrize("value", [0, -1, 10**9])
