@@ -122,8 +122,9 @@ def verify_command(
     "pr_page",
     is_flag=True,
     help="One page for a pull request (the default when the archives are of more than one "
-    "kind): functional checks, distribution (primary and replication side by side), "
-    "quality, performance and the evidence table.",
+    "kind): failing archives and a card per failing test first, functional checks, "
+    "distribution (primary and replication side by side), quality, performance and the "
+    "evidence table; Markdown, or HTML with --format html.",
 )
 def report_command(
     archives: tuple[Path, ...],
@@ -144,11 +145,11 @@ def report_command(
 
     try:
         if pr_page or (fmt == "md" and len(_kinds(archives)) > 1):
-            if fmt != "md":
-                raise UsageError("--pr writes Markdown: drop --format html")
             from specconform.report.pr import pr_markdown
+            from specconform.report.pr_html import pr_html
 
-            text = pr_markdown(list(archives), pubkey=pubkey)
+            render_pr = pr_html if fmt == "html" else pr_markdown
+            text = render_pr(list(archives), pubkey=pubkey)
         else:
             render = html_report if fmt == "html" else markdown_report
             text = render(list(archives), details=details, pubkey=pubkey)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from specconform.details.distribution import GofStratum, HomogeneityStratum, RejectionStratum
+from specconform.details.distribution import HomogeneityStratum, RejectionStratum
 
 from .model import TOP_CELLS, Cell, Stratum
 
@@ -28,32 +28,43 @@ def contribution(observed: float, expected: float) -> tuple[float, float]:
 
 
 def top_cells(
-    labels: Sequence, observed: Sequence[float], expected: Sequence[float], decode: Decode
+    labels: Sequence,
+    observed: Sequence[float],
+    expected: Sequence[float],
+    decode: Decode,
+    limit: int | None = TOP_CELLS,
 ) -> tuple[Cell, ...]:
+    """The cells by contribution, largest first (``limit`` None: all of them)."""
     cells = []
     for label, o, e in zip(labels, observed, expected, strict=False):
         c, r = contribution(float(o), float(e))
         cells.append(Cell(decode(label), float(o), float(e), c, r))
     cells.sort(key=lambda c: -c.contribution)
-    return tuple(cells[:TOP_CELLS])
+    return tuple(cells if limit is None else cells[:limit])
 
 
-def gof_cells(s: GofStratum | RejectionStratum, decode: Decode) -> tuple[Cell, ...]:
-    if isinstance(s, RejectionStratum):  # (accepted, rejected) first drafts
-        return top_cells(("accepted", "rejected"), s.observed, s.expected, str)
-    return top_cells(s.tokens, s.observed, s.expected, decode)
+def cells_of(stratum, decode: Decode = str, limit: int | None = TOP_CELLS) -> tuple[Cell, ...]:
+    """The cells of one stratum record (goodness of fit, rejection or homogeneity)."""
+    if isinstance(stratum, HomogeneityStratum):
+        return homogeneity_cells(stratum, decode, limit)
+    if isinstance(stratum, RejectionStratum):  # (accepted, rejected) first drafts
+        return top_cells(("accepted", "rejected"), stratum.observed, stratum.expected, str, limit)
+    return top_cells(stratum.tokens, stratum.observed, stratum.expected, decode, limit)
 
 
-def homogeneity_cells(s: HomogeneityStratum, decode: Decode) -> tuple[Cell, ...]:
+def homogeneity_cells(
+    s: HomogeneityStratum, decode: Decode, limit: int | None = TOP_CELLS
+) -> tuple[Cell, ...]:
     """Group a's counts against what homogeneity expects of them: n_a / n of each
     cell's total (group b's residuals are the same cells with the sign flipped)."""
     share = s.n_a / s.n if s.n else 0.0
     expected = [(a + b) * share for a, b in zip(s.observed_a, s.observed_b, strict=True)]
-    return top_cells(s.tokens, s.observed_a, expected, decode)
+    return top_cells(s.tokens, s.observed_a, expected, decode, limit)
 
 
-def worst_stratum(strata: Sequence, position: str, decode: Decode) -> Stratum | None:
-    """The stratum with the largest statistic (an infinite one first), with its cells."""
+def worst_record(strata: Sequence):
+    """The stratum record with the largest statistic (an infinite one first); None when
+    no stratum has samples."""
     scored = [s for s in strata if getattr(s, "n", 0)]
     if not scored:
         return None
@@ -64,11 +75,15 @@ def worst_stratum(strata: Sequence, position: str, decode: Decode) -> Stratum | 
             stat = getattr(s, "chi2_statistic", None)
         return math.inf if stat is None and getattr(s, "out_of_support", 0) else (stat or 0.0)
 
-    s = max(scored, key=size)
-    if isinstance(s, HomogeneityStratum):
-        cells = homogeneity_cells(s, decode)
-    else:
-        cells = gof_cells(s, decode)
+    return max(scored, key=size)
+
+
+def worst_stratum(strata: Sequence, position: str, decode: Decode) -> Stratum | None:
+    """The worst stratum (:func:`worst_record`) with its top cells."""
+    s = worst_record(strata)
+    if s is None:
+        return None
+    cells = cells_of(s, decode)
     where = ", ".join(
         f"{k}={getattr(s, k)}" for k in ("t1", "t2") if getattr(s, k, None) is not None
     ) or (f"group {s.group}" if getattr(s, "group", None) else "all")

@@ -45,6 +45,7 @@ code { font-size: 0.9em; overflow-wrap: anywhere; }
         gap: 1em; }
 .card { border: 1px solid #ddd; border-radius: 6px; padding: 0.5em; }
 .card.FAIL { border-color: #cf222e; border-width: 2px; }
+.card pre { white-space: pre-wrap; font-size: 0.8em; margin: 0.3em 0; }
 .card h3 { margin: 0.2em 0 0.4em; font-size: 1em; }
 .card .plots { display: flex; flex-wrap: wrap; gap: 0.3em; }
 .card figure { margin: 0; } .card svg { max-width: 100%; height: auto; }
@@ -68,15 +69,17 @@ def html_report(
 
 
 def failing_first(views: Sequence[ArchiveView]) -> list[str]:
-    """Every test: failing in some archive first, then deciding ones, then the rest,
-    each part in the archives' order."""
+    """Every test: deciding ones that did not pass in some archive first, then other
+    failing ones, then deciding ones, then the rest, each part in the archives' order."""
     names = ordered_test_names(views)
 
     def rank(test: str) -> int:
         rows = [r for v in views if (r := v.row(test)) is not None]
-        if any(r.passed is False for r in rows):
+        if any(r.deciding and r.status not in ("PASS", "INFO") for r in rows):
             return 0
-        return 1 if any(r.passed is not None for r in rows) else 2
+        if any(r.passed is False for r in rows):
+            return 1
+        return 2 if any(r.passed is not None for r in rows) else 3
 
     return sorted(names, key=rank)  # sorted is stable: order kept inside each part
 
@@ -111,20 +114,32 @@ def render_html(
     body += [
         f"<p>{_inline_code(line)}</p>" for line in (f"Seeds: {s}" for s in seed_lines(views, facts))
     ]
+    from specconform.report.failing import failing_cards, failing_html
+
+    body += failing_html(failing_cards(views, [f.label for f in facts]))
     body += ["<h2>Tests (failing first)</h2>", '<div class="side">']
     body += _table(
         ["test", "role", *cols],
         [[t, role_of(views, t), *[check_cell(v.row(t)) for v in views]] for t in tests],
         failing={t for t in tests if _is_failing(views, t)},
     )
+    # Every test with a p-value, and every deciding rule that failed without one (drawn
+    # at the clamp): a failing out_of_support row must not be missing from the chart.
     p_tests = [
-        t for t in tests if any((r := v.row(t)) is not None and r.pvalue is not None for v in views)
+        t
+        for t in tests
+        if any(
+            (r := v.row(t)) is not None
+            and (r.pvalue is not None or (r.deciding and r.status == "FAIL"))
+            for v in views
+        )
     ]
     if p_tests:
         body += [
             "<figure>",
             pvalue_plot(views, p_tests, labels=cols),
-            "<figcaption>p-value of every test, per archive; failing tests on top."
+            "<figcaption>p-value of every test, per archive; failing deciding tests on top "
+            "(a failed rule without p, e.g. out of support, at the clamp)."
             "</figcaption></figure>",
         ]
     body += ["</div>"]

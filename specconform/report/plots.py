@@ -82,15 +82,16 @@ def pvalue_plot(
         for index, view in enumerate(views):
             ys = [i + index * width for i in range(len(tests))]
             heights = [_neg_log10(_pvalue(view.row(t))) for t in tests]
+            rules = [(r := view.row(t)) is not None and r.pvalue is None for t in tests]
             shown = [min(h, P_CLAMP) for h in heights]
             axes.barh(ys, shown, height=width, label=labels[index])
-            for y, h in zip(ys, heights, strict=True):
+            for y, h, rule in zip(ys, heights, rules, strict=True):
                 if h > P_CLAMP:
                     axes.plot([P_CLAMP], [y], ">", color="black", markersize=4)
                     axes.text(
                         P_CLAMP * 0.98,
                         y,
-                        f"{h:.0f} ",
+                        "rule " if rule else f"{h:.0f} ",
                         ha="right",
                         va="center",
                         fontsize=6,
@@ -139,6 +140,48 @@ def observed_expected_plot(row: TestRow, plot_id: str) -> str | None:
         axes.legend()
 
     return render_svg(draw, plot_id=plot_id, size=(4.2, 2.8))
+
+
+MAX_RESIDUAL_CELLS = 40  # the cells with the largest contributions; the rest are near 0
+RESIDUAL_CLIP = 10.0  # an infinite residual (a count where E = 0) is drawn here, marked
+RESIDUAL_BAND = 2.58  # |z| above this: outside the two-sided 1% band of one cell
+
+
+def residual_plot(row: TestRow, plot_id: str) -> str | None:
+    """Standardized residuals (O - E) / sqrt(E) per cell of the row's worst stratum
+    (specconform.diagnosis.cells), largest contributions first: a χ² failure shows as
+    bars beyond the dashed +-2.58 lines, tail cells included (a linear observed-vs-expected
+    scatter hides them near the origin). None for a row without strata."""
+    from specconform.diagnosis.cells import cells_of, worst_record
+
+    detail = row.detail
+    strata = strata_of(detail) or getattr(detail, "per_group", None) or ()
+    record = worst_record(strata)
+    if record is None or not (hasattr(record, "tokens") or hasattr(record, "rejected")):
+        return None
+    cells = cells_of(record, limit=MAX_RESIDUAL_CELLS)
+    if not cells:
+        return None
+
+    def draw(figure: Figure) -> None:
+        axes = figure.add_subplot()
+        xs = range(len(cells))
+        values = [max(-RESIDUAL_CLIP, min(RESIDUAL_CLIP, c.residual)) for c in cells]
+        colors = ["#cf222e" if abs(v) > RESIDUAL_BAND else "#9ecae1" for v in values]
+        axes.bar(xs, values, color=colors)
+        for x, c in zip(xs, cells, strict=True):
+            if abs(c.residual) > RESIDUAL_CLIP:
+                axes.text(
+                    x, math.copysign(RESIDUAL_CLIP, c.residual), "inf", ha="center", fontsize=6
+                )
+        for y in (RESIDUAL_BAND, -RESIDUAL_BAND):
+            axes.axhline(y, color="black", linestyle="--", linewidth=1)
+        axes.axhline(0, color="black", linewidth=0.5)
+        axes.set_xticks(list(xs), labels=[c.label for c in cells], rotation=90)
+        axes.set_ylabel("(O - E) / sqrt(E)")
+        axes.set_title(f"{row.test}: cells by contribution")
+
+    return render_svg(draw, plot_id=plot_id, size=(4.6, 2.9))
 
 
 def has_observed_expected(row: TestRow) -> bool:
@@ -191,8 +234,12 @@ def _scatter(pairs: list[tuple[float, float]], title: str, plot_id: str) -> str:
         axes.plot([e for _, e in pairs], [o for o, _ in pairs], ".", markersize=3)
         top = max(max(o for o, _ in pairs), max(e for _, e in pairs), 1.0)
         axes.plot([0, top], [0, top], color="black", linewidth=1, label="observed = expected")
-        axes.set_xlabel("expected count")
-        axes.set_ylabel("observed count")
+        # Log scale (linear below 1, where zero counts sit): the tail cells, where a
+        # truncation or temperature bug shows, are not squeezed into the origin.
+        axes.set_xscale("symlog", linthresh=1.0)
+        axes.set_yscale("symlog", linthresh=1.0)
+        axes.set_xlabel("expected count (log)")
+        axes.set_ylabel("observed count (log)")
         axes.set_title(title)
         axes.legend()
 
@@ -200,7 +247,13 @@ def _scatter(pairs: list[tuple[float, float]], title: str, plot_id: str) -> str:
 
 
 def _pvalue(row: TestRow | None) -> float | None:
-    return None if row is None else row.pvalue
+    """The row's p; a deciding rule without p that failed (out of support, engine errors)
+    is drawn as p = 0, at the clamp: it rejected with certainty."""
+    if row is None:
+        return None
+    if row.pvalue is None and row.deciding and row.status == "FAIL":
+        return 0.0
+    return row.pvalue
 
 
 def _neg_log10(p: float | None) -> float:

@@ -16,6 +16,10 @@ Sections, each present only when an archive feeds it:
   table, so a new kind renders before it has a section of its own;
 - **Evidence**: every archive with its verdict, signature, size and SHA-256.
 
+Failing archives come first, and right after the headline a **Failing tests** section
+gives every failing or inconclusive test its card with its diagnosis (where it differs:
+:mod:`specconform.report.failing`).
+
 Within one protocol the first archive given is the primary run, the next ones its
 replications. Reads archives without verifying them unless a public key is given.
 """
@@ -32,6 +36,7 @@ from specconform.evidence.external import MANIFEST_NAME
 from specconform.evidence.reader import read_archive
 from specconform.kinds.registry import KINDS, Kind
 from specconform.report.context import RunFacts, run_facts, run_labels
+from specconform.report.failing import failing_cards, failing_markdown
 from specconform.report.markdown import VERIFIED_NOTE, VERIFY_NOTE, table
 from specconform.report.model import (
     ArchiveView,
@@ -103,9 +108,15 @@ def collect_items(views: Sequence[ArchiveView], facts: Sequence[RunFacts]) -> li
 
 
 def render_pr(
-    views: Sequence[ArchiveView], facts: Sequence[RunFacts], *, verified: bool = False
+    views: Sequence[ArchiveView],
+    facts: Sequence[RunFacts],
+    *,
+    verified: bool = False,
+    cards: bool = True,
 ) -> str:
-    items = collect_items(views, facts)
+    """The page; ``cards`` False leaves out the Failing tests section (the HTML page
+    draws its own cards, with plots)."""
+    items = failing_items_first(collect_items(views, facts))
     failed = [i for i in items if i.view.evaluation.verdict.verdict != "PASS"]
     commits = sorted({i.facts.commit for i in items})
     out = ["## Test Result", ""]
@@ -118,6 +129,8 @@ def render_pr(
         )
     )
     out.append(f"Commit: {', '.join(f'`{c}`' for c in commits)}; device: {_devices(items)}.")
+    if cards:
+        out += failing_markdown(failing_cards([i.view for i in items], [i.name for i in items]))
     out += functional_section(items)
     out += distribution_section(items)
     for kind in _other_kinds(items):
@@ -126,6 +139,12 @@ def render_pr(
     out += evidence_section(items)
     out += ["", VERIFIED_NOTE if verified else VERIFY_NOTE, ""]
     return "\n".join(out)
+
+
+def failing_items_first(items: Sequence[PrArchive]) -> list[PrArchive]:
+    """Archives whose verdict is not PASS first, the order given kept inside each part
+    (labels were given before: they say what a run is, not where it is listed)."""
+    return sorted(items, key=lambda i: i.view.evaluation.verdict.verdict == "PASS")
 
 
 def _devices(items: Sequence[PrArchive]) -> str:

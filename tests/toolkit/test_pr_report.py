@@ -95,7 +95,7 @@ def test_kinds_without_a_section_render_generically(mixed):
         assert f"`{path.name}`" in page and sha256_file(path) in page
 
 
-def test_cli_writes_the_pr_page_for_mixed_kinds_and_refuses_html(mixed, tmp_path):
+def test_cli_writes_the_pr_page_for_mixed_kinds_and_in_html(mixed, tmp_path):
     done = CliRunner().invoke(report_command, [str(p) for p in mixed])
     assert done.exit_code == 0 and done.stdout.startswith("## Test Result")
     same_kind = CliRunner().invoke(report_command, [str(p) for p in mixed[:2]])
@@ -103,7 +103,8 @@ def test_cli_writes_the_pr_page_for_mixed_kinds_and_refuses_html(mixed, tmp_path
     forced = CliRunner().invoke(report_command, ["--pr", *map(str, mixed[:2])])
     assert forced.stdout.startswith("## Test Result")
     html = CliRunner().invoke(report_command, ["--pr", "--format", "html", str(mixed[0])])
-    assert html.exit_code == 2 and "--pr writes Markdown" in html.stderr
+    assert html.exit_code == 0 and html.stdout.startswith("<!DOCTYPE html>")  # issue 36
+    assert "<h2>Test Result</h2>" in html.stdout and "<table>" in html.stdout
 
 
 def test_a_failing_archive_is_named_in_the_headline(tmp_path):

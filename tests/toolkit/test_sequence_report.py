@@ -70,11 +70,15 @@ def test_junit_fails_only_deciding_sequence_rows(archives):
     xml = junit_xml(list(evaluation.tests), "ci_sequence")
     (suite,) = ET.fromstring(xml).findall("testsuite")
     cases = {c.get("name"): c for c in suite.findall("testcase")}
+    # A failed deciding row is a <failure>; one without evidence (the verdict's
+    # inconclusive rows) an <error type="Inconclusive">.
     failed = {n for n, c in cases.items() if c.find("failure") is not None}
-    assert failed == set(evaluation.verdict.failed) >= {"acceptance_async", "isolation_async"}
-    failure = cases["isolation_async"].find("failure")
-    assert failure.get("type") == "NoEvidence"
-    assert failure.get("message") == "not applicable: no solo replay"
+    errors = {n for n, c in cases.items() if c.find("error") is not None}
+    assert failed == set(evaluation.verdict.failed) >= {"acceptance_async"}
+    assert "isolation_async" in errors and not failed & errors
+    error = cases["isolation_async"].find("error")
+    assert error.get("type") == "Inconclusive"
+    assert error.get("message") == "inconclusive: not applicable: no solo replay"
     secondary = cases[SECONDARY["name"]]
     assert (
         evaluation.tests[[t.test for t in evaluation.tests].index(SECONDARY["name"])].status
