@@ -29,3 +29,11 @@ def _no_weight_cache(monkeypatch):
     "no cache" and survives ``use_persistent_caches``' setdefault; tests of the cache
     set their own folder."""
     monkeypatch.setenv("ENGINE_UNDER_TEST_WEIGHT_CACHE", "")
+
+
+@pytest.fixture(autouse=True)
+def _own_law_cache(monkeypatch, tmp_path_factory):
+    """`specconform plan` keeps replayed reference laws in a user cache folder
+    (specconform.planning.law_cache): each test gets its own, empty one, so no test
+    reads laws another test (or the developer's own plans) left there."""
+    monkeypatch.setenv("SPECCONFORM_LAW_CACHE", str(tmp_path_factory.mktemp("laws")))

@@ -17,41 +17,71 @@ import pandas as pd
 from specconform.errors import UsageError
 
 
-def replay_laws(loaded, *, notify: Callable[[str], None]) -> dict:
+def replay_laws(loaded, *, notify: Callable[[str], None], progress=None) -> dict:
     """reference.json-shaped laws of every possible t1 by serial replay through the
     protocol's own engine adapter (bundled, hf or a user's): its p and, when it gives
-    one, its q."""
+    one, its q. Kept in the law cache (specconform.planning.law_cache): a second call
+    for the same protocol, engine code and torch reads them back in well under a second.
+    ``progress``: a specconform.progress-style factory (default: its bar or log lines)."""
     try:
         import torch
     except ImportError:
         raise UsageError("no torch here: pass --reference ARCHIVE or reference.json") from None
-    from specconform.adapters.engine import load_engine
+    from specconform.planning import law_cache
 
     spec = loaded.model.engine
     if spec.device == "cuda" and not torch.cuda.is_available():
         spec = spec.model_copy(update={"device": "cpu"})
         notify("plan: no CUDA device, replaying the reference laws on CPU")
-    engine = load_engine(spec, mutant=None, log=lambda line: None)
-    prompt = engine.prompt
     depths = sorted({g.draft_loops for g in loaded.model.groups if g.draft_loops})
+    key = law_cache.law_key(
+        loaded.hash, spec.model_dump(mode="json"), depths, str(torch.__version__)
+    )
+    cached = law_cache.load(key, notify)
+    if cached is not None:
+        notify(f"plan: reference laws from the cache {law_cache.entry_path(key)}")
+        return cached
+    ref = _replay_laws(spec, depths, progress or _default_progress(), notify)
+    where = law_cache.store(key, ref, notify)
+    if where is not None:
+        notify(f"plan: reference laws cached in {where}")
+    return ref
 
-    def sparse(law):
-        return {str(int(i)): float(law[i]) for i in law.nonzero()[0]}
 
-    ref = {
-        "vocab_size": engine.vocab_size,
-        "p_t1": sparse(engine.target_law(prompt)),
-        "p_t2": {},
-        "q_t2": {str(d): {} for d in depths},
-        "p_t3": {},
-    }
-    for t1 in sorted(int(t) for t in ref["p_t1"]):
-        ref["p_t2"][str(t1)] = sparse(engine.target_law(prompt + [t1]))
-        for d in depths:
-            q = engine.draft_law(prompt + [t1], d)  # None: the adapter gives no q
-            if q is not None:
-                ref["q_t2"][str(d)][str(t1)] = sparse(q)
-    engine.close()
+def _default_progress():
+    from specconform.progress import progress
+
+    return progress
+
+
+def _replay_laws(spec, depths: list[int], progress, notify) -> dict:
+    """The serial replay itself: p(t1), then p(t2 | t1) and q_d(t2 | t1) for every t1 of
+    positive mass, one prefix at a time (what the plan has always used)."""
+    from specconform.adapters.engine import load_engine
+
+    notify("plan: building the engine and replaying p(t1)")
+    engine = load_engine(spec, mutant=None, log=lambda line: None)
+    try:
+        prompt = engine.prompt
+        ref: dict = {
+            "vocab_size": engine.vocab_size,
+            "p_t1": _sparse(engine.target_law(prompt)),
+            "p_t2": {},
+            "q_t2": {str(d): {} for d in depths},
+            "p_t3": {},
+        }
+        t1s = sorted(int(t) for t in ref["p_t1"])
+        with progress("reference laws", len(t1s) * (1 + len(depths))) as bar:
+            for t1 in t1s:
+                ref["p_t2"][str(t1)] = _sparse(engine.target_law(prompt + [t1]))
+                bar.advance(1)
+                for d in depths:
+                    q = engine.draft_law(prompt + [t1], d)  # None: the adapter gives no q
+                    if q is not None:
+                        ref["q_t2"][str(d)][str(t1)] = _sparse(q)
+                    bar.advance(1)
+    finally:
+        engine.close()
     return ref
 
 
