@@ -205,6 +205,7 @@ class BundledEngine:
         return {
             "name": "bundled",
             "version": specconform_version,
+            "engine_package": "engine_under_test",  # the engine this adapter drives
             "packages": {"torch": torch.__version__},
             "capabilities": {
                 "draft_law": True,

@@ -91,6 +91,9 @@ class CheckedEngine(SequenceChecks):
             isinstance(k, str) and isinstance(v, str) for k, v in packages.items()
         ):
             raise self._fail("describe()['packages'] must map package names to version strings")
+        named = d.get("engine_package")
+        if named is not None and (not isinstance(named, str) or not named.isidentifier()):
+            raise self._fail("describe()['engine_package'] must be an importable package name")
         caps = d.get("capabilities", {})
         fields = set(Capabilities.__dataclass_fields__)
         if (
@@ -124,6 +127,8 @@ class CheckedEngine(SequenceChecks):
                 if caps[key] and not callable(getattr(self._a, method, None)):
                     raise self._fail(f"capabilities say {key} but there is no {method}() method")
         source, digest = source_digest(self._a)
+        from specconform.adapters.provenance import engine_package
+
         return AdapterInfo(
             d["name"],
             d["version"],
@@ -131,6 +136,7 @@ class CheckedEngine(SequenceChecks):
             Capabilities(**caps),
             source,
             digest,
+            engine=engine_package(self._a, d),
         )
 
     def _vocab_size(self) -> int:

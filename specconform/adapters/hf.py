@@ -206,6 +206,7 @@ class HFEngine:
         return {
             "name": "transformers-assisted-generation",
             "version": specconform_version,
+            "engine_package": "transformers",  # the engine this adapter drives
             "packages": packages,
             "capabilities": {
                 "draft_law": True,

@@ -13,9 +13,12 @@ import hashlib
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from specconform.errors import UsageError
+
+if TYPE_CHECKING:
+    from specconform.adapters.provenance import EnginePackage
 
 TokenKind = Literal["accepted", "correction", "bonus", "target"]
 TOKEN_KINDS: tuple[str, ...] = ("accepted", "correction", "bonus", "target")
@@ -92,9 +95,12 @@ class AdapterInfo:
     capabilities: Capabilities
     source: str  # "module.Class" of the adapter
     source_sha256: str
+    # The engine's package, version and git commit (adapters.provenance.EnginePackage);
+    # None for an info built without one.
+    engine: EnginePackage | None = None
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "name": self.name,
             "version": self.version,
             "packages": dict(self.packages),
@@ -102,6 +108,9 @@ class AdapterInfo:
             "source": self.source,
             "source_sha256": self.source_sha256,
         }
+        if self.engine is not None:
+            out["engine"] = self.engine.to_json()
+        return out
 
 
 def source_digest(obj) -> tuple[str, str]:

@@ -104,6 +104,13 @@ def _package_dir() -> Path:
     return Path(specconform.__file__).resolve().parent
 
 
+def git_state(package_dir: Path) -> dict[str, Any]:
+    """Commit and dirty flag of the checkout a package folder was loaded from (the rules
+    of :func:`_git_state`): specconform's own here, an engine's in run.json
+    (specconform.adapters.provenance)."""
+    return _git_state(package_dir)
+
+
 def _git_state(package_dir: Path) -> dict[str, Any]:
     """Commit and dirty flag of the git checkout the specconform package that is running
     was loaded from (never the working directory's repository); Nones when the package

@@ -63,6 +63,17 @@ def _without_mutant(archive: Path, dest: Path) -> Path:
     return dest
 
 
+def test_the_run_records_the_engine_beside_specconform(archive):
+    """run.json names the engine the run drove (package, version, commit of its
+    checkout) beside specconform's own code in environment.json (issue 36, part 5)."""
+    contents = read_archive(archive)
+    engine = contents.json_object("run.json")["engine_adapter"]["engine"]
+    env = contents.json_object("environment.json")
+    assert engine["package"] == "engine_under_test" and engine["version"]
+    # The bundled engine lives in this checkout: the same commit as specconform's.
+    assert engine["commit"] == env["git"]["commit"] and len(engine["commit"] or "") == 40
+
+
 def test_replay_reproduces_the_out_of_support_case(archive):
     (d,) = [d for d in diagnose_archive(read_archive(archive)) if d.test == "out_of_support"]
     assert [(o.seed, o.position) for o in d.offenders] == [(817, 2), (1662, 2)]

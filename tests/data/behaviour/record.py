@@ -95,6 +95,8 @@ VOLATILE_KEYS: dict[str, dict[str, str]] = {
         "engine_adapter.source": "module path of the adapter class: moves when modules "
         "are reorganised (architecture refactor), not a behaviour",
         "engine_adapter.packages": "installed package versions: host facts",
+        "engine_adapter.engine": "the engine's package version and the commit and dirty "
+        "flag of its checkout: facts of the checkout, like environment.json's git",
         "sampler_adapter.source_sha256": "as engine_adapter.source_sha256",
         "sampler_adapter.source": "as engine_adapter.source",
         "sampler_adapter.packages": "as engine_adapter.packages",
