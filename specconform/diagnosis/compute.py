@@ -122,7 +122,8 @@ def _diagnose_row(row: TestRow, inputs: _Inputs, decode) -> Diagnosis:
         from .support import first_offenders
 
         ctx = inputs.context
-        offenders, total = first_offenders(ctx.data, ctx.plans, ctx.ref, decode)
+        q_t3 = inputs.raw.json("raw/reference.json").get("q_t3_offenders")
+        offenders, total = first_offenders(ctx.data, ctx.plans, ctx.ref, decode, q_t3=q_t3)
         where = ", ".join(
             f"{g}: t1 {c.t1} t2 {c.t2} t3 {c.t3}"
             for g, c in d.per_group.items()

@@ -26,9 +26,11 @@ def first_offenders(
     ref: Reference,
     decode: Callable[[object], str] = str,
     limit: int = TOP_OFFENDERS,
+    q_t3: Mapping | None = None,
 ) -> tuple[tuple[Offender, ...], int]:
     """(the first ``limit`` offenders, how many there are in all); the i-th offender is
-    `specconform replay --case i`."""
+    `specconform replay --case i`. ``q_t3``: reference.json's ``q_t3_offenders`` (q of
+    the out-of-support t3 tokens, recorded by the runner), when present."""
     w = ref.vocab_size + 1
     codes2, codes3, keys3 = ref.codes(w)
     found: list[Offender] = []
@@ -47,7 +49,7 @@ def first_offenders(
             position = 0 if bad1[i] else (1 if bad2[i] else 2)
             tokens = (int(g.t1[i]), int(g.t2[i]), int(g.t3[i]))
             token = tokens[position]
-            q = _draft_q(ref, plans.get(name), tokens, position)
+            q = _draft_q(ref, plans.get(name), tokens, position, q_t3 or {})
             found.append(
                 Offender(
                     group=name,
@@ -64,11 +66,18 @@ def first_offenders(
     return tuple(found), total
 
 
-def _draft_q(ref: Reference, plan: GroupPlan | None, tokens, position: int) -> float | None:
-    """q of the token at the first draft position (t2 after t1) when the reference kept
-    that law for the group's draft depth; None elsewhere (replay measures it)."""
-    if position != 1 or plan is None or plan.draft_loops is None:
+def _draft_q(
+    ref: Reference, plan: GroupPlan | None, tokens, position: int, q_t3: Mapping
+) -> float | None:
+    """q of the token at its position under the group's draft depth: t2 from the
+    reference's q_t2, t3 from q_t3_offenders; None where neither has it (a t1, a nospec
+    group, an archive from before q_t3_offenders: replay measures it)."""
+    if position == 0 or plan is None or plan.draft_loops is None:
         return None
+    if position == 2:
+        found = (q_t3.get(str(plan.draft_loops)) or {}).get(f"{tokens[0]},{tokens[1]}") or {}
+        q = found.get(str(tokens[2]))
+        return None if q is None else float(q)
     law = ref.q2.get(int(plan.draft_loops), {}).get(tokens[0])
     if law is None:
         return None

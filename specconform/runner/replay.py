@@ -147,4 +147,34 @@ def replay_reference(
             for (t1, t2), law in zip(pairs, laws, strict=True):
                 ref["p_t3"][f"{t1},{t2}"] = _sparse(law)
                 bar.advance(1)
+    if t3 and depths:
+        offender_draft_laws(engine, model, samples, ref, depths)
     return ref
+
+
+def offender_draft_laws(engine, model, samples: pd.DataFrame, ref: dict, depths) -> None:
+    """q of every observed t3 the reference gives probability 0 (out of support), at its
+    group's draft depth, so the diagnosis states q beside p = 0 (issue 36): under
+    ``q_t3_offenders[d]["t1,t2"][t3]``. Only offending tokens are kept; a correct engine
+    has none, and its reference.json has no such key."""
+    if not {"group", "t1", "t2", "t3"} <= set(samples.columns):
+        return  # the caller passed only the observed prefixes: no t3 to check
+    depth_of = {g.name: g.draft_loops for g in model.groups if g.draft_loops in depths}
+    wanted: dict[int, dict[str, set[int]]] = {}
+    columns = (samples[c].to_numpy() for c in ("group", "t1", "t2", "t3"))
+    for group, t1, t2, t3 in zip(*columns, strict=True):
+        d = depth_of.get(str(group))
+        if d is None or min(t1, t2, t3) < 0:
+            continue
+        key = f"{int(t1)},{int(t2)}"
+        law = ref["p_t3"].get(key)
+        if law is not None and str(int(t3)) not in law:
+            wanted.setdefault(int(d), {}).setdefault(key, set()).add(int(t3))
+    for d, prefixes in sorted(wanted.items()):
+        keys = sorted(prefixes)
+        laws = engine.draft_laws([engine.prompt + [int(x) for x in k.split(",")] for k in keys], d)
+        block = ref.setdefault("q_t3_offenders", {}).setdefault(str(d), {})
+        for key, law in zip(keys, laws, strict=True):
+            block[key] = {
+                str(t): float(law[t]) if 0 <= t < len(law) else 0.0 for t in sorted(prefixes[key])
+            }

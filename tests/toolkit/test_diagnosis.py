@@ -74,6 +74,14 @@ def test_out_of_support_names_the_planted_token(archives):
     assert "mode=async draft_loops=2" in text and "top_k=20" in text
 
 
+def test_out_of_support_states_q_when_the_runner_recorded_it(tmp_path):
+    path, planted = out_of_support_archive(tmp_path, "ci_gate-00000000-20250101T000000", q=0.125)
+    (d,) = [d for d in diagnose_archive(read_archive(path)) if d.test == "out_of_support"]
+    (o,) = d.offenders
+    assert (o.token, o.p, o.q) == (planted.token, 0.0, 0.125)
+    assert "p=0 q=0.125" in d.text()
+
+
 def test_chi_square_failure_names_its_worst_stratum_and_cells(archives):
     contents = read_archive(archives["temperature"])
     rows = {r.test: r for r in contents.evaluation().tests}

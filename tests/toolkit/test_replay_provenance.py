@@ -81,3 +81,46 @@ def test_an_adapter_names_the_engine_it_drives():
     info = engine_package(Wrapper(), {"engine_package": "engine_under_test"})
     assert info.package == "engine_under_test" and info.version
     assert engine_package(Wrapper(), {}).package == "tests"
+
+
+def test_the_runner_records_q_of_out_of_support_t3_tokens():
+    """runner.replay.offender_draft_laws: q at the group's draft depth of every observed
+    t3 of reference probability 0, and of nothing else (a correct engine's reference gets
+    no q_t3_offenders key); the diagnosis then states it beside p = 0."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import pandas as pd
+
+    from specconform.runner.replay import offender_draft_laws
+
+    calls = []
+
+    class Engine:
+        prompt = [9]
+
+        def draft_laws(self, prefixes, depth):
+            calls.append((prefixes, depth))
+            return [np.array([0.1, 0.2, 0.3, 0.4]) for _ in prefixes]
+
+    model = SimpleNamespace(
+        groups=[
+            SimpleNamespace(name="async", draft_loops=2),
+            SimpleNamespace(name="nospec", draft_loops=None),
+        ]
+    )
+    ref = {"p_t3": {"1,2": {"0": 0.5, "1": 0.5}}}
+    samples = pd.DataFrame(
+        {
+            "group": ["async", "async", "nospec", "async"],
+            "t1": [1, 1, 1, 1],
+            "t2": [2, 2, 2, 2],
+            "t3": [3, 0, 3, 7],  # 3 and 7 out of support (7 outside the vocabulary)
+        }
+    )
+    offender_draft_laws(Engine(), model, samples, ref, [2])
+    assert ref["q_t3_offenders"] == {"2": {"1,2": {"3": 0.4, "7": 0.0}}}
+    assert calls == [([[9, 1, 2]], 2)]  # one prefix, the async group's depth only
+    clean = {"p_t3": {"1,2": {"0": 0.5, "1": 0.5}}}
+    offender_draft_laws(Engine(), model, samples[samples["t3"] < 2], clean, [2])
+    assert "q_t3_offenders" not in clean  # negative control: nothing out of support
