@@ -93,3 +93,23 @@ def test_simes_by_hand_and_missing_parts():
     assert simes([0.3, 0.3, 0.3, 0.3]).pvalue == pytest.approx(0.3)  # identical: no waste
     assert bonferroni([0.3] * 4).pvalue == pytest.approx(1.0)
     assert np.isnan(simes([float("nan")]).pvalue) and simes([]).m == 0
+
+
+def test_the_evaluator_combines_a_simes_t1_test_by_simes(world, ref):
+    # world, ref: tests/toolkit/conftest.py (exact synthetic laws); fixed seed, no threshold.
+    from specconform.calibration import simulate
+    from specconform.kinds.distribution import evaluate_frames
+    from tests.toolkit.synthetic import PROTOCOL
+
+    tests = [
+        {**t, "combine": "simes"} if t["name"] == "t1_speculative" else t for t in PROTOCOL["tests"]
+    ]
+    protocol = {**PROTOCOL, "seeds": {"count": 2000, "offset": 0}, "tests": tests}
+    samples = simulate(world, 2000, np.random.default_rng(1))
+    row = next(
+        r for r in evaluate_frames(protocol, samples, ref).tests if r.test == "t1_speculative"
+    )
+    ps = [g.pvalue for g in row.detail.per_group]
+    assert row.pvalue_method == "Simes over 4 groups" and "Simes" in row.detail.combination
+    assert row.pvalue == pytest.approx(simes(ps).pvalue)
+    assert row.pvalue <= bonferroni(ps).pvalue

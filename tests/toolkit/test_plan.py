@@ -51,7 +51,8 @@ def test_plan_at_5000_seeds_states_each_deciding_test(fp32):
     # Two-sample needs more than one-sample at the same n (n_eff = n/2).
     assert plans["t2_async_vs_nospec"].detectable_tv > plans["t2_async"].detectable_tv
     # Holm at 0.01 over fp32_t2's 6 deciding tests, planned at 0.01/6; t1_speculative's
-    # Bonferroni over its 4 seed-sharing groups divides once more.
+    # Simes over its 4 seed-sharing groups is planned at Bonferroni's level (a lower
+    # bound on its power), which divides once more.
     assert plans["t2_async"].level == pytest.approx(0.01 / 6)
     assert plans["t1_speculative"].level == pytest.approx(0.01 / 6 / 4)
     # The score test: few df, every stratum, only along its directions.

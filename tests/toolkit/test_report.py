@@ -112,9 +112,10 @@ def test_formal_checks_put_primary_and_replication_side_by_side(primary, disjoin
     assert rows["t2_async"][2].endswith("PASS") and rows["t2_async"][3].endswith("FAIL")
     # A deciding row shows its raw p and its Holm-adjusted p.
     assert rows["t2_async"][2].startswith("p=") and "p_Holm=" in rows["t2_async"][2]
-    # t1 over four seed-sharing groups: the combined p is named p_Bonf, each group's p shown.
+    # t1 over four seed-sharing groups (ci_gate combines them by Simes, issue 32): the
+    # combined p is named p_Simes, each group's p shown.
     t1 = rows["t1_speculative"][2]
-    assert t1.startswith("p_Bonf=") and all(
+    assert t1.startswith("p_Simes=") and all(
         f"{g} p=" in t1 for g in ("sync", "async", "sync_d1", "async_d1")
     )
     assert rows["t3_async"][2].endswith("no evidence")  # never PASS without evidence
