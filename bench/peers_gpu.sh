@@ -8,6 +8,8 @@
 #                                          # .peers-gpu/{vllm,flashinfer}.tar.xz (ignored)
 #   bash bench/peers_gpu.sh run vllm       # THERE, carrying .whl, .peers-gpu/vllm.tar.xz
 #   bash bench/peers_gpu.sh run flashinfer # THERE, carrying .whl, .peers-gpu/flashinfer.tar.xz
+#   bash bench/peers_gpu.sh prepare-sglang-tree  # HERE: .peers-gpu/sglang-tree.tar.xz (issue 34)
+#   bash bench/peers_gpu.sh run sglang-tree      # THERE, carrying .whl, .peers-gpu/sglang-tree.tar.xz
 #
 # What must be carried (the GPU image has Python 3.12, torch 2.11 + CUDA 13, triton 3.6,
 # transformers, huggingface_hub, tokenizers, numpy, nvcc; nothing can be fetched):
@@ -95,7 +97,53 @@ if [ "$step" = prepare ]; then
   exit 0
 fi
 
-[ "$step" = run ] || { echo "usage: $0 prepare | run vllm | run flashinfer" >&2; exit 2; }
+# SGLang's tree sampler (issue 34): tree_speculative_sampling_target_only, JIT-built by
+# SGLang's own load_jit (apache-tvm-ffi, nvcc) on FlashInfer's headers. sglang's package
+# __init__ imports its whole serving runtime, so this carries a source subset: sglang/kernels
+# and the few sglang/srt modules load_jit imports (utils, platforms, environ, ...: the
+# closure found by importing the kernel module on CPU), with an empty sglang/__init__.py;
+# FlashInfer 0.7.2.post1's data/include headers under a stub flashinfer package (load_jit
+# finds the headers through find_spec; the other header folders it checks exist, empty: the
+# sampling kernel includes none of them); curand's headers (sampling.cuh includes curand.h;
+# used through CPATH only where the image's CUDA lacks it); cp312 wheels of the modules the
+# subset imports that the image lacks. Checked on the CPU machine: the kernel module imports
+# and nvcc 13.0 compiles it for sm_90a (about 90 s on 2 shared cores; only the link needs
+# the GPU image's libcudart).
+SGLANG_TREE_SRT="srt/utils srt/platforms srt/arg_groups srt/observability srt/plugins
+srt/environ.py srt/runtime_context.py"
+SGLANG_TREE_WHEELS="apache-tvm-ffi==0.1.11 msgspec==0.23.0 orjson==3.13.0 pybase64==1.5.1
+starlette==1.10.0 anyio==4.16.0 sniffio==1.3.1 pyzmq==27.3.0"
+if [ "$step" = prepare-sglang-tree ]; then
+  dst="$ROOT/sglang-tree"
+  rm -rf "$dst" "$ROOT/sglang-tree.tar.xz" && mkdir -p "$dst/site/sglang" "$dst/wheels" "$dst/include"
+  tmp=$(mktemp -d)
+  $PY -m pip download -q --no-deps -d "$tmp" "sglang==0.5.23"
+  (cd "$tmp" && unzip -q sglang-0.5.23-*.whl 'sglang/kernels/*' 'sglang/srt/*' \
+     'sglang-0.5.23.dist-info/*' && rm -f sglang-0.5.23.dist-info/RECORD)
+  cp -r "$tmp/sglang/kernels" "$dst/site/sglang/"
+  : > "$dst/site/sglang/__init__.py"  # the real one imports the serving runtime
+  for part in $SGLANG_TREE_SRT; do
+    mkdir -p "$dst/site/sglang/$(dirname "$part")" && cp -r "$tmp/sglang/$part" "$dst/site/sglang/$part"
+  done
+  cp -r "$tmp/sglang-0.5.23.dist-info" "$dst/site/"
+  download "$tmp" "$FLASHINFER"
+  (cd "$dst/site" && unzip -q "$tmp"/flashinfer_python-*.whl 'flashinfer/data/include/*')
+  : > "$dst/site/flashinfer/__init__.py"
+  for d in csrc cutlass/include cutlass/tools/util/include spdlog/include; do
+    mkdir -p "$dst/site/flashinfer/data/$d"
+  done
+  $PY -m pip download -q --no-deps --only-binary=:all: -d "$tmp" "nvidia-curand"
+  (cd "$tmp" && unzip -q nvidia_curand-*.whl 'nvidia/*/include/*' && cp -r nvidia/*/include/. "$OLDPWD/$dst/include/")
+  # shellcheck disable=SC2086
+  for spec in $SGLANG_TREE_WHEELS; do download "$dst/wheels" "$spec"; done
+  rm -rf "$tmp"
+  tar -C "$ROOT" -cf - sglang-tree | xz -6 -T2 > "$ROOT/sglang-tree.tar.xz" && rm -rf "$dst"
+  du -sh "$ROOT/sglang-tree.tar.xz"
+  echo "carry .whl and .peers-gpu/sglang-tree.tar.xz: bash $0 run sglang-tree"
+  exit 0
+fi
+
+[ "$step" = run ] || { echo "usage: $0 prepare | prepare-sglang-tree | run vllm|flashinfer|sglang-tree" >&2; exit 2; }
 OUTDIR=${OUT:-/tmp/peers-gpu}
 mkdir -p "$OUTDIR" /tmp/site
 export PYTHONPATH=/tmp/site:$PWD
@@ -129,7 +177,20 @@ case "$what" in
     tests="tests/peers/test_flashinfer.py"
     peers="flashinfer.chain"
     ;;
-  *) echo "usage: $0 run vllm|flashinfer" >&2; exit 2 ;;
+  sglang-tree)
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site "$STAGE"/sglang-tree/wheels/*.whl
+    cp -r "$STAGE"/sglang-tree/site/* /tmp/site/
+    # curand.h where the image's CUDA lacks it (searched after the CUDA include folder)
+    export CPATH="${CPATH:+$CPATH:}$STAGE/sglang-tree/include"
+    # Build the kernel once before the timed runs (SGLang's load_jit, the local GPU's arch).
+    $PY -c "import sglang.kernels.ops.speculative.sampling as s; s._jit_sampling_module(4, True)" \
+      2>&1 | tail -20 | tee "$OUTDIR/build-sglang-tree.txt"
+    protocols="sglang_tree sglang_tree_sampled sglang_tree_duplicates sglang_tree_lossy"
+    tests="tests/peers/test_sglang_tree.py"
+    peers=""
+    ;;
+  *) echo "usage: $0 run vllm|flashinfer|sglang-tree" >&2; exit 2 ;;
 esac
 SPECCONFORM_PEERS=1 $PY -m pytest -q -p no:cacheprovider $tests 2>&1 | tee "$OUTDIR/tests-$what.txt" || true
 for p in $protocols; do
@@ -138,6 +199,7 @@ for p in $protocols; do
   /usr/bin/time -f "$p: %e s wall" $PY -m specconform run "protocols/peers/$p.yaml" --device cuda \
     --no-sign --out "$OUTDIR/evidence" 2>&1 | tee "$OUTDIR/run-$p.txt" || true
 done
+[ -n "$peers" ] || exit 0  # sglang-tree: no chain-kernel timing
 $PY bench/peer_accept_timing.py --device cuda --rows 4096 --vocab 32000 --draft-k 4 \
   --calls 20 --warmup 3 --peers "$peers" --json "$OUTDIR/timing-$what.json" \
   | tee "$OUTDIR/timing-$what.txt"
