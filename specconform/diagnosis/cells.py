@@ -73,7 +73,8 @@ def worst_record(strata: Sequence):
         stat = getattr(s, "statistic", None)
         if stat is None:
             stat = getattr(s, "chi2_statistic", None)
-        return math.inf if stat is None and getattr(s, "out_of_support", 0) else (stat or 0.0)
+        unseen = int(getattr(s, "out_of_support", None) or 0)  # observations where E = 0
+        return math.inf if stat is None and unseen else float(stat or 0.0)
 
     return max(scored, key=size)
 
