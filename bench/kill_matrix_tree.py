@@ -22,7 +22,7 @@ from engine_under_test.mutants import list_mutants  # noqa: E402
 from specconform.protocol.schema import SeedPlan  # noqa: E402
 from tests.toolkit.tree_helpers import run_tree  # noqa: E402
 
-LADDER = (250, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000)
+LADDER = (25, 50, 100, 250, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000)
 
 
 def _seeds(count: int, offset: int):

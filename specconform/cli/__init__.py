@@ -256,7 +256,7 @@ def mutants():
 
     applies = {
         layer: ", ".join(kinds_with(lambda c, layer=layer: layer in c.mutant_layers))
-        for layer in ("kernel", "engine")
+        for layer in ("kernel", "engine", "tree")
     }
     table = Table()
     for col in ("mutant", "layer", "protocols", "what it does", "real bug class"):

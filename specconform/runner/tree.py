@@ -51,7 +51,11 @@ def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes]:
                 out = _run(kernel, trees, rows, coins, final)
                 frames.append(_counts(out, rows, names, s_index, source))
             bar.advance(len(trees))
-    context.outputs.add_run_fields(sampler_adapter=kernels[0], tree_kernels=kernels)
+    # The first setting's kernel as every sampler kind records it; each setting's name
+    # (its thresholds) beside it.
+    context.outputs.add_run_fields(
+        sampler_adapter=kernels[0], tree_kernel_names=[k["name"] for k in kernels]
+    )
     counts = pd.concat(frames, ignore_index=True)
     buf = io.StringIO()
     counts.to_csv(buf, index=False, lineterminator="\n")

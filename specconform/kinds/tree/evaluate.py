@@ -112,14 +112,14 @@ def evaluate(protocol: dict, raw: RawData) -> Evaluation:
             est = tv_interval(observed, target, outside, delta, seed=i)
             max_tv = float(protocol["max_tv"])
             ok = est.upper <= max_tv
-            detail = TreeTVDetail(case=name, setting=s, threshold_single=setting["threshold_single"],
+            tv_detail = TreeTVDetail(case=name, setting=s, threshold_single=setting["threshold_single"],
                                   threshold_acc=setting["threshold_acc"], position=j,
                                   plugin=est.plugin, estimate=est.estimate, lower=est.lower,
                                   upper=est.upper, confidence=1.0 - delta, max_tv=max_tv,
                                   cells=est.cells, method=TV_METHOD)  # fmt: skip
             reason = "TV exceeds max_tv" if est.lower > max_tv else "TV may exceed max_tv"
             tests.append(deterministic_row(f"{row_name}_tv", est.estimate, est.n, alpha, ok,
-                                           detail, "none (simultaneous TV interval)", reason))  # fmt: skip
+                                           tv_detail, "none (simultaneous TV interval)", reason))  # fmt: skip
     rule = FamilyRule.from_protocol(protocol, ("primary",))
     rows, verdict = family_verdict(tests, rule)
     return Evaluation(rows, verdict)
