@@ -134,23 +134,13 @@ def _collect(loaded, model, shard, coord, engine, folder, *, progress, log, cont
     coord.barrier()  # every batch file is on disk
     if not shard.is_leader:
         return None
-    frames = []
-    for name, start, _ in plan:
-        path = _batch_path(folder, name, start)
-        if not path.exists():
-            raise UsageError(
-                f"{path}: batch missing after generation; continue the run with --resume {folder}"
-            )
-        frames.append(pd.read_csv(path))
     t0 = time.perf_counter()
-    samples = pd.concat(frames, ignore_index=True)
+    body, observed, count = _join_batches(folder, plan)
     timing(f"batch files read in {time.perf_counter() - t0:.1f}s")
-    log(f"generated {len(samples)} samples in {len(plan)} batches ({folder.name})")
+    log(f"generated {count} samples in {len(plan)} batches ({folder.name})")
     t0 = time.perf_counter()
-    reference = replay_reference(engine, model, samples, progress)
+    reference = replay_reference(engine, model, observed, progress)
     timing(f"reference replay in {time.perf_counter() - t0:.1f}s")
-    buf = io.StringIO()
-    samples.to_csv(buf, index=False, lineterminator="\n")
     context.outputs.on_success.append(lambda: _discard_checkpoint(folder))
     context.outputs.run_fields.update(
         {
@@ -162,9 +152,42 @@ def _collect(loaded, model, shard, coord, engine, folder, *, progress, log, cont
         }
     )
     return {
-        "raw/samples.csv": buf.getvalue().encode(),
+        "raw/samples.csv": body,
         "raw/reference.json": json.dumps(reference, sort_keys=True, separators=(",", ":")).encode(),
     }
+
+
+def _join_batches(folder: Path, plan) -> tuple[bytes, pd.DataFrame, int]:
+    """(raw/samples.csv, the distinct observed (t1, t2) pairs, the number of samples),
+    one batch file at a time in plan order.
+
+    samples.csv is the batch files' bytes under one header: what parsing every batch,
+    concatenating the frames and writing them again gave, byte for byte (the batches are
+    that writer's own output), without holding the whole run as a DataFrame and again as
+    a string (issue 38: host memory at 10^6 seeds). The replay needs only which (t1, t2)
+    occurred, so the frame it gets holds each pair once."""
+    chunks: list[bytes] = []
+    pairs: list[pd.DataFrame] = []
+    header, count = b"", 0
+    for name, start, _ in plan:
+        path = _batch_path(folder, name, start)
+        if not path.exists():
+            raise UsageError(
+                f"{path}: batch missing after generation; continue the run with --resume {folder}"
+            )
+        data = path.read_bytes()
+        head, _, rows = data.partition(b"\n")
+        if not chunks:
+            header = head
+            chunks.append(head + b"\n")
+        elif head != header:
+            raise UsageError(f"{path}: its columns differ from the run's first batch")
+        chunks.append(rows)
+        frame = pd.read_csv(io.BytesIO(data), usecols=["t1", "t2"])
+        count += len(frame)
+        pairs.append(frame.drop_duplicates())
+    observed = pd.concat(pairs, ignore_index=True).drop_duplicates(ignore_index=True)
+    return b"".join(chunks), observed, count
 
 
 class _Undo:
