@@ -67,6 +67,91 @@ def run_once(protocol: Path, seeds: int, offset: int, device: str | None, work: 
     return RunMemory(seeds, proc.returncode, wall, usage.ru_maxrss / 1024, size, csv)
 
 
+# --- the runner's join alone (synthetic batch files, no engine) ---------------------------
+
+
+def _write_batches(folder: Path, seeds: int, groups=("nospec", "sync", "async", "s1", "a1")):
+    """fp32_t2-like batch files (5 groups, 5,000 seeds a batch): the rows' shape, not laws."""
+    import numpy as np
+    import pandas as pd
+
+    from specconform.runner.checkpoint import SAMPLE_COLUMNS
+
+    rng = np.random.default_rng(0)
+    plan, batch = [], 5000
+    (folder / "batches").mkdir(parents=True)
+    for g in groups:
+        for start in range(0, seeds, batch):
+            n = min(batch, seeds - start)
+            t = rng.integers(0, 20, size=(3, n)) * 977
+            acc = rng.integers(0, 4, n)
+            frame = pd.DataFrame(
+                {
+                    "group": g,
+                    "seed": np.arange(start, start + n),
+                    "t1": t[0],
+                    "t2": t[1],
+                    "t3": t[2],
+                    "first_accepted": (acc > 0).astype(int),
+                    "drafted": 3,
+                    "accepted": acc,
+                    "finish_reason": "length",
+                    "rounds": [f"[[3,{a}]]" for a in acc],
+                },
+                columns=list(SAMPLE_COLUMNS),
+            )
+            frame.to_csv(folder / "batches" / f"{g}-{start}.csv", index=False, lineterminator="\n")
+            plan.append((g, start, start + n))
+    return plan
+
+
+def _join_child(folder: str, plan_json: str, how: str) -> None:
+    """In a fresh process: join the batches the old way (parse, concat, write again) or
+    the runner's way, then print the bytes' sha256 (both must agree)."""
+    import hashlib
+    import io
+
+    import pandas as pd
+
+    from specconform.runner.distribution import _join_batches
+
+    plan = [tuple(p) for p in json.loads(plan_json)]
+    if how == "old":  # the runner before issue 38
+        frames = [pd.read_csv(Path(folder) / "batches" / f"{g}-{a}.csv") for g, a, _ in plan]
+        samples = pd.concat(frames, ignore_index=True)
+        buf = io.StringIO()
+        samples.to_csv(buf, index=False, lineterminator="\n")
+        body = buf.getvalue().encode()
+    else:
+        body, _, _ = _join_batches(Path(folder), plan)
+    print(hashlib.sha256(body).hexdigest())
+
+
+def join_only(seeds: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="rss-join-") as tmp:
+        plan = _write_batches(Path(tmp), seeds)
+        out = {}
+        for how in ("old", "new"):
+            here = str(Path(__file__).parent)
+            code = (
+                f"import sys; sys.path.insert(0, {here!r}); "
+                "from rss_scaling import _join_child; _join_child(*sys.argv[1:])"
+            )
+            proc = subprocess.Popen(
+                [sys.executable, "-c", code, tmp, json.dumps(plan), how],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+            )
+            digest = proc.stdout.read().decode().strip() if proc.stdout else ""
+            _, _, usage = os.wait4(proc.pid, 0)
+            out[how] = {"peak_rss_mb": usage.ru_maxrss / 1024, "sha256": digest}
+            print(
+                f"  join {how}: {seeds:,} seeds x 5 groups  peak RSS {usage.ru_maxrss / 1024:8.1f} MB"
+            )
+        assert out["old"]["sha256"] == out["new"]["sha256"], "joined samples.csv differs"
+        return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--protocol", type=Path, default=ROOT / "protocols/fp32_t2.yaml")
@@ -74,8 +159,18 @@ def main(argv=None) -> int:
     ap.add_argument("--offset", type=int, default=7_000_000, help="first seed")
     ap.add_argument("--device", choices=("cpu", "cuda"), default=None)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--join-only",
+        action="store_true",
+        help="measure the runner's batch join alone, old way vs new, on synthetic batches",
+    )
     args = ap.parse_args(argv)
     counts = sorted(int(float(s)) for s in args.seeds.split(","))
+    if args.join_only:
+        res = {n: join_only(n) for n in counts}
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=2) + "\n")
+        return 0
     rows = []
     with tempfile.TemporaryDirectory(prefix="rss-scaling-") as tmp:
         for n in counts:
