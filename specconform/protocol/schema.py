@@ -205,6 +205,12 @@ class MonteCarloProtocol(NamedCases):
     description: Text = ""
     alpha: Probability
     min_expected: Annotated[float, Field(gt=0.0, le=SCALE_MAX)] = 5.0
+    # How each test's p-value is computed: "chi2", the χ² approximation (the default, and
+    # what archives written before this field used), or "monte_carlo", exact level at
+    # any sample size from `mc_replications` multinomial samples (stats/gof_mc.py: the
+    # χ² tail is too light on the deep positions' few hundred rows).
+    pvalue: Literal["chi2", "monte_carlo"] = "chi2"
+    mc_replications: Annotated[int, Field(ge=999, le=1_000_000)] = 19_999
     sampler: SamplerSpec = SamplerSpec()
     device: Literal["cpu", "cuda"] = Field("cpu", json_schema_extra=overridable("--device"))
     seeds: SeedPlan  # seeds.count rows per case; generator keyed by offset + case index

@@ -8,7 +8,8 @@ exceeds j, the outcome (accepted?, committed token) has law
 
 a 2V-cell law summing to 1. Rows that accepted all L drafts commit a bonus token with
 law p_L. Every (case, position, cell family) with data is one Pearson test with the
-fixed pooling rule; the tests combine by the protocol's ``verdict`` rule (Holm or
+fixed pooling rule, its p-value from the χ² law or, with ``pvalue: monte_carlo``, from
+multinomial samples (exact level at the deep positions' small sizes: stats/gof_mc.py); the tests combine by the protocol's ``verdict`` rule (Holm or
 Bonferroni, :mod:`specconform.kinds.verdict`), so the verdict's false-fail rate is at
 most its alpha. A test whose cells all pool into one has no evidence and fails. Any
 kernel error flag on these valid laws fails the protocol ("engine errors"), as does a
@@ -29,6 +30,7 @@ from specconform.kinds.verdict import (
 )
 from specconform.results import FAIL, NO_EVIDENCE, PASS, Evaluation, RawData, TestRow
 from specconform.stats import pearson_gof
+from specconform.stats.gof_mc import pearson_gof_mc
 from specconform.stats.speculative import joint_cells
 
 
@@ -65,9 +67,18 @@ def evaluate(protocol: dict, raw: RawData) -> Evaluation:
                 planned.append(
                     (f"{case['name']}_pos{j}_bonus", case["name"], j, bon, as_exact(p32[j]))
                 )
+    # Archives written before the `pvalue` field have chi2 (their protocol.json lacks it).
+    monte_carlo = protocol.get("pvalue", "chi2") == "monte_carlo"
+    replications = int(protocol.get("mc_replications", 19_999))
+    method = f"monte carlo ({replications} multinomial samples)" if monte_carlo else "chi2"
     tests = []
     for name, case_name, j, observed, probs in planned:
-        res = pearson_gof(observed, probs, min_expected=min_expected)
+        if monte_carlo:
+            res = pearson_gof_mc(
+                observed, probs, min_expected=min_expected, replications=replications, name=name
+            )
+        else:
+            res = pearson_gof(observed, probs, min_expected=min_expected)
         expected = probs / probs.sum() * observed.sum()
         top = np.argsort(-expected, kind="stable")[:16]
         evidence = bool(np.isfinite(res.pvalue))
@@ -83,7 +94,7 @@ def evaluate(protocol: dict, raw: RawData) -> Evaluation:
                 alpha=alpha,
                 passed=status == PASS,
                 status=status,
-                pvalue_method="chi2",
+                pvalue_method=method,
                 reason="" if evidence else "no evidence",
                 detail=MonteCarloCellDetail(
                     case=case_name,
