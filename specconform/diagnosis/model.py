@@ -69,7 +69,7 @@ class Offender:
     label: str = ""  # the token with decoded text when known
 
     def text(self) -> str:
-        q = "not recorded" if self.q is None else f"{self.q:.4g}"
+        q = "not recorded (replay measures it)" if self.q is None else f"{self.q:.4g}"
         return (
             f"group {self.group} request {self.request} seed {self.seed} position "
             f"{self.position} token {self.label or self.token} after {list(self.prefix)}: "

@@ -140,6 +140,19 @@ def commit_line(env: dict) -> str:
     return f"{str(commit)[:12]}{state}"
 
 
+def engine_line(run: dict) -> str:
+    """The engine the run drove (run.json engine_adapter.engine, issue 36): package,
+    version and commit of its checkout; "not recorded" for older archives."""
+    adapter = run.get("engine_adapter")
+    engine = adapter.get("engine") if isinstance(adapter, dict) else None
+    if not isinstance(engine, dict) or not engine.get("package"):
+        return "not recorded"
+    text = f"{engine['package']} {engine.get('version') or '(no version)'}"
+    if engine.get("commit"):
+        text += f" @ {commit_line({'git': engine})}"
+    return text
+
+
 def device_line(run: dict, env: dict) -> str:
     device = str(run.get("device", "?"))
     raw = env.get("torch")

@@ -14,7 +14,7 @@ from html import escape
 from pathlib import Path
 
 from specconform.extras import require
-from specconform.report.context import RunFacts, relabel, run_facts, seed_lines
+from specconform.report.context import RunFacts, engine_line, relabel, run_facts, seed_lines
 from specconform.report.markdown import VERIFIED_NOTE, VERIFY_NOTE, failed_cell
 from specconform.report.model import (
     ArchiveView,
@@ -105,6 +105,7 @@ def render_html(
             ["failed", *[failed_cell(v) for v in views]],
             ["signature", *[f.signature for f in facts]],
             ["commit", *[f.commit for f in facts]],
+            ["engine", *[engine_line(v.run) for v in views]],
             ["device", *[f.device for f in facts]],
             ["command", *[f.command for f in facts]],
             ["run id", *[v.run_id for v in views]],

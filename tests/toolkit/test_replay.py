@@ -72,6 +72,14 @@ def test_the_run_records_the_engine_beside_specconform(archive):
     assert engine["package"] == "engine_under_test" and engine["version"]
     # The bundled engine lives in this checkout: the same commit as specconform's.
     assert engine["commit"] == env["git"]["commit"] and len(engine["commit"] or "") == 40
+    pytest.importorskip("matplotlib")
+    from specconform.report import html_report
+
+    page = html_report([archive])
+    assert (
+        f"<td>engine</td><td>engine_under_test {engine['version']} @ {engine['commit'][:12]}"
+        in page
+    )
 
 
 def test_replay_reproduces_the_out_of_support_case(archive):
