@@ -90,6 +90,17 @@ def verify_command(
     except SpecconformError as error:
         _fail(error)
     click.echo("\n".join(report.lines()))
+    _echo_diagnosis(archive)
+
+
+def _echo_diagnosis(archive: Path) -> None:
+    """After a valid archive's lines: where its failing rows differ (specconform.diagnosis,
+    from the archive alone), so a reviewer sees it offline; nothing for a passing run."""
+    from specconform.report.terminal import diagnosis_lines
+
+    lines = diagnosis_lines(archive)
+    if lines:
+        click.echo("where it differs:\n" + "\n".join(lines))
 
 
 @click.command("report")

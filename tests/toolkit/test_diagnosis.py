@@ -189,3 +189,17 @@ def test_diagnosis_lines_are_bounded_and_plain_text(archives):
     buf = io.StringIO()
     Console(file=buf, width=400).print(d.text(), markup=False)
     assert "after [" in buf.getvalue()
+
+
+def test_verify_shows_the_diagnosis_offline(archives):
+    from click.testing import CliRunner
+
+    from specconform.cli.evidence import verify_command
+
+    path, planted = archives["support"]
+    done = CliRunner().invoke(verify_command, [str(path), "--skip-signature"])
+    assert done.exit_code == 0, done.output
+    where = done.stdout.index("where it differs:")
+    assert f"seed {planted.seed} position 2 token {planted.token}" in done.stdout[where:]
+    clean = CliRunner().invoke(verify_command, [str(archives["clean"]), "--skip-signature"])
+    assert clean.exit_code == 0 and "where it differs" not in clean.stdout
