@@ -19,12 +19,24 @@ def step_summary_markdown(archive: Path) -> str:
     contents = read_archive(Path(archive))
     run = contents.json_object("run.json")
     title = f"{run.get('protocol_name', '?')} ({contents.top})"
-    return evaluation_summary_markdown(
+    text = evaluation_summary_markdown(
         contents.evaluation(),
         title=title,
         archive_name=Path(archive).name,
         archive_sha256=contents.sha256,
     )
+    return text + _where(archive)
+
+
+def _where(archive: Path) -> str:
+    """The failing tests' diagnoses (report.failing), as the PR page shows them."""
+    from specconform.report.context import run_labels
+    from specconform.report.failing import failing_cards, failing_markdown
+    from specconform.report.model import load_views
+
+    views = load_views([Path(archive)])
+    lines = failing_markdown(failing_cards(views, run_labels(views)))
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def evaluation_summary_markdown(

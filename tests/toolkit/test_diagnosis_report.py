@@ -104,3 +104,12 @@ def test_markdown_html_subset():
     assert "<h2>A <code>b</code></h2>" in out
     assert "<th>y | z</th>" in out and '<td class="PASS"><b>PASS</b></td>' in out
     assert "<pre>&lt;k&gt;</pre>" in out
+
+
+def test_step_summary_carries_the_failing_cards(archives):
+    from specconform.report import step_summary_markdown
+
+    text = step_summary_markdown(archives["failing"])
+    planted = archives["planted"]
+    assert "### Failing tests" in text and f"token {planted.token}" in text
+    assert "### Failing tests" not in step_summary_markdown(archives["clean"])
