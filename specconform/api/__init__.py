@@ -99,6 +99,7 @@ def run(
     max_archive_size: int | None = None,
     caches: bool = False,
     allow_inconclusive: bool = False,
+    adapter_timeout: float | None = None,
 ) -> Run:
     """Run a pre-registered protocol and seal its evidence archive, like `specconform run`.
 
@@ -150,6 +151,11 @@ def run(
         Run even when the seeds cannot give some deciding test evidence (the verdict may
         then be INCONCLUSIVE); without it such a run is refused before any work
         (UsageError naming the test and the seeds it needs).
+    adapter_timeout : float, optional
+        Seconds any one adapter call may take (default: the protocol's
+        ``engine.call_timeout_s`` / ``sampler.call_timeout_s``, 3600). Past it the run
+        raises ``AdapterTimeout`` (exit code 124); a distribution run keeps its checkpoint
+        for ``resume``.
 
     Returns
     -------
@@ -190,6 +196,7 @@ def run(
         max_archive_size=max_archive_size,
         persistent_caches=caches,
         allow_inconclusive=allow_inconclusive,
+        adapter_timeout=adapter_timeout,
     )
     outcome = run_protocol(request, progress=_progress() if progress else silent)
     if outcome.archive is None or outcome.evaluation is None or outcome.run_dir is None:

@@ -136,6 +136,13 @@ def with_call_timeout(loaded: LoadedProtocol, seconds: float) -> LoadedProtocol:
     ``sampler.call_timeout_s``) for this run. Not an
     override in the record: the field is outside protocol.json and the hash (a limit on
     waiting, not part of the claim), so the run id and the evidence do not change."""
+    from specconform.protocol.schema_base import CALL_TIMEOUT_MAX_S
+
+    if not 0 < seconds <= CALL_TIMEOUT_MAX_S:  # the API's value (the CLI checks its own)
+        raise UsageError(
+            f"--adapter-timeout {seconds!r}: must be a number of seconds in "
+            f"(0, {CALL_TIMEOUT_MAX_S:g}]"
+        )
     for section in ("engine", "sampler"):  # the engine's or the accept kernel's adapter
         spec = getattr(loaded.model, section, None)
         if spec is not None and "call_timeout_s" in type(spec).model_fields:

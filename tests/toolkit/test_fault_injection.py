@@ -11,6 +11,7 @@ must PASS the run, so an outcome below is the fault's, not the harness's.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -165,6 +166,11 @@ def test_the_deadline_is_not_part_of_the_claim(tmp_path):
     prepared = prepare(request)
     assert prepared.loaded.model.engine.call_timeout_s == 2.0
     assert prepared.loaded.hash == a.hash and prepared.loaded.data == a.data
+    from specconform.errors import UsageError
+
+    for bad in (0.0, -1.0, float("nan"), float("inf")):  # the API's values are checked too
+        with pytest.raises(UsageError, match="--adapter-timeout"):
+            prepare(dataclasses.replace(request, adapter_timeout=bad))
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e400", "abc", "604801"])
