@@ -32,14 +32,16 @@ from specconform.protocol.schema_base import (
 # quadrature runs grid ** (height + 1) rows.
 NODES_MAX = 64
 TREE_VOCAB_MAX = 4096
+NodeIndex = Annotated[int, Field(ge=-1, lt=NODES_MAX)]  # -1: the root's parent
+NodeToken = Annotated[int, Field(ge=-1, lt=TREE_VOCAB_MAX)]  # the root's token is ignored
 TREE_ADAPTER_PATTERN = r"^(reference|[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*)$"
 
 
 class TreeCase(Strict):
     name: Name
     vocab: Annotated[int, Field(ge=2, le=TREE_VOCAB_MAX)]
-    parents: Annotated[list[int], Field(min_length=1, max_length=NODES_MAX)]
-    tokens: Annotated[list[int], Field(min_length=1, max_length=NODES_MAX)]
+    parents: Annotated[list[NodeIndex], Field(min_length=1, max_length=NODES_MAX)]
+    tokens: Annotated[list[NodeToken], Field(min_length=1, max_length=NODES_MAX)]
     laws: Annotated[list[LawSpec], Field(min_length=1, max_length=NODES_MAX)]
     grid: Annotated[int, Field(ge=4, le=256)] = 32
 

@@ -77,6 +77,9 @@ RUNS: dict[str, list[str]] = {
     "equality": ["protocols/equality.yaml"],
     "ci_performance": ["protocols/ci_performance.yaml"],
     "performance": [f"{_REDUCED}/performance.yaml", "--device", "cpu"],
+    "tree": ["protocols/tree.yaml"],
+    "tree_sampled": ["protocols/tree_sampled.yaml", "--seeds", "2000"],
+    "tree_lossy": ["protocols/tree_lossy.yaml", "--seeds", "2000"],
 }
 
 # Members never compared: their content is by design different on every run.
