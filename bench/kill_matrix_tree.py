@@ -41,27 +41,37 @@ def main() -> None:
     for mutant in [None] + [m.name for m in list_mutants("tree")]:
         grid, _ = run_tree("tree", mutant=mutant)
         grid_failed = [t.test for t in grid.tests if t.status == "FAIL"]
-        needed = []
+        needed, needed_gof, first_rows = [], [], []
         for offset in args.offsets:
-            first = None
+            first = first_gof = None
             for count in LADDER:
                 ev, _ = run_tree("tree_sampled", mutant=mutant, edit=_seeds(count, offset))
-                if ev.verdict.verdict == "FAIL":
+                failed = [t.test for t in ev.tests if t.status == "FAIL"]
+                if failed and first is None:
                     first = count
+                    first_rows.append(failed)
+                if any("_pos" in t for t in failed):  # a chi-square row, not a rule
+                    first_gof = count
                     break
             needed.append(first)
+            needed_gof.append(first_gof)
         row = {"mutant": mutant or "(none: reference)", "grid": grid.verdict.verdict,
-               "grid_failed": grid_failed, "sampled_first_fail": needed}  # fmt: skip
+               "grid_failed": grid_failed, "sampled_first_fail": needed,
+               "sampled_first_rows": first_rows[:1], "sampled_first_chi2_fail": needed_gof}  # fmt: skip
         rows.append(row)
         print(json.dumps(row), flush=True)
     print(
         "\n| mutant | grid (tree.yaml) | rows failing | sampled: rows per case to FAIL "
-        f"(offsets {', '.join(map(str, args.offsets))}) |"
+        f"(offsets {', '.join(map(str, args.offsets))}) | ... by a chi-square row |"
     )
-    print("| --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- |")
     for r in rows:
         need = ", ".join("never" if n is None else f"{n:,}" for n in r["sampled_first_fail"])
-        print(f"| {r['mutant']} | {r['grid']} | {', '.join(r['grid_failed']) or '-'} | {need} |")
+        gof = ", ".join("never" if n is None else f"{n:,}" for n in r["sampled_first_chi2_fail"])
+        print(
+            f"| {r['mutant']} | {r['grid']} | {', '.join(r['grid_failed']) or '-'} | {need} "
+            f"| {gof} |"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 
