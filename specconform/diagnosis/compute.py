@@ -16,6 +16,7 @@ offenders or divergences is diagnosed the same way:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 
@@ -28,7 +29,7 @@ from specconform.details.distribution import (
     SupportDetail,
 )
 from specconform.details.runs import EqualityDetail
-from specconform.details.sequence import SequenceSupportDetail
+from specconform.details.sequence import CheckDetail, SequenceSupportDetail
 from specconform.results import INFO, PASS, Evaluation, RawData, TestRow
 
 from .cells import worst_stratum
@@ -160,6 +161,10 @@ def _diagnose_row(row: TestRow, inputs: _Inputs, decode) -> Diagnosis:
     strata = getattr(d, "strata", None)
     if isinstance(strata, tuple) and strata and hasattr(strata[0], "observed"):
         return _with(base, stratum=worst_stratum(strata, position, decode))
+    if isinstance(d, CheckDetail) and d.examples:  # a deterministic check's first mismatch
+        first = json.dumps(d.examples[0], sort_keys=True)
+        first = first if len(first) <= 200 else first[:197] + "..."
+        return _with(base, note=f"{d.mismatches} of {d.checked} mismatched; first: {first}")
     return _with(base, note=_no_evidence(d))
 
 

@@ -203,3 +203,33 @@ def test_verify_shows_the_diagnosis_offline(archives):
     assert f"seed {planted.seed} position 2 token {planted.token}" in done.stdout[where:]
     clean = CliRunner().invoke(verify_command, [str(archives["clean"]), "--skip-signature"])
     assert clean.exit_code == 0 and "where it differs" not in clean.stdout
+
+
+def test_a_deterministic_check_names_its_first_mismatch():
+    from specconform.details.sequence import CheckDetail
+    from specconform.results import Evaluation, TestRow, Verdict
+
+    detail = CheckDetail(
+        type="stops",
+        applicable=True,
+        why="",
+        checked=40,
+        mismatches=2,
+        max_abs_diff=None,
+        tolerance=None,
+        examples=({"request": 3, "step": 5, "engine": 17, "reference": 2},),
+        rule="committed tokens stop at the first stop token",
+    )
+    row = TestRow("stops_async", "primary", 2.0, None, None, 40, 0.01, False, detail, deciding=True)
+    verdict = Verdict("FAIL", 0.01, "rule", ("stops_async",))
+    (d,) = diagnose({}, Evaluation((row,), verdict), RawData({}))
+    assert (
+        '2 of 40 mismatched; first: {"engine": 17, "reference": 2, "request": 3, "step": 5}'
+        in d.text()
+    )
+    passing = TestRow(
+        "stops_async", "primary", 0.0, None, None, 40, 0.01, True, detail, deciding=True
+    )
+    assert (
+        diagnose({}, Evaluation((passing,), Verdict("PASS", 0.01, "rule", ())), RawData({})) == ()
+    )
