@@ -54,7 +54,9 @@ def _batch(n, seed):
     return batch_of([tree], np.zeros(n, np.int64), coins, final)
 
 
-@pytest.mark.parametrize("ts,ta", [(1.0, 1.0), (0.3, 1.0), (1.0, 0.5)])
+# threshold_single 0.35: no candidate's mass equals it (the reference compares normalised
+# float64 mass, SGLang raw float32: a tie could round either way)
+@pytest.mark.parametrize("ts,ta", [(1.0, 1.0), (0.35, 1.0), (1.0, 0.5)])
 def test_kernel_agrees_with_the_reference_rule_row_by_row(ts, ta):
     """Same coins, same rule (docs/tree.md): the committed tokens and paths of SGLang's
     kernel equal the reference sampler's, except on rows whose coin lies within float32
