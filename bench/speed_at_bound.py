@@ -199,17 +199,30 @@ def part_peers(a, work: Path) -> list[Figure]:
 
 
 TIMING = re.compile(r"^timing: (.*?) in ([0-9.]+)s")
+STARTUP = re.compile(r"^timing: collection starts at ([0-9.]+)s after process start")
 
 
 def profile(stderr: str) -> dict[str, float]:
     """Seconds per phase from a run's ``timing:`` lines (engine = the groups' generation)."""
-    phases = {"engine": 0.0, "reference replay": 0.0, "statistics": 0.0, "archive": 0.0}
+    phases = {
+        "startup": 0.0,  # interpreter, imports and input checks before collection
+        "engine load": 0.0,
+        "engine": 0.0,
+        "reference replay": 0.0,
+        "statistics": 0.0,
+        "archive": 0.0,
+    }
     for line in stderr.splitlines():
+        start = STARTUP.match(line.strip())
+        if start:
+            phases["startup"] = float(start.group(1))
         m = TIMING.match(line.strip())
         if not m:
             continue
         what, s = m.group(1), float(m.group(2))
-        if what.startswith("group "):
+        if what.startswith("engine adapter loaded"):
+            phases["engine load"] += s
+        elif what.startswith("group "):
             phases["engine"] += s
         elif what.startswith("reference replay"):
             phases["reference replay"] += s
