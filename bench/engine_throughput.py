@@ -135,6 +135,27 @@ def run_once(llm: LLM, ps, params, device) -> dict:
     }
 
 
+def _write_json(args, device, dtype, rows: list[dict]) -> None:
+    if not args.json:
+        return
+    with open(args.json, "w") as f:
+        json.dump(
+            {
+                "preset": args.preset,
+                "device": str(device),
+                "dtype": str(dtype),
+                "K": args.k,
+                "draft_loops": args.draft_loops,
+                "max_tokens": args.max_tokens,
+                "runs": args.runs,
+                "waves": args.waves,
+                "rows": rows,
+            },
+            f,
+            indent=2,
+        )
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="tiny")
@@ -304,6 +325,9 @@ def main(argv=None) -> int:
                 "runs": runs,
             }
             rows.append(row)
+            # Written after every row, so a run cut short (bench/speed_at_bound.py's
+            # time limits) keeps the rows it finished.
+            _write_json(args, device, dtype, rows)
             cells = " | ".join(f"{median[m]:>12.1f} tok/s" for m in MODES)
             bound_cell = (
                 f"{bounds.compute:.2f}/{bounds.bandwidth:.2f} {ratio_async / bounds.compute:>5.2f}"
@@ -345,23 +369,7 @@ def main(argv=None) -> int:
                 + "   (time per round, greedy -> random)",
                 flush=True,
             )
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "preset": args.preset,
-                    "device": str(device),
-                    "dtype": str(dtype),
-                    "K": args.k,
-                    "draft_loops": args.draft_loops,
-                    "max_tokens": args.max_tokens,
-                    "runs": args.runs,
-                    "waves": args.waves,
-                    "rows": rows,
-                },
-                f,
-                indent=2,
-            )
+    _write_json(args, device, dtype, rows)
     return 0
 
 
