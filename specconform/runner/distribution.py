@@ -158,14 +158,15 @@ def _collect(loaded, model, shard, coord, engine, folder, *, progress, log, cont
 
 
 def _join_batches(folder: Path, plan) -> tuple[bytes, pd.DataFrame, int]:
-    """(raw/samples.csv, the distinct observed (t1, t2) pairs, the number of samples),
-    one batch file at a time in plan order.
+    """(raw/samples.csv, the distinct observed (group, t1, t2, t3) rows, the number of
+    samples), one batch file at a time in plan order.
 
     samples.csv is the batch files' bytes under one header: what parsing every batch,
     concatenating the frames and writing them again gave, byte for byte (the batches are
     that writer's own output), without holding the whole run as a DataFrame and again as
     a string (issue 38: host memory at 10^6 seeds). The replay needs only which (t1, t2)
-    occurred, so the frame it gets holds each pair once."""
+    occurred and which t3 each group drew after them, so the frame it gets holds each
+    such row once."""
     chunks: list[bytes] = []
     pairs: list[pd.DataFrame] = []
     header, count = b"", 0
@@ -183,7 +184,9 @@ def _join_batches(folder: Path, plan) -> tuple[bytes, pd.DataFrame, int]:
         elif head != header:
             raise UsageError(f"{path}: its columns differ from the run's first batch")
         chunks.append(rows)
-        frame = pd.read_csv(io.BytesIO(data), usecols=["t1", "t2"])
+        # (group, t1, t2, t3): the replay needs which (t1, t2) occurred, and which t3 of
+        # which group, to record q of an out-of-support t3 (issue 36); each once.
+        frame = pd.read_csv(io.BytesIO(data), usecols=["group", "t1", "t2", "t3"])
         count += len(frame)
         pairs.append(frame.drop_duplicates())
     observed = pd.concat(pairs, ignore_index=True).drop_duplicates(ignore_index=True)

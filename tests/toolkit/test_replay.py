@@ -46,6 +46,9 @@ def archive(tmp_path_factory) -> Path:
     assert "where it differs:" in done.stdout
     assert "group async request 817 seed 817 position 2 token 255" in done.stdout
     assert "p=0" in done.stdout and "--test out_of_support --case 0" in done.stdout
+    # q of the offending token at the group's draft depth, recorded by the runner: the
+    # bonus bug samples outside top-k, where the draft law (top-k applied) is 0 too.
+    assert "token 255 after [45, 130]: p=0 q=0\n" in done.stdout
     (path,) = out.glob("*.zip")
     return path
 
