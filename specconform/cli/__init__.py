@@ -14,7 +14,11 @@ from pathlib import Path
 import click
 
 from specconform import __version__
-from specconform.cli.options import DEFAULT_OUT, run_options  # noqa: F401 (re-exported)
+from specconform.cli.options import (  # noqa: F401 (DEFAULT_OUT, run_options re-exported)
+    DEFAULT_OUT,
+    error_line,
+    run_options,
+)
 from specconform.errors import (
     EXIT_INTERRUPTED,
     EXIT_PASS,
@@ -29,7 +33,7 @@ def _fail(exc: SpecconformError) -> None:
 
     shard = current_shard() if "RANK" in os.environ else None
     if shard is None or shard.is_leader:
-        click.echo(f"error: {exc}", err=True)  # one line, from one process
+        click.echo(error_line(exc), err=True)  # one line, from one process
         sys.exit(report_exit_code(exc.exit_code))
     sys.exit(0 if os.environ.get("SPECCONFORM_RESULT_FILE") else exc.exit_code)
 
@@ -348,7 +352,7 @@ def _main() -> None:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
         # One line, not click's usage block: scripts and CI logs read the first line.
-        click.echo(f"error: {exc.format_message()}", err=True)
+        click.echo(error_line(exc.format_message()), err=True)
         sys.exit(EXIT_USAGE)
     except (click.exceptions.Abort, KeyboardInterrupt):
         # Ctrl-C: nothing half-written is left in OUT; distribution runs keep their
@@ -357,4 +361,10 @@ def _main() -> None:
         sys.exit(EXIT_INTERRUPTED)
     except SpecconformError as exc:
         _fail(exc)
+    except OSError as exc:
+        # A path the file system refuses that no check named first (a name too long, a
+        # device, a full disk): one line and exit 2, never a traceback (issue 37).
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(error_line(f"{where}{exc.strerror or exc}"), err=True)
+        sys.exit(EXIT_USAGE)
     sys.exit(0)

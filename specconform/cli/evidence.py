@@ -50,7 +50,9 @@ Exit codes: 0 valid; 2 usage (missing archive or key file, no --pubkey nor
 
 
 def _fail(error: SpecconformError) -> None:
-    click.echo(f"error: {error}", err=True)
+    from specconform.cli.options import error_line
+
+    click.echo(error_line(error), err=True)
     # SystemExit, not click's Exit: click returns Exit's code silently when the caller
     # runs it with standalone_mode=False, which specconform.cli.main does.
     sys.exit(error.exit_code)

@@ -15,6 +15,15 @@ from specconform.errors import UsageError
 DEFAULT_OUT = Path("reports")
 
 
+def error_line(message: object) -> str:
+    """``error: MESSAGE`` as one printable line: a message may quote user input (a path
+    holding a newline or a carriage return, a 10,000-character value), so control
+    characters are escaped and the length is bounded (protocol.load.one_line)."""
+    from specconform.protocol.load import one_line
+
+    return f"error: {one_line(str(message))}"
+
+
 def _int_option(name: str, help_text: str):
     def parse(ctx, param, value):
         if value is None:

@@ -62,7 +62,9 @@ def replay_command(archive: Path, test: str, case_index: int) -> None:
     try:
         code = replay(archive, test, case_index, echo=click.echo)
     except SpecconformError as error:
-        click.echo(f"error: {error}", err=True)
+        from specconform.cli.options import error_line
+
+        click.echo(error_line(error), err=True)
         sys.exit(error.exit_code)
     sys.exit(code)
 
@@ -71,7 +73,11 @@ def replay(archive: Path, test: str, case_index: int, *, echo=print) -> int:
     """The command's work; returns its exit code (EXIT_FAIL: reproduced)."""
     from specconform.evidence.reader import read_archive
 
-    if not archive.is_file():
+    try:
+        found = archive.is_file()
+    except OSError as exc:  # a name too long for the file system
+        raise UsageError(f"{str(archive)[:200]}: {exc.strerror}") from None
+    if not found:
         raise UsageError(f"{archive}: no such archive")
     contents = read_archive(archive)
     protocol = contents.json_object("protocol.json")

@@ -34,6 +34,7 @@ CI_EXAMPLES = {
     "bytes": 150,
     "headers": 150,
     "argv": 300,  # test_cli_properties.py: in-process refusals, ~10 ms each
+    "valid_protocol": 40,  # the same on a valid protocol: a few examples run (seconds)
 }
 LONG_EXAMPLES = int(os.environ.get("SPECCONFORM_HYPOTHESIS_EXAMPLES", "5000"))
 # Negative controls: generate only (no shrinking: a failure is what they expect).

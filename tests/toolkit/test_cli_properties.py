@@ -47,7 +47,7 @@ LONG_NAME = "a" * 10_000
 HOSTILE = [
     "", " ", "-", "--", "-1", "0", "1", "5e3", "2e6", "1.5", str(2**70), "9" * 400,
     "1e400", "-1e400", "nan", "NaN", "inf", "-inf", "0x10", "1_000", "25MB", "1KB",
-    "-5MB", "é漢字", "x\u202ey", "new\nline", "tab\there", "\x1b[31m", "\ud800",
+    "-5MB", "é漢字", "x\u202ey", "new\nline", "tab\there", "\x1b[31m", "\udcff.yaml",
     LONG_NAME, "/nonexistent/deep/file.yaml", "/dev/zero", "/dev/null", "/", ".", "..",
     "cuda", "cpu", "md", "json", "greedy_draft", "HEAD~1", "--seeds", "-v",
 ]  # fmt: skip
@@ -102,7 +102,12 @@ def _value(scratch: Path):
         st.sampled_from([str(scratch), str(scratch / "bad.yaml"), str(scratch / "bytes.zip")]),
         st.integers(-(2**80), 2**80).map(str),
         st.floats(allow_nan=True, allow_infinity=True).map(repr),
-        st.text(st.characters(exclude_characters="\x00"), max_size=40),
+        st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=40),
+        # What a real argv can hold: any bytes but NUL, decoded as Python decodes argv
+        # (undecodable bytes become lone surrogates \udc80-\udcff).
+        st.binary(max_size=40).map(
+            lambda b: b.replace(b"\x00", b"").decode("utf-8", "surrogateescape")
+        ),
     )
 
 
@@ -168,6 +173,38 @@ def test_generated_argv_ends_documented(in_scratch):
     assert "error" in outcomes  # the generator reaches refusals, not only --help-like ends
 
 
+def test_hostile_options_on_a_valid_protocol_end_documented(in_scratch):
+    """`run`/`gate` of a valid, tiny protocol (the fault adapter with no fault: 2 groups x
+    20 seeds, seconds when it runs) with 1-3 of its options set to hostile values: a
+    refusal, or a verdict when every value happens to be valid. --nproc is left out: it
+    starts torchrun, a process of its own (test_sharding.py covers it)."""
+    from tests.toolkit.test_fault_injection import _protocol
+
+    protocol = str(_protocol(in_scratch, fault="raises", after=99))
+    outcomes: list[str] = []
+
+    def argv(name):
+        options = [
+            p for p in cli.commands[name].params
+            if isinstance(p, click.Option) and p.name != "nproc"
+        ]  # fmt: skip
+        value = _value(in_scratch)
+        one = st.sampled_from(options).flatmap(
+            lambda p: st.just([p.opts[0]]) if p.is_flag else value.map(lambda v: [p.opts[0], v])
+        )
+        return st.lists(one, min_size=1, max_size=3).map(
+            lambda chosen: [name, protocol] + [a for o in chosen for a in o]
+        )
+
+    @profile("valid_protocol")
+    @given(st.sampled_from(["run", "gate"]).flatmap(argv))
+    def prop(args):
+        outcomes.append(check_argv(args))
+
+    prop()
+    summary("cli argv on a valid protocol", outcomes)
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -183,6 +220,9 @@ def test_generated_argv_ends_documented(in_scratch):
         ["schema", "--bogus"],
         ["run", "x.yaml", "--adapter-timeout", "nan"],
         ["run", "x.yaml", "--max-archive-size", "1e400KB"],
+        ["replay", "\r", "--test", ""],  # a carriage return in the quoted path
+        ["verify", "a\nb.zip", "--skip-signature"],
+        ["run", "new\nline.yaml"],
     ],
 )
 def test_named_hostile_argv(in_scratch, argv):
@@ -195,8 +235,8 @@ def test_named_hostile_argv(in_scratch, argv):
 
 def _broken_reader(how: str):
     def read(path):
-        if how == "raises":
-            raise OSError("raw")
+        if how == "raises":  # a bug, not a path problem (OSError ends in one line)
+            raise TypeError("raw")
         if how == "two_lines":
             print("error: first", file=sys.stderr)
             raise errors.UsageError("second")
