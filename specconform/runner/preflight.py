@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specconform.errors import UsageError
-from specconform.kinds.registry import kind_of
+from specconform.kinds.registry import kind_of, kinds_with
 from specconform.runner.context import RunContext
 from specconform.runner.runlock import lock_holder
 
@@ -114,6 +114,13 @@ def check_mutant(loaded, mutant: str | None) -> None:
     found = MUTANTS.get(mutant)
     if found is None:
         raise UsageError(f"--mutant {mutant}: unknown mutant; `specconform mutants` lists them")
+    if found.layer not in ("kernel", "engine"):  # planted in a kind's own sampler (tree)
+        owners = kinds_with(lambda c: found.layer in c.mutant_layers)
+        if loaded.kind not in owners:
+            raise UsageError(
+                f"--mutant {mutant}: a {found.layer} mutant; it applies to "
+                f"{', '.join(owners)} protocols only"
+            )
     if adapter is not None and found.layer != "kernel":
         kernel = sorted(n for n, m in MUTANTS.items() if m.layer == "kernel")
         raise UsageError(

@@ -119,3 +119,10 @@ def test_a_chain_mutant_is_refused_by_the_tree_sampler(tmp_path):
     proc = run_cli("run", ROOT / "protocols" / "tree.yaml", "--mutant", "shared_uniform",
                    "--out", tmp_path, "--no-sign")  # fmt: skip
     assert proc.returncode == 2 and "tree mutants" in proc.stderr
+
+
+def test_a_tree_mutant_is_refused_by_other_kinds_before_any_work(tmp_path):
+    proc = run_cli("run", ROOT / "protocols" / "quadrature.yaml", "--mutant", "tree_coin_le",
+                   "--out", tmp_path / "out", "--no-sign")  # fmt: skip
+    assert proc.returncode == 2 and "applies to tree protocols only" in proc.stderr
+    assert not (tmp_path / "out").exists()
