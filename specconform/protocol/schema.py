@@ -98,8 +98,8 @@ class SamplerSpec(Strict):
     adapter: SamplerAdapter = "bundled"
     # Seconds the factory and each accept() call may take (as engine.call_timeout_s:
     # exit 124 past it; outside protocol.json and the hash).
-    call_timeout_s: Annotated[float, Field(gt=0.0, le=CALL_TIMEOUT_MAX_S)] = Field(
-        CALL_TIMEOUT_DEFAULT_S, exclude=True
+    call_timeout_s: Annotated[float, Field(gt=0.0, le=CALL_TIMEOUT_MAX_S, exclude=True)] = (
+        CALL_TIMEOUT_DEFAULT_S
     )
 
 
@@ -262,8 +262,8 @@ class EngineSpec(Strict):
     # Seconds any one adapter call may take before the run ends with exit 124
     # (adapters.watchdog; --adapter-timeout overrides). An operating limit, not part of
     # the claim: excluded from protocol.json and the hash, so setting it changes no run id.
-    call_timeout_s: Annotated[float, Field(gt=0.0, le=CALL_TIMEOUT_MAX_S)] = Field(
-        CALL_TIMEOUT_DEFAULT_S, exclude=True
+    call_timeout_s: Annotated[float, Field(gt=0.0, le=CALL_TIMEOUT_MAX_S, exclude=True)] = (
+        CALL_TIMEOUT_DEFAULT_S
     )
 
     @model_validator(mode="after")
