@@ -4,7 +4,7 @@ Every name here is also reachable as ``specconform.<name>`` (lazily: importing
 specconform imports nothing heavy). The CLI and this API share one implementation:
 `specconform run` and :func:`run` both go through the run assembly
 (``specconform.runner.assemble``: ledger, resume, sequential, base ref alike), and
-`specconform verify` and :func:`verify` both call ``evidence.verify.verify_archive`` with
+`specconform verify` and :func:`verify` both call ``verification.verify_archive`` with
 the same signature policy. Errors are typed: :class:`UsageError` (bad input, exit code
 2 on the command line), :class:`EvidenceError` (invalid evidence, exit code 3) and
 :class:`MissingExtraError` (an optional layer such as torch is not installed).
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specconform.errors import EvidenceError, SpecconformError, UsageError
-from specconform.evidence.verify import VerifyReport
 from specconform.extras import MissingExtraError
 from specconform.progress import silent
 from specconform.report.model import ArchiveView
 from specconform.results import Evaluation, TestRow, Verdict
+from specconform.verification import VerifyReport
 
 __all__ = [
     "ArchiveView",
@@ -237,7 +237,7 @@ def verify(
     EvidenceError
         The archive is invalid; the message names the first failing file or field.
     """
-    from specconform.evidence.verify import require_signature_choice, verify_archive
+    from specconform.verification import require_signature_choice, verify_archive
 
     require_signature_choice(pubkey, skip_signature, "pubkey", "pubkey=PATH", "skip_signature=True")
     return verify_archive(Path(archive), None if pubkey is None else Path(pubkey))

@@ -82,7 +82,7 @@ def _fail(error: SpecconformError) -> None:
 def verify_command(
     archive: Path, pubkey: Path | None, skip_signature: bool, skip_external: bool
 ) -> None:
-    from specconform.evidence.verify import require_signature_choice, verify_archive
+    from specconform.verification import require_signature_choice, verify_archive
 
     try:
         require_signature_choice(

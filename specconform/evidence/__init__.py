@@ -9,7 +9,8 @@ Run directory layout: docs/contracts.md section 3. Public entry points:
   and volatile.json contents;
 - `write_results(run_dir, evaluation)`: results/tests.json, results/tests.csv, verdict.json;
 - `write_sha256sums(run_dir)`, `seal(run_dir, key=..., sign=...)`, `resolve_signing_key`;
-- `verify_archive(zip_path, pubkey)`, `compare_archives(a, b)`, `read_archive(zip_path)`;
+- `compare_archives(a, b)`, `read_archive(zip_path)` (verification, which recomputes
+  every test through the kinds, is `specconform.verification.verify_archive`);
 - `generate_key_pem()` for `keygen`.
 """
 
@@ -21,11 +22,9 @@ from specconform.evidence.reproducibility import compare_archives
 from specconform.evidence.results_io import write_results
 from specconform.evidence.sha256sums import write_sha256sums
 from specconform.evidence.signing import generate_key_pem, resolve_signing_key
-from specconform.evidence.verify import VerifyReport, verify_archive
 
 __all__ = [
     "ArchiveContents",
-    "VerifyReport",
     "canonical_json_bytes",
     "compare_archives",
     "environment_manifest",
@@ -33,7 +32,6 @@ __all__ = [
     "read_archive",
     "resolve_signing_key",
     "seal",
-    "verify_archive",
     "volatile_facts",
     "write_json",
     "write_reproducible_zip",

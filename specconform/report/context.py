@@ -181,7 +181,7 @@ def _signature(view: ArchiveView, envelope: bytes | None, pubkey: Path | None) -
     if envelope is None:
         return "UNSIGNED"
     if pubkey is not None:
-        from specconform.evidence.verify import verify_archive
+        from specconform.verification import verify_archive
 
         report = verify_archive(view.path, pubkey)
         return f"verified, key id {str(report.keyid)[:16]}"

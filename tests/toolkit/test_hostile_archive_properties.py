@@ -24,7 +24,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specconform.errors import EvidenceError
-from specconform.evidence import seal, verify_archive
+from specconform.evidence import seal
+from specconform.verification import verify_archive
 from tests.toolkit.cli_helpers import run_cli
 from tests.toolkit.fixtures import evidence_toy as toy
 from tests.toolkit.hostile_support import CONTROL, check_one_line, profile, summary
@@ -143,7 +144,7 @@ def test_mutated_archive_headers_verify_or_fail_in_one_line(scratch, archive_byt
 def test_control_a_raw_exception_from_the_reader_fails_the_property(
     scratch, archive_bytes, toy_kind, monkeypatch
 ):
-    from specconform.evidence import verify as verify_module
+    from specconform.verification import verify as verify_module
 
     def broken(path):
         raise struct.error("planted: unpack requires a buffer of 46 bytes")
@@ -156,7 +157,7 @@ def test_control_a_raw_exception_from_the_reader_fails_the_property(
 def test_control_a_multi_line_evidence_error_fails_the_property(
     scratch, archive_bytes, toy_kind, monkeypatch
 ):
-    from specconform.evidence import verify as verify_module
+    from specconform.verification import verify as verify_module
 
     def broken(path):
         raise EvidenceError("planted\nsecond line")

@@ -22,13 +22,14 @@ import pytest
 import yaml
 
 from specconform.errors import EvidenceError, ProtocolError
-from specconform.evidence import seal, verify_archive
+from specconform.evidence import seal
 from specconform.kinds.performance import abba_order, evaluate, summarize
 from specconform.kinds.performance.evaluate import RAW_FILE
 from specconform.kinds.performance.profile import phase_table, timeline_svg
 from specconform.protocol.load import validate
 from specconform.results import RawData
 from specconform.runner.context import RunContext
+from specconform.verification import verify_archive
 from tests.toolkit.cli_helpers import ROOT
 
 PROTOCOL = ROOT / "protocols" / "ci_performance.yaml"

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from specconform.errors import EvidenceError
-from specconform.evidence import read_archive, verify_archive
-from specconform.evidence.recompute import check_recomputation, reevaluate_archive
+from specconform.evidence import read_archive
 from specconform.kinds import reevaluate
+from specconform.verification import verify_archive
+from specconform.verification.recompute import check_recomputation, reevaluate_archive
 
 ROOT = Path(__file__).resolve().parents[2]
 (OLD,) = sorted((ROOT / "docs" / "evidence").glob("fp32_t2-*.zip"))

@@ -8,8 +8,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from specconform.evidence import read_archive, verify_archive
+from specconform.evidence import read_archive
 from specconform.report import html_report, junit_xml, markdown_report
+from specconform.verification import verify_archive
 from tests.toolkit.fixtures import sequence_run
 
 # A secondary row on the same data as acceptance_async: with the planted bug it fails

@@ -34,7 +34,6 @@ from pathlib import Path
 from specconform.errors import EvidenceError, SpecconformError, UsageError
 from specconform.evidence.external import MANIFEST_NAME, check_external
 from specconform.evidence.reader import ArchiveContents, read_archive
-from specconform.evidence.recompute import check_recomputation, reevaluate_archive
 from specconform.evidence.sha256sums import (
     ATTESTATION_NAME,
     NOT_IN_SUMS,
@@ -44,6 +43,7 @@ from specconform.evidence.sha256sums import (
 )
 from specconform.evidence.signing import check_signature, load_public_key, open_envelope
 from specconform.evidence.zipcheck import one_line
+from specconform.verification.recompute import check_recomputation, reevaluate_archive
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Recomputing a run's tests from its raw data and comparing with what the archive states.
 
-The protocol kind's `specconform.kinds.reevaluate(protocol, raw) -> Evaluation` is
-imported lazily (it imports no torch) and run on the archive's `protocol.json` and raw/
-members. Every test row must match `results/tests.json`: the same tests, role, n, passed,
+The protocol kind's `specconform.kinds.reevaluate(protocol, raw) -> Evaluation` (torch-free)
+runs on the archive's `protocol.json` and raw/ members: this package sits above the kinds
+layer, so it imports them plainly (the archive reading below it, in `evidence`, does not). Every test row must match `results/tests.json`: the same tests, role, n, passed,
 statistic/df/pvalue/alpha within a relative tolerance of 1e-9, and the same detail
 (numbers within the same tolerance); `results/tests.csv` must state the same rows as the
 JSON; and the recomputed verdict must equal `verdict.json`. The first difference raises
@@ -20,11 +20,11 @@ verdict as schema 2 stated it (`Verdict.as_schema2`: such a test failed the verd
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 from typing import Any
 
+from specconform import kinds
 from specconform.errors import EvidenceError
 from specconform.evidence.jsonio import compact_json
 from specconform.evidence.reader import ArchiveContents
@@ -62,14 +62,8 @@ def reevaluate_archive(contents: ArchiveContents) -> Evaluation:
     """Run the kind's re-evaluation on the archive's protocol and raw data."""
     protocol = contents.json_object("protocol.json")
     try:
-        kinds = importlib.import_module("specconform.kinds")
-        reevaluate = kinds.reevaluate
-    except (ImportError, AttributeError) as exc:
-        raise EvidenceError(
-            f"cannot recompute: specconform.kinds.reevaluate unavailable ({exc})"
-        ) from None
-    try:
-        evaluation = reevaluate(protocol, contents.raw_data())
+        # Looked up on each call: a plug-in kind may install its own (tests do).
+        evaluation = kinds.reevaluate(protocol, contents.raw_data())
     except EvidenceError:
         raise
     except Exception as exc:  # any failure to recompute is a failure of the evidence
