@@ -117,6 +117,12 @@ def produced() -> list[tuple[str, int, TestRow]]:
         out += [("sequence", 2, r) for r in evaluation.tests]
     out += [("montecarlo", 2, r) for r in _montecarlo_rows()]
     out += [("distribution", 2, r) for r in _distribution_rows()]
+    # The tree kind: grid and sampled rows of the reference sampler, TV rows of the lossy
+    # protocol (tests/toolkit/tree_helpers.py runs the kind's collector and evaluator).
+    from tests.toolkit.tree_helpers import run_tree
+
+    for name in ("tree", "tree_sampled", "tree_lossy"):
+        out += [("tree", 3, r) for r in run_tree(name)[0].tests]
     return out
 
 

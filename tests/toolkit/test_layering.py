@@ -129,6 +129,7 @@ def test_packages_import_and_evaluate_with_torch_and_engine_blocked():
         "performance",
         "quadrature",
         "sequence",
+        "tree",
     ]
     assert out["performance"] == "PASS"  # equal planted sides, evaluated torch-free
     # ci_sequence on exact laws: Holm at 0.01 over 7 tests, this seed passes.
