@@ -15,11 +15,13 @@ whose keys fit is read), ``tuple[X, ...]``, ``dict[str, X]``, ``X | None`` and
 as it was).
 
 Records whose field lists look alike (``n``, ``statistic``, ``df``, ``pvalue``, ...:
-same shape, other names) stay written out on purpose: each class is one archived JSON
-object's keys in the order its evaluator writes them, and that order is part of the
-archive's bytes. Keys that two records share *as a leading run in the same order* are
-declared once in a base (``RejectionCounts``, ``StratifiedFields``, ``Accuracy``);
-anything else would tie unrelated archive objects' key orders together.
+same shape, other names) stay written out: each class is the key set of one test's
+archived JSON object, read back strictly (``from_json``), so a shared base would tie
+unrelated tests' archive formats together. Key *order* is not part of the archive's
+bytes (``evidence.jsonio.canonical_json_bytes`` sorts keys); declaration order is only
+the order ``to_json`` builds the object in. Keys that two records share as a leading
+run are declared once in a base (``RejectionCounts``, ``StratifiedFields``,
+``Accuracy``).
 """
 
 from __future__ import annotations
