@@ -6,7 +6,7 @@ Strata, pooled cells and per-group tables are records of their own, so a report 
 ``row.detail.strata[0].observed`` instead of digging in dicts.
 
 Alike-shaped field lists here and in the sibling modules are on purpose (each is one
-archive object's keys in order): see :mod:`specconform.details.base`.
+test's archived key set): see :mod:`specconform.details.base`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ back so that old archives still verify and report. Rows without evidence carry
 ``reason`` (schema 2 says ``no_evidence``).
 
 Alike-shaped field lists here and in the sibling modules are on purpose (each is one
-archive object's keys in order): see :mod:`specconform.details.base`."""
+test's archived key set): see :mod:`specconform.details.base`."""
 
 from __future__ import annotations
 

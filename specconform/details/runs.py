@@ -1,9 +1,7 @@
 """Typed detail records of the performance, equality and Monte Carlo kinds.
 
-Field order is the key order the evaluators write (see specconform/details/base.py).
-
 Alike-shaped field lists here and in the sibling modules are on purpose (each is one
-archive object's keys in order): see :mod:`specconform.details.base`.
+test's archived key set): see :mod:`specconform.details.base`.
 """
 
 from __future__ import annotations
