@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# FlashInfer and SGLang's tree sampler in ONE device call (issues 33, 34), from a clean
+# snapshot of HEAD (the working tree may hold others' edits). Prepare here:
+#   bash bench/peers_gpu.sh prepare && bash bench/peers_gpu.sh prepare-sglang-tree
+#   git archive HEAD | xz -3 -T2 > .peers-gpu/repo.tar.xz
+# then run on the device with carry [.whl, .peers-gpu/flashinfer.tar.xz,
+# .peers-gpu/sglang-tree.tar.xz, .peers-gpu/repo.tar.xz] (about 51 MB with the tree):
+#   bash bench/peers_gpu_combo.sh
+# Results: $OUT/fi (FlashInfer) and $OUT/st (SGLang tree), each with its log, tests,
+# unsigned archives (evidence/) and timings; each part under its own time limit.
+set -u
+mkdir -p /tmp/clean/.peers-gpu && xz -dc .peers-gpu/repo.tar.xz | tar -C /tmp/clean -xf - \
+  && cp -r .whl /tmp/clean/ \
+  && cp .peers-gpu/flashinfer.tar.xz .peers-gpu/sglang-tree.tar.xz /tmp/clean/.peers-gpu/
+cd /tmp/clean || exit 2
+BASE=${OUT:-/tmp/peers-gpu}
+mkdir -p "$BASE/fi" "$BASE/st"
+OUT=$BASE/fi timeout 300 bash bench/peers_gpu.sh run flashinfer > "$BASE/fi/log.txt" 2>&1
+echo "flashinfer rc=$?"; tail -25 "$BASE/fi/log.txt"
+rm -rf /tmp/peerstage
+OUT=$BASE/st timeout 260 bash bench/peers_gpu.sh run sglang-tree > "$BASE/st/log.txt" 2>&1
+echo "sglang-tree rc=$?"; tail -25 "$BASE/st/log.txt"
