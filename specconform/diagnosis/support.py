@@ -32,17 +32,11 @@ def first_offenders(
     `specconform replay --case i`. ``q_t3``: reference.json's ``q_t3_offenders`` (q of
     the out-of-support t3 tokens, recorded by the runner), when present."""
     w = ref.vocab_size + 1
-    codes2, codes3, keys3 = ref.codes(w)
     found: list[Offender] = []
     total = 0
     for name, g in sorted(data.items()):
-        ok1 = g.t1 >= 0
-        bad1 = ok1 & ~np.isin(g.t1, ref.p1[0])
-        ok2 = ok1 & ~bad1 & (g.t2 >= 0)
-        pair = g.t1 * w + g.t2
-        bad2 = ok2 & ~np.isin(pair, codes2)
-        ok3 = ok2 & ~bad2 & (g.t3 >= 0) & np.isin(pair, keys3)
-        bad3 = ok3 & ~np.isin(pair * w + g.t3, codes3)
+        # The evaluator's own rule (kinds/distribution/rows.support_row), not a copy.
+        _, (bad1, bad2, bad3) = ref.unsupported(g.t1, g.t2, g.t3, w)
         total += int(bad1.sum() + bad2.sum() + bad3.sum())
         bad = np.flatnonzero(bad1 | bad2 | bad3)
         for i in bad[: max(0, limit - len(found))]:

@@ -37,6 +37,27 @@ class Reference:
             self._codes = (w, _cat(c2), _cat(c3), k3)
         return self._codes[1:]
 
+    def unsupported(
+        self, t1: np.ndarray, t2: np.ndarray, t3: np.ndarray, w: int
+    ) -> tuple[
+        tuple[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]
+    ]:
+        """Out-of-support masks of committed (t1, t2, t3) rows ([N] int64 each; -1: none).
+
+        -> ((checked1, checked2, checked3), (bad1, bad2, bad3)), [N] bool each: a position
+        is checked only when its prefix is possible (an impossible t1 counts once, at t1),
+        and t3 only where the reference has a p_t3 for the pair; ``w`` > every token.
+        """
+        codes2, codes3, keys3 = self.codes(w)
+        ok1 = t1 >= 0
+        bad1 = ok1 & ~np.isin(t1, self.p1[0])
+        ok2 = ok1 & ~bad1 & (t2 >= 0)
+        pair = t1 * w + t2
+        bad2 = ok2 & ~np.isin(pair, codes2)
+        ok3 = ok2 & ~bad2 & (t3 >= 0) & np.isin(pair, keys3)
+        bad3 = ok3 & ~np.isin(pair * w + t3, codes3)
+        return (ok1, ok2, ok3), (bad1, bad2, bad3)
+
     def possible(self, t1: int, t2: int | None = None) -> bool:
         """Whether the prefix (t1[, t2]) has positive reference probability."""
         if not np.isin(t1, self.p1[0]):

@@ -145,15 +145,8 @@ def support_row(ctx: Context) -> TestRow:
     once, at t1); tokens outside [0, vocab_size) are always out of support.
     """
     ref, w, per, total, n = ctx.ref, ctx.width, {}, 0, 0
-    codes2, codes3, keys3 = ref.codes(w)
     for name, g in sorted(ctx.data.items()):
-        ok1 = g.t1 >= 0
-        bad1 = ok1 & ~np.isin(g.t1, ref.p1[0])
-        ok2 = ok1 & ~bad1 & (g.t2 >= 0)
-        pair = g.t1 * w + g.t2
-        bad2 = ok2 & ~np.isin(pair, codes2)
-        ok3 = ok2 & ~bad2 & (g.t3 >= 0) & np.isin(pair, keys3)
-        bad3 = ok3 & ~np.isin(pair * w + g.t3, codes3)
+        (ok1, ok2, ok3), (bad1, bad2, bad3) = ref.unsupported(g.t1, g.t2, g.t3, w)
         per[name] = SupportCounts(t1=int(bad1.sum()), t2=int(bad2.sum()), t3=int(bad3.sum()))
         total += per[name].t1 + per[name].t2 + per[name].t3
         n += int(ok1.sum() + ok2.sum() + ok3.sum())
