@@ -16,7 +16,6 @@ from pydantic import Field, JsonValue, field_validator, model_serializer, model_
 from specconform.protocol.schema_base import (
     BATCH_MAX,
     CALL_TIMEOUT_DEFAULT_S,
-    CALL_TIMEOUT_MAX_S,
     COUNT_MAX,
     DEPTH_MAX,
     K_MAX,
@@ -29,6 +28,7 @@ from specconform.protocol.schema_base import (
     SMALL_LIST_MAX,
     TEMPERATURE_MAX,
     VOCAB_MAX,
+    CallTimeout,
     DraftLoops,
     EngineAdapter,
     FilePath,
@@ -43,6 +43,7 @@ from specconform.protocol.schema_base import (
     TokenList,
     TopK,
     _unique,
+    omit_unset,
     overridable,
 )
 from specconform.protocol.schema_equality import (  # re-exported: kinds import them here
@@ -55,7 +56,6 @@ from specconform.protocol.schema_equality import (  # re-exported: kinds import 
 from specconform.protocol.schema_sequential import (
     SequentialPlan,
     check_sequential,
-    omit_unset,
 )
 
 __all__ = [
@@ -98,9 +98,7 @@ class SamplerSpec(Strict):
     adapter: SamplerAdapter = "bundled"
     # Seconds the factory and each accept() call may take (as engine.call_timeout_s:
     # exit 124 past it; outside protocol.json and the hash).
-    call_timeout_s: Annotated[float, Field(gt=0.0, le=CALL_TIMEOUT_MAX_S, exclude=True)] = (
-        CALL_TIMEOUT_DEFAULT_S
-    )
+    call_timeout_s: CallTimeout = CALL_TIMEOUT_DEFAULT_S
 
 
 class QuadratureCase(Strict):
@@ -156,11 +154,8 @@ class FamilyVerdict(Strict):
     inconclusive: Literal["fail", "pass"] | None = None
 
     @model_serializer(mode="wrap")
-    def _drop_unset(self, handler):
-        data = handler(self)
-        if isinstance(data, dict) and data.get("inconclusive") is None:
-            data.pop("inconclusive", None)
-        return data
+    def _canonical(self, handler):
+        return omit_unset(handler(self), "inconclusive")
 
 
 class EngineErrors(Strict):
@@ -262,9 +257,7 @@ class EngineSpec(Strict):
     # Seconds any one adapter call may take before the run ends with exit 124
     # (adapters.watchdog; --adapter-timeout overrides). An operating limit, not part of
     # the claim: excluded from protocol.json and the hash, so setting it changes no run id.
-    call_timeout_s: Annotated[float, Field(gt=0.0, le=CALL_TIMEOUT_MAX_S, exclude=True)] = (
-        CALL_TIMEOUT_DEFAULT_S
-    )
+    call_timeout_s: CallTimeout = CALL_TIMEOUT_DEFAULT_S
 
     @model_validator(mode="after")
     def _bundled_model(self):
@@ -312,11 +305,8 @@ class TestSpec(Strict):
     combine: Literal["bonferroni", "simes"] | None = None
 
     @model_serializer(mode="wrap")
-    def _drop_unset(self, handler):
-        data = handler(self)
-        if isinstance(data, dict) and data.get("combine") is None:
-            data.pop("combine", None)
-        return data
+    def _canonical(self, handler):
+        return omit_unset(handler(self), "combine")
 
     @model_validator(mode="after")
     def _combine_t1_only(self):
@@ -366,7 +356,7 @@ class DistributionProtocol(Strict):
 
     @model_serializer(mode="wrap")
     def _canonical(self, handler):
-        return omit_unset(handler(self))
+        return omit_unset(handler(self), "sequential")
 
     @model_validator(mode="after")
     def _references(self):

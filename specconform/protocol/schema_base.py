@@ -58,6 +58,8 @@ GAP_MAX = 1000.0
 # batch on CPU: minutes) and still ends a hung engine within the hour; a week bounds it.
 CALL_TIMEOUT_DEFAULT_S = 3600.0
 CALL_TIMEOUT_MAX_S = 7 * 24 * 3600.0
+# An operating limit, not part of the claim: excluded from protocol.json and the hash.
+CallTimeout = Annotated[float, Field(gt=0.0, le=CALL_TIMEOUT_MAX_S, exclude=True)]
 
 # --- string and list bounds -------------------------------------------------------------
 # Names (protocol, case, group, test): the protocol name starts the run id, which names a
@@ -112,6 +114,16 @@ BOUND_HINTS = {SEED_MAX: "outside the engine's seed domain [0, 2**63)"}
 def overridable(option: str) -> dict:
     """Schema marker: the CLI option that may override this field."""
     return {"overridable": option}
+
+
+def omit_unset(data: dict, *keys: str) -> dict:
+    """Leave ``keys`` out of a model's canonical JSON while they are None: a field added
+    after protocols were written (``sequential``, ``verdict.inconclusive``, a test's
+    ``combine``, ``min_position``) changes no existing protocol's hash."""
+    for key in keys:
+        if key in data and data[key] is None:
+            del data[key]
+    return data
 
 
 class Strict(BaseModel):

@@ -62,6 +62,7 @@ from specconform.protocol.schema_base import (
     TokenId,
     TokenList,
     TopK,
+    omit_unset,
 )
 
 
@@ -164,11 +165,8 @@ class SequenceTest(Strict):
     min_position: Annotated[int, Field(ge=0, le=K_MAX)] | None = None  # positions 0..K
 
     @model_serializer(mode="wrap")
-    def _omit_unset(self, handler):
-        data = handler(self)
-        if data.get("min_position", 0) is None:
-            del data["min_position"]
-        return data
+    def _canonical(self, handler):
+        return omit_unset(handler(self), "min_position")
 
 
 class SequenceStrata(Strict):

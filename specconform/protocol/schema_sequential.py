@@ -35,11 +35,3 @@ def check_sequential(plan: SequentialPlan | None, budget: int, test_names: list[
         )
     if SEQUENTIAL_TEST_NAME in test_names:
         raise ValueError(f"test name {SEQUENTIAL_TEST_NAME!r} is reserved for sequential runs")
-
-
-def omit_unset(data: dict) -> dict:
-    """The canonical JSON leaves out ``sequential: null``: adding the field left every
-    existing protocol's hash unchanged."""
-    if "sequential" in data and data["sequential"] is None:
-        del data["sequential"]
-    return data
