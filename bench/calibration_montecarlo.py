@@ -36,9 +36,9 @@ sys.path.insert(0, str(ROOT))
 
 from specconform.adapters.kernel import load_kernel  # noqa: E402
 from specconform.kinds.registry import kind_of  # noqa: E402
-from specconform.progress import silent  # noqa: E402
 from specconform.protocol.load import load_protocol  # noqa: E402
 from specconform.results import RawData  # noqa: E402
+from specconform.util.progress import silent  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ def main(argv=None) -> int:
         },
     )
     group_n = loaded.model.seeds.count
-    from specconform.progress import progress
+    from specconform.util.progress import progress
 
     kinds = {t.name: t.type for t in loaded.model.tests}
     lines = [

@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args(argv)
     from specconform.adapters.kernel import BundledKernel
-    from specconform.errors import UsageError
+    from specconform.util.errors import UsageError
 
     args = inputs(a.rows, a.draft_k, a.vocab, a.seed)
     want = None if a.peers == "all" else set(a.peers.split(","))

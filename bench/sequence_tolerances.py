@@ -35,10 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specconform.kinds.sequence.raw import CHECKS  # noqa: E402
-from specconform.progress import progress  # noqa: E402
 from specconform.protocol.load import load_protocol  # noqa: E402
 from specconform.runner import sequence as runner  # noqa: E402
 from specconform.runner.context import RunContext  # noqa: E402
+from specconform.util.progress import progress  # noqa: E402
 
 COMPARED = ("teacher_forcing", "trace", "oracle")  # the checks that compare two laws
 

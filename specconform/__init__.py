@@ -72,10 +72,10 @@ _LAZY = {
         )
     },
     **{
-        name: "specconform.errors"
+        name: "specconform.util.errors"
         for name in ("SpecconformError", "UsageError", "ProtocolError", "EvidenceError")
     },
-    "MissingExtraError": "specconform.extras",
+    "MissingExtraError": "specconform.util.extras",
     **{
         name: "specconform.api.stats"
         for name in (
@@ -138,5 +138,5 @@ if TYPE_CHECKING:  # for type checkers and IDEs; never executed
         sum_chi2,
         total_variation,
     )
-    from specconform.errors import EvidenceError, ProtocolError, SpecconformError, UsageError
-    from specconform.extras import MissingExtraError
+    from specconform.util.errors import EvidenceError, ProtocolError, SpecconformError, UsageError
+    from specconform.util.extras import MissingExtraError

@@ -23,7 +23,7 @@ import numpy as np
 
 from specconform.adapters.sequence import RequestSpec, RoundTrace, SequenceRecord
 from specconform.adapters.types import SeedRecord, TokenEvent, _timing
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 
 def factory(spec, *, mutant: str | None = None, log=print) -> BundledEngine:

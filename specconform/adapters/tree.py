@@ -19,8 +19,8 @@ import numpy as np
 
 from specconform.adapters.tree_types import TreeBatch, TreeOutput
 from specconform.adapters.types import AdapterError, one_line
-from specconform.errors import UsageError
 from specconform.kinds.tree.laws import Tree
+from specconform.util.errors import UsageError
 
 __all__ = ["TreeBatch", "TreeOutput", "batch_of", "links", "load_tree_kernel"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from specconform.adapters.tree_types import TreeBatch, TreeOutput
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 # The planted tree bugs (engine_under_test/mutants.py lists them, layer "tree").
 TREE_MUTANTS = (

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 if TYPE_CHECKING:
     from specconform.adapters.provenance import EnginePackage
@@ -33,7 +33,7 @@ def _timing(line: str) -> None:
     """Wall times go to stderr (with --verbose), next to the progress bars, and never
     into the archive's log.txt: two runs with the same inputs must give byte-identical
     evidence."""
-    from specconform.progress import timing
+    from specconform.util.progress import timing
 
     timing(line)
 

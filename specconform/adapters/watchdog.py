@@ -12,7 +12,7 @@
    not swallow it; it is raised again every `REPEAT_S` until the call is left, so neither
    does a loop that catches it once.
 2. the caller (`checks._call`) turns whatever leaves the call into `AdapterTimeout`
-   (`specconform.errors`, exit 124): the run ends like an interruption -- a distribution
+   (`specconform.util.errors`, exit 124): the run ends like an interruption -- a distribution
    run keeps OUT/<run-id>.inprogress and its ledger reservation for ``--resume``; a
    sequence run gives its seeds back (`runner.reserve`); nothing half-written is left
    (batch files are renamed into place whole, the archive is staged).
@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from specconform.errors import EXIT_TIMEOUT, AdapterTimeout, UsageError
+from specconform.util.errors import EXIT_TIMEOUT, AdapterTimeout, UsageError
 
 # Between re-raises while an expired call has not been left yet (an adapter that caught
 # `Expired` once). Short against any deadline a user sets; long against the handler's cost.

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specconform.errors import EvidenceError, SpecconformError, UsageError
-from specconform.extras import MissingExtraError
-from specconform.progress import silent
 from specconform.report.model import ArchiveView
 from specconform.results import Evaluation, TestRow, Verdict
+from specconform.util.errors import EvidenceError, SpecconformError, UsageError
+from specconform.util.extras import MissingExtraError
+from specconform.util.progress import silent
 from specconform.verification import VerifyReport
 
 __all__ = [
@@ -281,7 +281,7 @@ def _argv() -> list[str]:
 
 
 def _progress():
-    from specconform.progress import progress
+    from specconform.util.progress import progress
 
     return progress
 

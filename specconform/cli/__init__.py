@@ -19,7 +19,7 @@ from specconform.cli.options import (  # noqa: F401 (DEFAULT_OUT, run_options re
     error_line,
     run_options,
 )
-from specconform.errors import (
+from specconform.util.errors import (
     EXIT_INTERRUPTED,
     EXIT_PASS,
     EXIT_USAGE,
@@ -91,8 +91,8 @@ def _execute(
 ):
     """The options of `run` and `gate` as one request to the run assembly
     (`runner.assemble`, shared with the Python API)."""
-    from specconform.progress import progress, set_verbose
     from specconform.runner.assemble import RunRequest, run_protocol
+    from specconform.util.progress import progress, set_verbose
 
     set_verbose(verbose)
     # Alike to specconform.api.run's RunRequest on purpose (see there).
@@ -252,8 +252,8 @@ def mutants():
     from rich.console import Console
     from rich.table import Table
 
-    from specconform.extras import missing_extra
     from specconform.kinds.registry import kinds_with
+    from specconform.util.extras import missing_extra
 
     with missing_extra("`specconform mutants`"):
         from engine_under_test.mutants import list_mutants

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from specconform.errors import SpecconformError, UsageError
+from specconform.util.errors import SpecconformError, UsageError
 
 _VERIFY_HELP = """Verify an evidence archive offline.
 

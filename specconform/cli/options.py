@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 DEFAULT_OUT = Path("reports")
 

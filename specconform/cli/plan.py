@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 
 def _fmt_tv(x: float) -> str:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import click
 
-from specconform.errors import EXIT_FAIL, EXIT_PASS, SpecconformError, UsageError
+from specconform.util.errors import EXIT_FAIL, EXIT_PASS, SpecconformError, UsageError
 
 TOP_REFERENCE = 3  # the reference's most likely tokens shown per position
 
@@ -130,8 +130,8 @@ def _cases(protocol: dict, contents, test: str) -> list[Case]:
 
 
 def _run_case(protocol: dict, case: Case, mutant: str | None, echo) -> int:
-    from specconform.extras import missing_extra
     from specconform.protocol.load import validate
+    from specconform.util.extras import missing_extra
 
     with tempfile.TemporaryDirectory() as tmp:
         model = validate(protocol, Path(tmp) / "protocol.json")

@@ -34,7 +34,6 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from specconform.errors import EvidenceError, UsageError
 from specconform.evidence import external
 from specconform.evidence.jsonio import write_bytes_atomic
 from specconform.evidence.sha256sums import (
@@ -51,6 +50,7 @@ from specconform.evidence.signing import (
     resolve_signing_key,
     sign_statement,
 )
+from specconform.util.errors import EvidenceError, UsageError
 
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # the earliest time a zip entry can hold
 ZIP_FILE_MODE = 0o100644  # regular file, rw-r--r--

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specconform.errors import EvidenceError, UsageError
 from specconform.evidence.jsonio import canonical_json_bytes
 from specconform.evidence.sha256sums import check_member_name, sha256_file, sha256_hex
+from specconform.util.errors import EvidenceError, UsageError
 
 MANIFEST_NAME = "external/MANIFEST.json"
 EXTERNAL_SUFFIX = ".external"

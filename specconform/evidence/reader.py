@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from specconform.details import SCHEMA1_RECORDS
-from specconform.errors import EvidenceError, SpecconformError, UsageError
 from specconform.evidence.sha256sums import check_member_name, sha256_file, sha256_hex
 from specconform.evidence.zipcheck import check_structure, one_line, shown
 from specconform.results import Evaluation, RawData, TestRow, Verdict
+from specconform.util.errors import EvidenceError, SpecconformError, UsageError
 
 # Bounds that keep `verify` and `report` under MEMORY_BOUND_BYTES of RSS for any input.
 # Members are held in memory and recomputation parses them (pandas, json: several times

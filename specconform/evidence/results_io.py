@@ -16,10 +16,10 @@ import io
 from pathlib import Path
 
 from specconform.details.distribution import SequentialDetail
-from specconform.errors import EvidenceError
 from specconform.evidence.jsonio import canonical_json_bytes, compact_json, write_bytes_atomic
 from specconform.protocol.schema_sequential import SEQUENTIAL_TEST_NAME as SEQUENTIAL_TEST
 from specconform.results import Evaluation, TestRow
+from specconform.util.errors import EvidenceError
 
 CSV_COLUMNS = (
     "test",

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from specconform.errors import EvidenceError
+from specconform.util.errors import EvidenceError
 
 SUMS_NAME = "SHA256SUMS"
 ATTESTATION_NAME = "attestation.dsse.json"

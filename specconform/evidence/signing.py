@@ -33,8 +33,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from specconform.errors import EvidenceError, UsageError
 from specconform.evidence.jsonio import canonical_json_bytes
+from specconform.util.errors import EvidenceError, UsageError
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"

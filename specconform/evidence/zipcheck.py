@@ -28,7 +28,7 @@ import struct
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from specconform.errors import EvidenceError
+from specconform.util.errors import EvidenceError
 
 EOCD = struct.Struct("<IHHHHIIH")  # end of central directory record, 22 bytes
 CENTRAL = struct.Struct("<IBBBBHHHHIIIHHHHHII")  # central file header, 46 bytes

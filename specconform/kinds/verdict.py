@@ -32,7 +32,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from specconform.errors import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
 from specconform.results import (
     FAIL,
     INCONCLUSIVE,
@@ -44,6 +43,7 @@ from specconform.results import (
     Verdict,
 )
 from specconform.stats.aggregate import COMBINE_LABELS, adjust
+from specconform.util.errors import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
 
 REASON_NO_EVIDENCE = "no evidence"
 REASON_ENGINE_ERRORS = "engine errors"

@@ -30,8 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from specconform.errors import UsageError
 from specconform.kinds.registry import kind_of
+from specconform.util.errors import UsageError
 
 # Tests whose strata need min_samples samples (joint_score takes every t1 stratum: no
 # law-free bound).

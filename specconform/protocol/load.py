@@ -17,10 +17,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from specconform.errors import ProtocolError, UsageError
 from specconform.protocol.schema_base import BOUND_HINTS, PATTERN_HINTS
 from specconform.protocol.union import KIND_NAMES, Protocol
 from specconform.protocol.yaml_safe import YamlRefused, parse_yaml, read_protocol_bytes
+from specconform.util.errors import ProtocolError, UsageError
 
 # A discriminated union of the kinds' models (mypy cannot type a TypeAdapter of an
 # Annotated union; pydantic validates it at run time).

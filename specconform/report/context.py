@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specconform.errors import EvidenceError
 from specconform.evidence.reader import read_archive
 from specconform.evidence.sha256sums import ATTESTATION_NAME
 from specconform.report.model import (
@@ -26,6 +25,7 @@ from specconform.report.model import (
     format_range,
 )
 from specconform.report.readings import two_groups
+from specconform.util.errors import EvidenceError
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 

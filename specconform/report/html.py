@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 
-from specconform.extras import require
 from specconform.report.context import RunFacts, engine_line, relabel, run_facts, seed_lines
 from specconform.report.markdown import VERIFIED_NOTE, VERIFY_NOTE, failed_cell
 from specconform.report.model import (
@@ -29,6 +28,7 @@ from specconform.report.model import (
 )
 from specconform.report.sequential import html_lines as sequential_html
 from specconform.report.tree import html_lines as tree_html
+from specconform.util.extras import require
 
 MAX_DETAIL_PLOTS = 48  # observed-vs-expected plots per report; more are listed, not drawn
 

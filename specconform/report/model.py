@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specconform.errors import EvidenceError
 from specconform.evidence.reader import read_archive
 from specconform.evidence.sha256sums import ATTESTATION_NAME
 from specconform.report.readings import (
@@ -39,6 +38,7 @@ from specconform.report.readings import (
     is_quadrature_case,
 )
 from specconform.results import FAIL, NO_EVIDENCE, PASS, Evaluation, TestRow, Verdict
+from specconform.util.errors import EvidenceError
 
 SeedRange = tuple[int, int]  # [start, stop)
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 
-from specconform.extras import require
+from specconform.util.extras import require
 
 _BOLD = re.compile(r"\*\*([^*]+)\*\*")
 _CODE = re.compile(r"`([^`]+)`")

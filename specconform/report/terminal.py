@@ -76,8 +76,8 @@ def diagnosis_lines(archive: Path) -> list[str]:
     from dataclasses import replace
 
     from specconform.diagnosis import diagnose_archive
-    from specconform.errors import SpecconformError
     from specconform.evidence.reader import read_archive
+    from specconform.util.errors import SpecconformError
 
     try:
         diagnoses = diagnose_archive(read_archive(Path(archive)))

@@ -23,9 +23,9 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-from specconform.errors import UsageError
 from specconform.evidence.sha256sums import ATTESTATION_NAME, SUMS_NAME, UNSIGNED_NAME
 from specconform.protocol.load import LoadedProtocol, canonical_json
+from specconform.util.errors import UsageError
 
 # Members every archive has (runner.execute writes them; seal adds SHA256SUMS and the
 # attestation or UNSIGNED).

@@ -19,14 +19,14 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specconform.errors import UsageError
 from specconform.kinds.registry import kind_of, kinds_with
 from specconform.planning.evidence import check_evidence_plan
-from specconform.progress import notice
 from specconform.protocol.load import LoadedProtocol, apply_overrides, load_protocol
 from specconform.runner.archive_floor import check_archive_floor  # noqa: F401 (re-exported)
 from specconform.runner.context import RunOptions
 from specconform.runner.execute import PreparedRun, RunOutcome, make_run_id
+from specconform.util.errors import UsageError
+from specconform.util.progress import notice
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 SAMPLE_COLUMNS = (
     "group",

@@ -8,10 +8,10 @@ signature follows what the kind drives (``Capabilities.drives``).
 
 from __future__ import annotations
 
-from specconform.errors import UsageError
 from specconform.kinds.registry import kind_of
 from specconform.protocol.load import LoadedProtocol
 from specconform.runner.context import RunContext
+from specconform.util.errors import UsageError
 
 
 def collect_raw(

@@ -19,8 +19,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from specconform.errors import AdapterTimeout, UsageError
-from specconform.progress import notice, timing
 from specconform.runner import interrupt
 from specconform.runner.checkpoint import (  # noqa: F401 (re-exported: benches, assemble)
     SAMPLE_COLUMNS,
@@ -35,6 +33,8 @@ from specconform.runner.checkpoint import (  # noqa: F401 (re-exported: benches,
 )
 from specconform.runner.ledger import LedgerEntry, check_and_reserve
 from specconform.runner.replay import _sparse, replay_reference  # noqa: F401 (re-exported)
+from specconform.util.errors import AdapterTimeout, UsageError
+from specconform.util.progress import notice, timing
 
 
 def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes] | None:

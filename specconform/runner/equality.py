@@ -24,9 +24,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from specconform.errors import SpecconformError, UsageError
 from specconform.kinds.equality import comparisons, first_divergence
 from specconform.kinds.equality.evaluate import RAW_FILE, gap_key
+from specconform.util.errors import SpecconformError, UsageError
 
 WORKER = Path(__file__).with_name("equality_worker.py")
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the tree holding specconform/

@@ -19,7 +19,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from specconform import __version__
-from specconform.errors import UsageError
 from specconform.evidence.external import external_dir_for
 from specconform.evidence.jsonio import canonical_json_bytes
 from specconform.evidence.results_io import (
@@ -28,7 +27,6 @@ from specconform.evidence.results_io import (
     tests_csv_bytes,
 )
 from specconform.kinds.registry import kind_of
-from specconform.progress import timing, timing_since_start
 from specconform.protocol.load import LoadedProtocol, canonical_json
 from specconform.results import Evaluation, RawData
 from specconform.runner.context import RunContext, RunOptions
@@ -36,6 +34,8 @@ from specconform.runner.ledger import new_attempt_id
 from specconform.runner.preflight import preflight
 from specconform.runner.reserve import collect_reserved
 from specconform.runner.runlock import run_lock
+from specconform.util.errors import UsageError
+from specconform.util.progress import timing, timing_since_start
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ class PreparedRun:
     options: RunOptions = RunOptions()
 
     def execute(self, progress) -> RunOutcome:
-        from specconform.extras import missing_extra
+        from specconform.util.extras import missing_extra
 
         # No torch: name the extra in one line (exit 2), whatever the entry point.
         with missing_extra(f"running protocol {self.loaded.name}"):

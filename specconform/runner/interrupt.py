@@ -31,7 +31,7 @@ import signal
 import time
 from pathlib import Path
 
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 ENV = "SPECCONFORM_TEST_INTERRUPT"
 HOLD_ENV = "SPECCONFORM_TEST_HOLD_AFTER_RESERVE"

@@ -31,8 +31,8 @@ from typing import Any
 
 from typing_extensions import TypedDict, Unpack  # Unpack: Python 3.11; pydantic brings it
 
-from specconform.errors import UsageError
 from specconform.runner import interrupt
+from specconform.util.errors import UsageError
 
 
 @dataclass(frozen=True)

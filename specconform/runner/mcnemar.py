@@ -17,11 +17,11 @@ from __future__ import annotations
 import json
 import time
 
-from specconform.errors import UsageError
 from specconform.kinds.mcnemar import gsm8k
 from specconform.kinds.mcnemar.raw import RAW_FILE, sample_lines, samples_file, sha256_text
 from specconform.kinds.mcnemar.scoring import target_of
-from specconform.progress import timing
+from specconform.util.errors import UsageError
+from specconform.util.progress import timing
 
 
 class ByteTokenizer:

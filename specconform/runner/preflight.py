@@ -39,10 +39,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from specconform.errors import UsageError
 from specconform.kinds.registry import kind_of, kinds_with
 from specconform.runner.context import RunContext
 from specconform.runner.runlock import lock_holder
+from specconform.util.errors import UsageError
 
 SEED_LIMIT = 2**63  # engine_under_test.params.SEED_LIMIT: seeds are int64 Philox keys
 MIN_FREE_ENV = "SPECCONFORM_MIN_FREE_MB"

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 
 def replay_laws(loaded, *, notify: Callable[[str], None], progress=None) -> dict:
@@ -22,7 +22,7 @@ def replay_laws(loaded, *, notify: Callable[[str], None], progress=None) -> dict
     protocol's own engine adapter (bundled, hf or a user's): its p and, when it gives
     one, its q. Kept in the law cache (specconform.planning.law_cache): a second call
     for the same protocol, engine code and torch reads them back in well under a second.
-    ``progress``: a specconform.progress-style factory (default: its bar or log lines)."""
+    ``progress``: a specconform.util.progress-style factory (default: its bar or log lines)."""
     try:
         import torch
     except ImportError:
@@ -49,7 +49,7 @@ def replay_laws(loaded, *, notify: Callable[[str], None], progress=None) -> dict
 
 
 def _default_progress():
-    from specconform.progress import progress
+    from specconform.util.progress import progress
 
     return progress
 

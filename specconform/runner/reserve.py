@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specconform.errors import UsageError
 from specconform.kinds.registry import kind_of
 from specconform.runner.collect import collect_raw
 from specconform.runner.context import RunContext
 from specconform.runner.ledger import check_and_reserve, release
 from specconform.runner.preflight import ledger_entries
+from specconform.util.errors import UsageError
 
 
 def collect_reserved(

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 
 def _lock_file(out_dir: Path, run_id: str) -> Path:

@@ -20,7 +20,6 @@ import time
 import pandas as pd
 
 from specconform.adapters.sequence import SequenceRecord
-from specconform.errors import UsageError
 from specconform.kinds.sequence.raw import (
     CHECKS,
     CROSS_COLUMNS,
@@ -30,7 +29,6 @@ from specconform.kinds.sequence.raw import (
     TOKEN_COLUMNS,
     TOKENS,
 )
-from specconform.progress import notice, timing
 from specconform.runner import sequence_checks as sc
 from specconform.runner.sequence_laws import (
     drafted_steps,
@@ -45,6 +43,8 @@ from specconform.runner.sequence_requests import (
     resolve_prompts,
 )
 from specconform.runner.sequence_stops import stop_check
+from specconform.util.errors import UsageError
+from specconform.util.progress import notice, timing
 
 # --- generation -----------------------------------------------------------------------
 

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from specconform.adapters.sequence import RequestSpec
-from specconform.errors import UsageError
 from specconform.runner import sequence_checks as sc
+from specconform.util.errors import UsageError
 
 SEED_LIMIT = 2**63  # the bundled engine's seed domain [0, 2**63)
 

@@ -26,7 +26,6 @@ from pathlib import Path
 import pandas as pd
 
 from specconform.kinds.distribution.sequential import sequential_alpha, sequential_outcome
-from specconform.progress import notice, silent
 from specconform.runner import interrupt
 from specconform.runner.checkpoint import (
     _atomic_write,
@@ -38,6 +37,7 @@ from specconform.runner.checkpoint import (
 from specconform.runner.replay import replay_reference
 from specconform.stats.eprocess import batch_ends
 from specconform.stats.reference import Reference
+from specconform.util.progress import notice, silent
 
 
 def collect_sequential(loaded, model, engine, folder: Path, *, progress, log, context) -> dict:
@@ -141,7 +141,7 @@ def _batch_bar(progress, batches: int, budget: int, alpha: float):
     """Yields show(batch, seeds, log_e, sup_log_e). On a terminal (the CLI's progress): a
     rich bar over batches with seeds so far and the current E against 1/alpha; otherwise
     the given ``progress`` over batches (plain lines in CI, nothing when silent)."""
-    from specconform import progress as progress_module
+    from specconform.util import progress as progress_module
 
     if progress is not progress_module.progress or not progress_module.interactive():
         with progress("sequential batches", batches) as bar:

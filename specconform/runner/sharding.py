@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from specconform.errors import EXIT_INCOMPLETE, EXIT_USAGE, UsageError
-from specconform.progress import notice
+from specconform.util.errors import EXIT_INCOMPLETE, EXIT_USAGE, UsageError
+from specconform.util.progress import notice
 
 # torchrun sets these for every worker (and nothing else does).
 _RANK_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")

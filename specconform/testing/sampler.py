@@ -32,8 +32,8 @@ import numpy as np
 
 from specconform.api.stats import detectable_tv
 from specconform.details.cases import QuadratureCaseDetail
-from specconform.progress import silent
 from specconform.testing.records import COLLECTOR, CheckRecord, fail_message
+from specconform.util.progress import silent
 
 # Small but sharp defaults: each takes well under a second with the bundled kernel on
 # CPU; the partial-overlap and ragged cases separate every planted kernel bug.

@@ -25,7 +25,6 @@ import math
 from typing import Any
 
 from specconform import kinds
-from specconform.errors import EvidenceError
 from specconform.evidence.jsonio import compact_json
 from specconform.evidence.reader import ArchiveContents
 from specconform.evidence.results_io import (
@@ -34,6 +33,7 @@ from specconform.evidence.results_io import (
     sequential_csv_bytes,
 )
 from specconform.results import Evaluation
+from specconform.util.errors import EvidenceError
 
 REL_TOL = 1e-9
 TESTS_JSON = "results/tests.json"

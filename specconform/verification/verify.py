@@ -31,7 +31,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specconform.errors import EvidenceError, SpecconformError, UsageError
 from specconform.evidence.external import MANIFEST_NAME, check_external
 from specconform.evidence.reader import ArchiveContents, read_archive
 from specconform.evidence.sha256sums import (
@@ -43,6 +42,7 @@ from specconform.evidence.sha256sums import (
 )
 from specconform.evidence.signing import check_signature, load_public_key, open_envelope
 from specconform.evidence.zipcheck import one_line
+from specconform.util.errors import EvidenceError, SpecconformError, UsageError
 from specconform.verification.recompute import check_recomputation, reevaluate_archive
 
 

@@ -153,8 +153,8 @@ def test_protocol_engine_block_takes_exactly_one_model():
 def test_bundled_engine_missing_package_is_usage_error(monkeypatch):
     """Through the toolkit a missing model package is bad input (exit 2), one line."""
     from specconform.adapters.engine import BundledEngine
-    from specconform.errors import UsageError
     from specconform.protocol.schema import EngineSpec
+    from specconform.util.errors import UsageError
 
     fake = PackagedModel("smollm2-135m", "no-such-dist-xyz", "1.0", "x.gguf", "0" * 64)
     monkeypatch.setitem(models_pkg.PACKAGED_MODELS, "smollm2-135m", fake)

@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 from tests.peers.conftest import joint_pvalue, single_draft_case
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from specconform.adapters.kernel import CheckedKernel, ensure_uses_uniforms
 from specconform.adapters.peers import sglang as peer  # imports sglang lazily
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 from tests.peers.conftest import joint_pvalue, single_draft_case
 
 # find_spec, not importorskip: `import sglang` pulls in its whole serving runtime.

@@ -5,7 +5,7 @@ import pytest
 
 from specconform.adapters.kernel import CheckedKernel, ensure_uses_uniforms
 from specconform.adapters.peers import vllm as peer  # imports vllm lazily
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 from tests.peers.conftest import joint_pvalue, single_draft_case
 
 pytest.importorskip("vllm", reason=f"vllm is not installed: pip install {peer.INSTALL}")

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 
 from hypothesis import HealthCheck, Phase, given, settings
 
-from specconform.errors import SpecconformError
+from specconform.util.errors import SpecconformError
 
 LONG = os.environ.get("SPECCONFORM_HYPOTHESIS") == "long"
 CI_EXAMPLES = {

@@ -272,7 +272,7 @@ def test_nospec_records_without_rounds_and_events_pass_the_checks():
 
 
 def test_adapter_options_are_validated_naming_the_field(tmp_path):
-    from specconform.errors import UsageError
+    from specconform.util.errors import UsageError
 
     with pytest.raises(UsageError, match=r"^engine.options.vocab: "):
         load_engine(_spec(options={"vocab": "eight"}), mutant=None)

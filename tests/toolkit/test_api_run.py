@@ -24,7 +24,7 @@ import yaml
 pytest.importorskip("torch")
 
 import specconform  # noqa: E402
-from specconform.errors import UsageError  # noqa: E402
+from specconform.util.errors import UsageError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SEQUENTIAL = ROOT / "tests/toolkit/fixtures/sequential_protocol.yaml"

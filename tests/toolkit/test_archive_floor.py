@@ -12,9 +12,9 @@ import zipfile
 
 import pytest
 
-from specconform.errors import UsageError
 from specconform.protocol.load import load_protocol
 from specconform.runner.archive_floor import archive_floor, check_archive_floor
+from specconform.util.errors import UsageError
 from tests.toolkit.cli_helpers import ROOT, run_cli
 from tests.toolkit.test_fault_injection import _protocol
 

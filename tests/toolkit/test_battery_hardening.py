@@ -13,14 +13,14 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from specconform import progress
 from specconform.cli import cli
 from specconform.cli.evidence import keygen_command
-from specconform.errors import UsageError
 from specconform.protocol.load import load_protocol
 from specconform.runner.execute import free_destination, portable_command, zip_beside
 from specconform.runner.preflight import check_adapter, check_mutant, check_run_folder
 from specconform.runner.runlock import lock_holder, run_lock
+from specconform.util import progress
+from specconform.util.errors import UsageError
 from tests.toolkit.cli_helpers import ROOT
 
 

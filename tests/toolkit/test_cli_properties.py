@@ -4,7 +4,7 @@ Property: any argv for any subcommand (run, gate, plan, verify, report, replay, 
 mutants, schema, and whatever is registered later: the commands and their options are
 read from click) -- with hostile values (huge, negative and non-finite numbers, unicode
 and control characters, 10,000-character paths, missing files, directories, /dev/zero,
-unknown options) -- ends with one of the documented exit codes (specconform.errors'
+unknown options) -- ends with one of the documented exit codes (specconform.util.errors'
 EXIT_*), never a traceback and never more than CLI_SECONDS; when it is an error, the
 last stderr line is its one ``error: ...`` line and the only one.
 
@@ -34,8 +34,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specconform import errors
 from specconform.cli import _main, cli
+from specconform.util import errors
 from tests.toolkit.hostile_support import CONTROL, Hang, profile, summary, time_limit
 
 CLI_SECONDS = 20.0  # a refusal takes milliseconds; the first call imports (seconds)

@@ -180,9 +180,9 @@ def test_adapter_keeps_one_generation_engine_alive(capsys, monkeypatch):
     """At thousands of concurrent requests each group's engine holds tens of GiB of KV
     and graphs: switching group configuration frees the previous engine, and close()
     frees everything (the reference engine too)."""
-    from specconform import progress
     from specconform.adapters.engine import BundledEngine
     from specconform.protocol.load import load_protocol
+    from specconform.util import progress
 
     # The timing lines this test reads appear only with --verbose.
     monkeypatch.setattr(progress, "_VERBOSE", True)

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specconform.errors import ProtocolError
 from specconform.kinds.equality import first_divergence
 from specconform.kinds.equality.evaluate import ComparisonSpec, evaluate_comparison
 from specconform.protocol.load import validate
+from specconform.util.errors import ProtocolError
 from tests.toolkit.cli_helpers import ROOT, run_cli
 
 PROTOCOL = ROOT / "protocols" / "equality.yaml"

@@ -20,7 +20,6 @@ from click.testing import CliRunner
 from cryptography.hazmat.primitives import serialization
 
 from specconform.cli.evidence import keygen_command, write_key_pair
-from specconform.errors import UsageError
 from specconform.evidence import (
     compare_archives,
     environment_manifest,
@@ -30,6 +29,7 @@ from specconform.evidence import (
     write_sha256sums,
 )
 from specconform.evidence.signing import PAYLOAD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, pae
+from specconform.util.errors import UsageError
 from tests.toolkit.cli_helpers import ROOT
 from tests.toolkit.fixtures import evidence_toy as toy
 

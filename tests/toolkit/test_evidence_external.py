@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from specconform.cli.evidence import verify_command
-from specconform.errors import EvidenceError, UsageError
 from specconform.evidence import seal
 from specconform.evidence.external import MANIFEST_NAME, parse_size
 from specconform.evidence.sha256sums import sha256_hex
+from specconform.util.errors import EvidenceError, UsageError
 from specconform.verification import verify_archive
 from tests.toolkit.cli_helpers import ROOT, run_cli
 from tests.toolkit.fixtures import evidence_toy as toy

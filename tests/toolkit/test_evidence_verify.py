@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 from specconform.cli.evidence import verify_command, write_key_pair
-from specconform.errors import EvidenceError
 from specconform.evidence import seal, write_reproducible_zip, write_sha256sums
 from specconform.evidence.results_io import tests_csv_bytes as csv_for_rows
 from specconform.evidence.sha256sums import sha256_hex
+from specconform.util.errors import EvidenceError
 from specconform.verification import verify_archive
 from tests.toolkit.fixtures import evidence_toy as toy
 

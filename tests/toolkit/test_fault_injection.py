@@ -166,7 +166,7 @@ def test_the_deadline_is_not_part_of_the_claim(tmp_path):
     prepared = prepare(request)
     assert prepared.loaded.model.engine.call_timeout_s == 2.0
     assert prepared.loaded.hash == a.hash and prepared.loaded.data == a.data
-    from specconform.errors import UsageError
+    from specconform.util.errors import UsageError
 
     for bad in (0.0, -1.0, float("nan"), float("inf")):  # the API's values are checked too
         with pytest.raises(UsageError, match="--adapter-timeout"):
@@ -195,8 +195,8 @@ def test_adapter_timeout_applies_only_to_adapters(tmp_path):
 
 @pytest.mark.parametrize("value", [0, -1, 10**9])
 def test_bad_call_timeouts_in_the_protocol_are_refused(tmp_path, value):
-    from specconform.errors import ProtocolError
     from specconform.protocol.load import load_protocol
+    from specconform.util.errors import ProtocolError
 
     data = yaml.safe_load(_protocol(tmp_path, fault="raises").read_text())
     data["engine"]["call_timeout_s"] = value

@@ -23,8 +23,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specconform.errors import EvidenceError
 from specconform.evidence import seal
+from specconform.util.errors import EvidenceError
 from specconform.verification import verify_archive
 from tests.toolkit.cli_helpers import run_cli
 from tests.toolkit.fixtures import evidence_toy as toy

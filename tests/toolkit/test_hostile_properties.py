@@ -25,10 +25,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specconform.errors import UsageError
 from specconform.protocol import load as load_module
 from specconform.protocol.load import load_protocol
 from specconform.protocol.union import KIND_NAMES
+from specconform.util.errors import UsageError
 from tests.toolkit.cli_helpers import ROOT, run_cli
 from tests.toolkit.hostile_support import CONTROL, check_one_line, cli_examples, profile, summary
 

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from specconform.errors import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
 from specconform.kinds.verdict import FamilyRule, family_verdict, gate_outcome, run_outcome
 from specconform.planning.evidence import distribution_shortfalls
 from specconform.protocol.load import load_protocol
 from specconform.results import RESULTS_SCHEMA, TestRow, Verdict
+from specconform.util.errors import EXIT_FAIL, EXIT_INCONCLUSIVE, EXIT_PASS
 from tests.toolkit.cli_helpers import ROOT, assert_cli_refused, run_cli
 
 RULE = FamilyRule(("primary",), "holm", 0.01)
@@ -85,7 +85,7 @@ def test_gate_reads_inconclusive_by_its_policy_and_says_so(verdict, stated, ok, 
 
 
 def test_exit_code_7_collides_with_no_other_specconform_or_pytest_code():
-    from specconform import errors
+    from specconform.util import errors
 
     others = [getattr(errors, n) for n in dir(errors) if n.startswith("EXIT_")]
     assert others.count(EXIT_INCONCLUSIVE) == 1
@@ -121,7 +121,7 @@ def test_refusal_comes_before_any_model_or_torch(tmp_path):
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from specconform.errors import UsageError\n"
+        "from specconform.util.errors import UsageError\n"
         "from specconform.runner.assemble import RunRequest, prepare\n"
         f"req = RunRequest(protocol=Path({str(ROOT / 'protocols/ci_gate.yaml')!r}), "
         f"out_dir=Path({str(tmp_path / 'out')!r}), argv=(), seeds=100, sign=False)\n"

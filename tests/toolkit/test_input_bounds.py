@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from specconform.errors import ProtocolError, UsageError
 from specconform.protocol import yaml_safe
 from specconform.protocol.load import json_schema, load_protocol
 from specconform.protocol.schema_base import SEED_MAX
+from specconform.util.errors import ProtocolError, UsageError
 from tests.toolkit.cli_helpers import ROOT, assert_cli_refused, run_cli
 
 CI_GATE = (ROOT / "protocols" / "ci_gate.yaml").read_text()

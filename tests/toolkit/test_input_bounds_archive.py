@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from specconform.errors import EvidenceError, UsageError
 from specconform.evidence import seal
 from specconform.evidence.zipcheck import check_structure
+from specconform.util.errors import EvidenceError, UsageError
 from specconform.verification import verify_archive
 from tests.toolkit.cli_helpers import ROOT, assert_cli_refused, run_cli
 from tests.toolkit.fixtures import evidence_toy as toy

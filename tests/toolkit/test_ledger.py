@@ -10,7 +10,6 @@ import sys
 
 import pytest
 
-from specconform.errors import UsageError
 from specconform.protocol.schema import Expansion
 from specconform.runner.ledger import (
     LedgerEntry,
@@ -21,6 +20,7 @@ from specconform.runner.ledger import (
     read_ledger,
     release,
 )
+from specconform.util.errors import UsageError
 
 
 def entry(run, group="async", start=0, stop=5000, mutant=None, name="fp32_t2"):

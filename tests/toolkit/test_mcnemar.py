@@ -18,7 +18,6 @@ import pytest
 import yaml
 from scipy.stats import binom
 
-from specconform.errors import ProtocolError, UsageError
 from specconform.kinds import reevaluate
 from specconform.kinds.mcnemar import gsm8k
 from specconform.kinds.mcnemar.paired import critical_losses, exact_mcnemar, power, wilson
@@ -34,6 +33,7 @@ from specconform.kinds.mcnemar.scoring import (
 )
 from specconform.protocol.load import validate
 from specconform.results import RawData
+from specconform.util.errors import ProtocolError, UsageError
 from tests.toolkit.cli_helpers import run_cli
 
 HAVE_GSM8K = True

@@ -71,8 +71,8 @@ def test_commands_without_optional_layers(tmp_path, args, code, needle):
 
 
 def test_missing_extra_names_the_extra_and_keeps_other_import_errors():
-    from specconform.errors import UsageError
-    from specconform.extras import MissingExtraError, missing_extra, require
+    from specconform.util.errors import UsageError
+    from specconform.util.extras import MissingExtraError, missing_extra, require
 
     with pytest.raises(MissingExtraError, match=r"specconform\[plots\]") as info:
         with missing_extra("drawing"):
@@ -101,7 +101,9 @@ def test_pyproject_base_dependencies_exclude_the_optional_layers():
     assert any(d.startswith("torch") for d in extras["engine"])
     assert any(d.startswith("matplotlib") for d in extras["plots"])
     assert {"engine", "hf", "plots", "all", "dev"} <= set(extras)
-    assert project["entry-points"]["pytest11"] == {"specconform": "specconform.pytest_plugin"}
+    assert project["entry-points"]["pytest11"] == {
+        "specconform": "specconform.testing.pytest_plugin"
+    }
 
 
 # --- a clean venv: `pip install <repo>` pulls no torch ----------------------------------

@@ -21,7 +21,6 @@ from xml.etree import ElementTree
 import pytest
 import yaml
 
-from specconform.errors import EvidenceError, ProtocolError
 from specconform.evidence import seal
 from specconform.kinds.performance import abba_order, evaluate, summarize
 from specconform.kinds.performance.evaluate import RAW_FILE
@@ -29,6 +28,7 @@ from specconform.kinds.performance.profile import phase_table, timeline_svg
 from specconform.protocol.load import validate
 from specconform.results import RawData
 from specconform.runner.context import RunContext
+from specconform.util.errors import EvidenceError, ProtocolError
 from specconform.verification import verify_archive
 from tests.toolkit.cli_helpers import ROOT
 
@@ -261,10 +261,10 @@ def _in_process_worker(tree, request, worker_path):
 def small_run(tmp_path_factory) -> Path:
     """A run of a cut-down protocol: 2 processes per side, one cell, no profile, through
     execute() (collect, evaluate, seal) with the worker in process."""
-    from specconform.progress import silent
     from specconform.protocol.load import load_protocol
     from specconform.runner import performance as runner
     from specconform.runner.execute import PreparedRun
+    from specconform.util.progress import silent
 
     tmp = tmp_path_factory.mktemp("perf")
     data = yaml.safe_load(PROTOCOL.read_text())
@@ -309,10 +309,10 @@ def test_base_ref_runs_the_candidate_configuration_in_the_base_tree(monkeypatch)
     """With --base-ref the code differs, not the configuration: both sides get the
     candidate's configuration, the base side in the base tree (workers faked: this
     checks the runner's requests and order, not the engine)."""
-    from specconform.progress import silent
     from specconform.protocol.load import load_protocol
     from specconform.runner import performance as runner
     from specconform.runner.equality import SourceTree
+    from specconform.util.progress import silent
 
     base = SourceTree("base", ROOT, "HEAD~1", "b" * 40, False)
     monkeypatch.setattr(runner, "base_tree", lambda ref: base)

@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specconform.errors import ProtocolError, UsageError
 from specconform.protocol.load import (
     apply_overrides,
     exact_int,
@@ -13,6 +12,7 @@ from specconform.protocol.load import (
     load_protocol,
     overridable_fields,
 )
+from specconform.util.errors import ProtocolError, UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOLS = sorted((ROOT / "protocols").glob("*.yaml"))

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from specconform.errors import EvidenceError
 from specconform.evidence import read_archive
 from specconform.kinds import reevaluate
+from specconform.util.errors import EvidenceError
 from specconform.verification import verify_archive
 from specconform.verification.recompute import check_recomputation, reevaluate_archive
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from specconform.errors import EvidenceError
 from specconform.evidence import seal
 from specconform.evidence.signing import generate_key_pem
 from specconform.report import html_report, markdown_report
 from specconform.report.context import relabel, run_labels
 from specconform.report.model import load_views
+from specconform.util.errors import EvidenceError
 from tests.toolkit.fixtures import evidence_toy as toy
 
 ROOT = Path(__file__).resolve().parents[2]

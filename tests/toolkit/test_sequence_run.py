@@ -21,14 +21,14 @@ import pytest
 import yaml
 
 from specconform.adapters.sequence import RequestSpec, RoundTrace, SequenceRecord
-from specconform.errors import UsageError
 from specconform.kinds.sequence import raw as seq_raw
-from specconform.progress import silent
 from specconform.protocol.load import load_protocol
 from specconform.runner import sequence as runner
 from specconform.runner import sequence_checks as sc
 from specconform.runner import sequence_requests as requests_plan
 from specconform.runner.context import RunContext
+from specconform.util.errors import UsageError
+from specconform.util.progress import silent
 from tests.toolkit.cli_helpers import ROOT, run_cli
 from tests.toolkit.fixtures.sequence_run import TINY_CPU_ENGINE
 from tests.toolkit.plain_adapter import PlainAdapter

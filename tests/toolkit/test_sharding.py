@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specconform.errors import UsageError
 from specconform.runner.sharding import EXIT_INCOMPLETE, Shard, current_shard
+from specconform.util.errors import UsageError
 from tests.toolkit.cli_helpers import ROOT, run_cli
 
 CI_GATE = ROOT / "protocols" / "ci_gate.yaml"

@@ -19,7 +19,7 @@ import pytest
 
 from specconform.adapters.checks import CheckedEngine
 from specconform.adapters.watchdog import deadline, timed_call
-from specconform.errors import EXIT_TIMEOUT, AdapterTimeout, UsageError
+from specconform.util.errors import EXIT_TIMEOUT, AdapterTimeout, UsageError
 from tests.toolkit.plain_adapter import PlainAdapter
 
 SHORT = 0.2  # s: every hang is infinite, so any deadline ends it

@@ -24,7 +24,7 @@ import sys
 
 import numpy as np
 
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 # What `make peers-test` installs (docs/peers.md, Makefile); named in the missing-peer line.
 INSTALL_HINT = "make peers-test (or see docs/peers.md: {spec} --no-deps into its own venv)"

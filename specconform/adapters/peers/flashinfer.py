@@ -24,7 +24,7 @@ import numpy as np
 
 from specconform.adapters.kernel import KernelOutput
 from specconform.adapters.peers import check_device, import_module, require, row_seeds
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 DIST = "flashinfer-python"
 TESTED_VERSION = "0.7.2.post1"

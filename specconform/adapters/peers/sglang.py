@@ -42,7 +42,7 @@ import numpy as np
 
 from specconform.adapters.kernel import KernelOutput
 from specconform.adapters.peers import check_device, interpret_on_cpu, require, row_seeds
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 DIST = "sglang"
 TESTED_VERSION = "0.5.23"

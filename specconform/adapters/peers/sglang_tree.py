@@ -31,7 +31,7 @@ import numpy as np
 
 from specconform.adapters.peers import check_device, import_module, require
 from specconform.adapters.tree_types import TreeBatch, TreeOutput
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 DIST = "sglang"
 TESTED_VERSION = "0.5.23"

@@ -51,7 +51,7 @@ from specconform.adapters.peers import (
     require,
     row_seeds,
 )
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 DIST = "vllm"
 TESTED_VERSION = "0.33.0"

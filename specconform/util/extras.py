@@ -15,7 +15,7 @@ import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 # extra -> (the modules it provides, what it is for): the order of modules is the order
 # they are checked, so the message names the first one missing.
