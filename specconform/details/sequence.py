@@ -226,6 +226,15 @@ class CheckDetail(Record):
     tolerance: float | None
     examples: tuple[Json, ...]
     rule: str
+    # With the protocol's numerics block (issue 32; kinds/sequence/numerics.py): the
+    # model the check was held to (law_bound derived), and for token comparisons the
+    # decisions compared, the mismatches inside the model's error (near-ties, not in
+    # ``mismatches``), the most the model allows, and the first near-ties.
+    numerics: Json | None = optional()
+    decisions: int | None = optional()
+    near_ties: int | None = optional()
+    near_tie_limit: int | None = optional()
+    near_tie_examples: tuple[Json, ...] | None = optional()
 
 
 @dataclass(frozen=True, kw_only=True)
