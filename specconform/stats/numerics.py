@@ -21,17 +21,23 @@ Model (stated, not measured; docs/contracts.md "Numerics model"):
    the trace check exists for). ``growth="random"`` (the default) states the usual
    model of rounding errors as independent and random-signed: they grow like the square
    root of the number of terms and of kernels, ``delta = eps * sqrt(reduction_length *
-   kernels) * scale`` (the tiny preset: 1.1e-4, a law bound of 2.3e-4: the measured
+   kernels) * scale`` (the tiny preset at scale 10: 1.1e-4, a law bound of 5.8e-5; at
+   its measured scale, |logit| up to ~30 and T 0.6: 6.1e-4 and 3.1e-4: the measured
    1.083e-5 that failed a 1e-5 tolerance lies inside it, a bfloat16-rounded q, ~1e-3,
    outside). The random model is an assumption, so its consequences are counted and
    bounded (item 3) rather than trusted.
 2. Probabilities. softmax(z + e) / softmax(z) lies in [exp(-2 |e|), exp(2 |e|)] per
-   token, so |dp_i| <= p_i (exp(2 delta) - 1) <= exp(2 delta) - 1 =: ``law_bound``, and a
-   CDF value moves by at most the same amount (F_b = sum of p_i up to b).
+   token, so one probability moves by a ratio of at most exp(2 delta) - 1 =:
+   ``ratio_bound`` (what an accept decision u q(x) < p(x) sees). In absolute terms the
+   bound is tighter: for any set A of tokens (one token, or the tokens up to b, whose
+   mass is the CDF value F_b) the log-odds of P(A) move by at most 2 delta, and a
+   logistic moved by 2 delta moves by at most tanh(delta / 2), so every probability and
+   every CDF value moves by at most ``law_bound`` = tanh(delta / 2) (about delta / 2;
+   the first version stated exp(2 delta) - 1, four times looser).
 3. Decisions. A token drawn by inverse CDF from a uniform u differs between the two
    computations only if u lies within ``law_bound`` of a CDF boundary (u within the
    error); an accept decision u * q(x) < p(x) flips only if |u q(x) - p(x)| <=
-   law_bound * (p(x) + u q(x)). Such a decision is a **near-tie**. Per decision the
+   ratio_bound * (p(x) + u q(x)). Such a decision is a **near-tie**. Per decision the
    chance of a near-tie is at most ``near_tie_rate`` = 2 * law_bound * (number of CDF
    boundaries the uniform can fall near), so over n decisions the count of near-ties is
    stochastically below Binomial(n, near_tie_rate): :func:`near_tie_limit` is the count a
@@ -79,8 +85,13 @@ class NumericsModel:
 
     @property
     def law_bound(self) -> float:
-        """The largest |dp| of one token, and of one CDF value: exp(2 delta) - 1
-        (capped at 1: a probability cannot move more)."""
+        """The largest |dp| of one token, and of one CDF value: tanh(delta / 2) (item 2:
+        the log-odds of any event move by at most 2 delta)."""
+        return math.tanh(self.logit_bound / 2.0)
+
+    @property
+    def ratio_bound(self) -> float:
+        """The largest relative move of one probability: exp(2 delta) - 1 (capped at 1)."""
         return min(1.0, math.expm1(2.0 * self.logit_bound))
 
 
@@ -114,6 +125,31 @@ def near_tie_rate(model: NumericsModel, boundaries: int) -> float:
     falls within law_bound of one of ``boundaries`` CDF boundaries (or of the accept
     threshold: boundaries = 1)."""
     return min(1.0, 2.0 * model.law_bound * max(1, int(boundaries)))
+
+
+def token_near_tie_rate(model: NumericsModel, boundaries: int) -> float:
+    """Upper bound on the chance that one committed token of a speculative (or plain)
+    generation came from a near-tie, summing its decisions (runner/near_ties.py): a
+    draft, target or bonus draw by inverse CDF (2 law_bound per boundary); the accept
+    coin (u within a relative ratio_bound of p(x)/q(x): width 4 r / (1 - r)^2); and a
+    correction, drawn with chance TV from the residual whose CDF moves by at most
+    :func:`residual_bound` = 6 law_bound / (TV - 2 law_bound): at most 24 law_bound per
+    boundary (TV >= 4 law_bound), or TV < 4 law_bound itself."""
+    eps, r = model.law_bound, model.ratio_bound
+    b = max(1, int(boundaries))
+    coin = 4.0 * r / (1.0 - r) ** 2 if r < 1.0 else 1.0
+    return min(1.0, 2.0 * eps * b + coin + 24.0 * eps * b)
+
+
+def residual_bound(law_bound: float, tv: float) -> float:
+    """How far a CDF value of the normalised residual (p - q)+ / TV moves when p and q
+    each move within law_bound: an unnormalised partial sum moves by at most
+    sum |dp| + sum |dq| <= 4 law_bound (sum |dp| = 2 TV(p, p') <= 2 law_bound), TV by at
+    most 2 law_bound, so R_b = G_b / TV by at most 6 law_bound / (TV - 2 law_bound);
+    1 (anything) when TV <= 2 law_bound."""
+    if tv <= 2.0 * law_bound:
+        return 1.0
+    return min(1.0, 6.0 * law_bound / (tv - 2.0 * law_bound))
 
 
 def near_tie_limit(decisions: int, rate: float, alpha: float) -> int:
