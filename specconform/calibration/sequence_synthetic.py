@@ -386,19 +386,36 @@ def simulate(
 
 
 def clean_checks(protocol: dict) -> dict:
+    """checks.json of a correct engine: nothing mismatched; under a numerics block the
+    derived tolerances, the model, and no near-tie (kinds/sequence/numerics.py)."""
+    from specconform.kinds.sequence.numerics import (
+        TOKEN_TYPES,
+        check_model,
+        check_tolerance,
+        model_json,
+    )
     from specconform.protocol.schema_sequence import DETERMINISTIC_TYPES
 
-    return {
-        t["name"]: {
+    out = {}
+    for t in protocol["tests"]:
+        if t["type"] not in DETERMINISTIC_TYPES:
+            continue
+        checked = int(t.get("sample") or 8)
+        rec = {
             "type": t["type"],
             "applicable": True,
             "why": "",
-            "checked": int(t.get("sample") or 8),
+            "checked": checked,
             "mismatches": 0,
             "max_abs_diff": 0.0,
-            "tolerance": t.get("tolerance"),
+            "tolerance": check_tolerance(protocol, t),
             "examples": [],
         }
-        for t in protocol["tests"]
-        if t["type"] in DETERMINISTIC_TYPES
-    }
+        model = check_model(protocol, t)
+        token = t["type"] in TOKEN_TYPES
+        if model is not None and (t.get("tolerance") == "model" or token):
+            rec["numerics"] = model_json(model)
+        if model is not None and token:
+            rec.update(near_ties=0, decisions=checked, near_tie_examples=[])
+        out[t["name"]] = rec
+    return out

@@ -25,6 +25,14 @@ Test types:
   committed after a stop: runner/sequence_stops.py),
   ``greedy_equality`` (a greedy speculative group token for token against a greedy
   nospec group).
+
+Numerics (issue 32; docs/contracts.md "Numerics model"): a protocol may state the
+numerics model of its engine in a ``numerics`` block (`NumericsSpec`). Then a law
+comparison may say ``tolerance: model`` (its tolerance is the model's law bound at the
+smallest temperature of the groups it covers, recomputed by ``verify``), and the token
+comparisons (``isolation``, ``greedy_equality``) count a mismatch whose deciding
+uniform or logit gap lies within the model's error as a near-tie, not a mismatch, and
+fail when near-ties exceed the model's bound at ``numerics.alpha``.
 """
 
 from __future__ import annotations
@@ -64,6 +72,24 @@ from specconform.protocol.schema_base import (
     TopK,
     omit_unset,
 )
+
+
+class NumericsSpec(Strict):
+    """The stated numerics model of the engine (specconform.stats.numerics.NumericsModel):
+    a logit is the end of ``kernels`` reductions of ``reduction_length`` terms in
+    ``dtype``; ``logit_scale`` bounds |logit| at temperature 1 (the model's scale is
+    logit_scale / T). ``boundaries``: the CDF boundaries one decision's uniform can fall
+    near (the support of the laws: the largest top-k, or a bound on the vocabulary that
+    carries mass), which sets the near-tie rate; ``alpha``: the level at which a near-tie
+    count refutes the model (stochastic, so it is stated like any level)."""
+
+    dtype: Literal["float64", "float32", "float16", "bfloat16"]
+    reduction_length: Annotated[int, Field(ge=1, le=COUNT_MAX)]
+    kernels: Annotated[int, Field(ge=1, le=COUNT_MAX)]
+    logit_scale: Annotated[float, Field(gt=0.0, le=1e6)]
+    growth: Literal["random", "worst"] = "random"
+    boundaries: Annotated[int, Field(ge=1, le=COUNT_MAX)]
+    alpha: Probability
 
 
 class SequenceEngine(EngineSpec):
@@ -131,6 +157,7 @@ DeterministicType = Literal[
     "oracle", "teacher_forcing", "trace", "isolation", "greedy_equality", "stops"
 ]
 STOCHASTIC_TYPES: tuple[str, ...] = get_args(StochasticType)
+LAW_TYPES = ("oracle", "teacher_forcing", "trace")  # deterministic law comparisons
 DETERMINISTIC_TYPES: tuple[str, ...] = get_args(DeterministicType)
 
 
@@ -153,8 +180,9 @@ class SequenceTest(Strict):
     min_samples: Annotated[int, Field(ge=1, le=SAMPLES_MAX)] | None = None
     # greedy_equality: the greedy nospec group the speculative groups are compared with.
     against: Name | None = None
-    # Deterministic checks: max |Δp| allowed (oracle, teacher_forcing, trace).
-    tolerance: Annotated[float, Field(ge=0.0, le=TOLERANCE_MAX)] | None = None
+    # Deterministic checks: max |Δp| allowed (oracle, teacher_forcing, trace); "model":
+    # the law bound of the protocol's numerics block (kinds/sequence/numerics.py).
+    tolerance: Annotated[float, Field(ge=0.0, le=TOLERANCE_MAX)] | Literal["model"] | None = None
     # How many requests (trace, isolation) or prefixes (oracle, teacher_forcing) the
     # check covers; None: the type's default (docs/sequence.md).
     sample: Annotated[int, Field(ge=1, le=COUNT_MAX)] | None = None
@@ -205,6 +233,13 @@ class SequenceProtocol(Strict):
     ] = ["primary", "mechanism", "conformance"]
     verdict: FamilyVerdict | None = None
     engine_errors: EngineErrors = EngineErrors()
+    # The engine's numerics model (issue 32); None: exact comparisons, as before it
+    # existed. Left out of the canonical JSON when None (no existing hash changed).
+    numerics: NumericsSpec | None = None
+
+    @model_serializer(mode="wrap")
+    def _canonical(self, handler):
+        return omit_unset(handler(self), "numerics")
 
     @model_validator(mode="after")
     def _references(self):
@@ -248,6 +283,16 @@ class SequenceProtocol(Strict):
                 )
             if test.type != "crossing_count" and test.min_position is not None:
                 raise ValueError(f"test {test.name!r}: min_position applies to crossing_count only")
+            if test.tolerance == "model":
+                if test.type not in LAW_TYPES:
+                    raise ValueError(
+                        f"test {test.name!r}: tolerance: model applies to "
+                        f"{', '.join(LAW_TYPES)} only"
+                    )
+                if self.numerics is None:
+                    raise ValueError(
+                        f"test {test.name!r}: tolerance: model needs the protocol's numerics block"
+                    )
             if test.type == "mechanism_mean" and test.bins is not None:
                 raise ValueError(f"test {test.name!r}: mechanism_mean has no bins")
             if test.type in ("acceptance_all", "trace", *mechanism):

@@ -10,6 +10,8 @@ pass -- and a deciding one fails the verdict.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from specconform.details.distribution import CoverageRecord
@@ -31,14 +33,17 @@ from specconform.kinds.verdict import (
 from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, TestRow
 
 from .context import Context
+from .numerics import check_model, check_tolerance, model_json, numerics_block, tie_limit
 from .strata import slot_label, slots
 
 CHECK_METHOD = "none (deterministic: a correct engine never breaks it)"
 
 
-def check_row(ctx: Context, spec: dict, checks: dict) -> TestRow:
+def check_row(ctx: Context, spec: dict, checks: dict, protocol: dict | None = None) -> TestRow:
     """The row of one deterministic test from its checks.json record (ValueError when
-    the record is missing or does not fit the test)."""
+    the record is missing or does not fit the test). With the protocol's numerics block
+    the tolerance of ``tolerance: model`` and the near-tie limit are recomputed here
+    from the protocol (kinds/sequence/numerics.py), never read from the record."""
     name = spec["name"]
     if name not in checks:
         raise ValueError(f"checks.json: no record for test {name!r}")
@@ -52,11 +57,14 @@ def check_row(ctx: Context, spec: dict, checks: dict) -> TestRow:
             f"checks.json: record {name!r} has inconsistent applicable/checked/mismatches"
         )
     tolerance, max_diff = rec.get("tolerance"), rec.get("max_abs_diff")
-    if spec.get("tolerance") is not None and tolerance != spec["tolerance"]:
+    stated = spec.get("tolerance")
+    if stated == "model":
+        stated = check_tolerance(protocol or {}, spec)
+    if stated is not None and tolerance != stated:
         raise ValueError(
-            f"checks.json: record {name!r} used tolerance {tolerance!r}, the protocol "
-            f"{spec['tolerance']!r}"
+            f"checks.json: record {name!r} used tolerance {tolerance!r}, the protocol {stated!r}"
         )
+    ties = _near_ties(name, spec, rec, protocol or {}, checked) if applicable else None
     examples = list(rec.get("examples") or [])[:5]
     detail = CheckDetail(
         type=spec["type"],
@@ -67,7 +75,15 @@ def check_row(ctx: Context, spec: dict, checks: dict) -> TestRow:
         max_abs_diff=max_diff,
         tolerance=tolerance,
         examples=tuple(examples),
-        rule="PASS iff applicable, something was checked and nothing mismatched",
+        rule="PASS iff applicable, something was checked and nothing mismatched"
+        + (
+            ""
+            if ties is None
+            else "; near-ties (inside the numerics model's error) are "
+            "counted apart and FAIL only above the model's limit"
+        ),
+        numerics=rec.get("numerics"),
+        **({} if ties is None else ties.fields()),
     )
     over = tolerance is not None and max_diff is not None and float(max_diff) > float(tolerance)
     passed: bool | None
@@ -80,8 +96,14 @@ def check_row(ctx: Context, spec: dict, checks: dict) -> TestRow:
         what = f"first mismatch {first}" if first else f"max |diff| {max_diff} > {tolerance}"
         status, passed = FAIL, False
         reason = f"{mismatches} of {checked} mismatched; {what}"
+        if ties is not None and ties.count:
+            reason += f"; {ties.text()}"
+    elif ties is not None and ties.count > ties.limit:
+        status, passed = FAIL, False
+        reason = f"{ties.text()}: more than the numerics model allows (model refuted)"
     else:
-        status, passed, reason = PASS, True, ""
+        status, passed = PASS, True
+        reason = ties.text() if ties is not None and ties.count else ""
     if spec["role"] == "exploratory" and status in (PASS, FAIL):
         status, passed = INFO, None
     statistic = float(mismatches) if applicable else None
@@ -99,6 +121,55 @@ def check_row(ctx: Context, spec: dict, checks: dict) -> TestRow:
         pvalue_method=CHECK_METHOD,
         reason=reason,
     )
+
+
+@dataclass(frozen=True)
+class NearTies:
+    """A token comparison's near-ties against the limit the protocol's model allows."""
+
+    count: int
+    decisions: int
+    limit: int
+    alpha: float
+    examples: tuple
+
+    def fields(self) -> dict:
+        return {
+            "decisions": self.decisions,
+            "near_ties": self.count,
+            "near_tie_limit": self.limit,
+            "near_tie_examples": self.examples,
+        }
+
+    def text(self) -> str:
+        return (
+            f"{self.count} near-tie(s) in {self.decisions} decisions "
+            f"(limit {self.limit} at alpha {self.alpha:g})"
+        )
+
+
+def _near_ties(name: str, spec: dict, rec: dict, protocol: dict, checked: int) -> NearTies | None:
+    """The record's near-tie counts (token comparisons under a numerics block), checked
+    for consistency; None when the record has none (no numerics block, or a law check)."""
+    if "near_ties" not in rec:
+        return None
+    block = numerics_block(protocol)
+    count, decisions = rec.get("near_ties"), rec.get("decisions")
+    if (
+        block is None
+        or not isinstance(count, int)
+        or not isinstance(decisions, int)
+        or not 0 <= count <= checked
+        or decisions < count
+    ):
+        raise ValueError(f"checks.json: record {name!r} has inconsistent near-tie counts")
+    model = check_model(protocol, spec)
+    if model is None or rec.get("numerics") != model_json(model):
+        raise ValueError(f"checks.json: record {name!r} used another numerics model")
+    limit = tie_limit(protocol, spec, decisions)
+    assert limit is not None  # a block exists
+    examples = tuple(list(rec.get("near_tie_examples") or [])[:5])
+    return NearTies(count, decisions, limit, float(block["alpha"]), examples)
 
 
 def support_row(ctx: Context, deciding_groups: set[str]) -> TestRow:

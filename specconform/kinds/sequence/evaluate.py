@@ -35,7 +35,7 @@ def evaluate_frames(protocol: dict, requests_df, tokens_df, checks: dict) -> Eva
     rows, coverage = [], {}
     for spec in protocol["tests"]:
         if spec["type"] in DETERMINISTIC_TYPES:
-            rows.append(check_row(ctx, spec, checks))
+            rows.append(check_row(ctx, spec, checks, protocol))
             continue
         row, cov = TESTS[spec["type"]](ctx, spec)
         rows.append(row)

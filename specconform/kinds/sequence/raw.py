@@ -59,6 +59,15 @@ the protocol's tests use (``oracle``, ``teacher_forcing``, ``trace``, ``isolatio
                      "max_abs_diff": float | null, "tolerance": float | null,
                      "examples": [ {...}, ... up to 5 first mismatches ]}}
 
+Under the protocol's ``numerics`` block (issue 32; kinds/sequence/numerics.py) a law
+check with ``tolerance: model`` and every token check (isolation, greedy_equality) also
+records ``"numerics"`` (the model it was held to: dtype, reduction_length, kernels,
+scale, growth, logit_bound, law_bound, ratio_bound; ``verify`` recomputes it and the
+tolerance from the protocol), and a token check ``"near_ties"`` (divergences inside the
+model's error, counted in ``checked`` but not in ``mismatches``), ``"decisions"``
+(tokens compared, for the near-tie limit) and ``"near_tie_examples"`` (up to 5: where,
+the deciding decision, its margin and the model's bound there).
+
 The randomisation V_t of the PIT is not raw data: the evaluator draws it from
 ``numpy.random.default_rng(protocol["pit_seed"]).random(len(tokens))`` in the file's
 row order, so the U_t = cdf_below + V_t * p_token are reproducible by ``verify``. The
