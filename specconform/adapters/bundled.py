@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from specconform.adapters.sequence import RequestSpec, RoundTrace, SequenceRecord
+from specconform.adapters.sequence import RequestSpec, RoundTrace, RoundUniforms, SequenceRecord
 from specconform.adapters.types import SeedRecord, TokenEvent, _timing
 from specconform.util.errors import UsageError
 
@@ -376,6 +376,38 @@ class BundledEngine:
             list(prefix), self.request_params(request), draft_depth
         )
         return q.detach().float().cpu().numpy()
+
+    def round_uniforms(self, request: RequestSpec, round: int, step: int) -> RoundUniforms | None:
+        """The engine's own uniforms for one decision point of a random request (None for
+        a greedy one), recomputed from its Philox streams (engine_under_test.sampling.rng,
+        runners/spec_round.py): prefill draws the accept block of counter 0 (t1 at index
+        0), so round r of the events uses counter r + 1 -- coins u[0:K], corrections
+        u[K:2K], bonus u[2K] -- and its drafts the draft domain at r + 1 +
+        DRAFT_ROUND_OFFSET; a nospec step t draws counter t, index 0. A planted RNG
+        mutant draws others: its near-ties are then misjudged toward FAIL, never toward
+        excuse (a wrong uniform rarely lies within the error of a boundary)."""
+        if request.seed is None or request.greedy:
+            return None
+        torch = self._torch
+        from engine_under_test.runners.spec_round import DRAFT_ROUND_OFFSET
+        from engine_under_test.sampling import philox_uniforms
+
+        seeds = torch.tensor([int(request.seed)], dtype=torch.int64)
+
+        def draw(counter: int, n: int) -> list[float]:
+            rounds = torch.tensor([counter], dtype=torch.int64)
+            return [float(x) for x in philox_uniforms(seeds, rounds, n)[0]]
+
+        if round < 0:
+            return RoundUniforms(target=draw(step, 1)[0])
+        K = int(self.spec.num_speculative_tokens)
+        block = draw(round + 1, 2 * K + 1)
+        return RoundUniforms(
+            draft=tuple(draw(round + 1 + DRAFT_ROUND_OFFSET, K)),
+            coin=tuple(block[:K]),
+            correction=tuple(block[K : 2 * K]),
+            bonus=block[2 * K],
+        )
 
     def target_logits(self, prefix) -> np.ndarray:
         """Raw full-depth logits [V] float32 at the last position of prefix (the logits

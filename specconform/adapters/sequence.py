@@ -18,7 +18,11 @@ what an adapter lacks makes the tests that need it "not applicable", never PASS:
 - ``target_law_for(prefix, request)`` / ``draft_law_for(prefix, request, draft_depth)``:
   the serial reference laws for one prefix under one request's parameters;
 - ``target_logits(prefix)``: the raw full-depth logits at the last position of prefix,
-  for the independent oracle of the sampling semantics (specconform.stats.oracle).
+  for the independent oracle of the sampling semantics (specconform.stats.oracle);
+- ``round_uniforms(request, round, step)``: the uniforms a random request drew for the
+  round ``round`` of its events (or, round -1, for the target sample at ``step``), as a
+  `RoundUniforms`; lets the token comparisons (isolation) tell a near-tie from a
+  mismatch (runner/near_ties.py). Without it every token mismatch fails, as before.
 
 Vocabulary as in `specconform.adapters.engine`: p is the target law, q the draft law;
 a round drafts L <= K tokens; positions 0..L-1 hold drafts, position L the bonus.
@@ -65,6 +69,22 @@ class RoundTrace:
     drafts: tuple[int, ...]  # the L draft tokens of the round
     p: np.ndarray  # [L + 1, V] float32: target law at positions 0..L
     q: np.ndarray  # [L, V] float32: draft law at positions 0..L-1
+
+
+@dataclass(frozen=True)
+class RoundUniforms:
+    """The uniforms one request drew for one decision point (white-box engines; issue 32
+    near-ties): for a speculative round, draft token j is the inverse CDF of q_j at
+    ``draft[j]``, accepted iff ``coin[j] * q_j(x_j) < p_j(x_j)``; a stop at j draws the
+    correction from (p_j - q_j)+ at ``correction[j]``, all L accepted the bonus from p_L
+    at ``bonus``. A plain target sample (round -1) is the inverse CDF of p at ``target``.
+    Lists hold K entries (the engine's num_speculative_tokens)."""
+
+    draft: tuple[float, ...] = ()
+    coin: tuple[float, ...] = ()
+    correction: tuple[float, ...] = ()
+    bonus: float | None = None
+    target: float | None = None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specconform.adapters.sequence import RequestSpec, RoundTrace, SequenceRecord
+from specconform.adapters.sequence import RequestSpec, RoundTrace, RoundUniforms, SequenceRecord
 from specconform.adapters.types import AdapterError, AdapterInfo
 
 SEQUENCE_METHODS = ("run_requests", "target_law_for", "sequence_laws", "target_logits")
@@ -148,6 +148,27 @@ class SequenceChecks:
             f"draft_law_for(prefix of {len(prefix)}, {depth})",
             self._call("draft_law_for", list(prefix), request, depth),
         )
+
+    def round_uniforms(self, request: RequestSpec, round: int, step: int):
+        """The adapter's RoundUniforms for one decision point, or None when it has no
+        round_uniforms() (token mismatches then fail as before) or the request is greedy."""
+        if not callable(getattr(self._a, "round_uniforms", None)):
+            return None
+        got = self._call("round_uniforms", request, int(round), int(step))
+        if got is None:
+            return None
+        K = self._spec.num_speculative_tokens
+        lists = (got.draft, got.coin, got.correction) if isinstance(got, RoundUniforms) else ()
+        values = [*(x for xs in lists for x in xs), got.bonus, got.target] if lists else []
+        if (
+            not isinstance(got, RoundUniforms)
+            or (round >= 0 and not all(len(xs) == K for xs in lists))
+            or not all(x is None or (isinstance(x, float) and 0.0 <= x < 1.0) for x in values)
+        ):
+            raise self._fail(
+                f"round_uniforms() must return RoundUniforms with {K} uniforms in [0, 1)"
+            )
+        return got
 
     def target_logits(self, prefix) -> np.ndarray | None:
         """[V] raw logits, or None when not capable."""

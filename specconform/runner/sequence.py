@@ -20,6 +20,7 @@ import time
 import pandas as pd
 
 from specconform.adapters.sequence import SequenceRecord
+from specconform.kinds.sequence.numerics import model_at
 from specconform.kinds.sequence.raw import (
     CHECKS,
     CROSS_COLUMNS,
@@ -30,6 +31,7 @@ from specconform.kinds.sequence.raw import (
     TOKENS,
 )
 from specconform.runner import sequence_checks as sc
+from specconform.runner.near_ties import classify
 from specconform.runner.sequence_laws import (
     drafted_steps,
     incremental_laws,
@@ -92,13 +94,35 @@ def group_checks(engine, protocol, group, specs, records, tallies, progress) -> 
             with progress(f"isolation {group.name}", len(picked)) as bar:
                 for i in picked:
                     solo = _generate(engine, group, [specs[i]], 1, None)[0]
-                    sc.add_token_comparison(
+                    _compare_tokens(
                         tallies[test.name],
-                        records[i].tokens,
-                        solo.tokens,
+                        protocol,
+                        specs[i],
+                        records[i],
+                        solo,
                         {"group": group.name, "request": i},
+                        engine,
+                        group.draft_loops,
                     )
                     bar.advance(1)
+
+
+def _compare_tokens(tally, protocol, req, a, b, where, engine, draft_depth) -> None:
+    """isolation / greedy_equality: exact token equality, or, under the protocol's
+    numerics model, equality with near-ties counted apart (runner/near_ties.py)."""
+    if tally.near_ties is None:
+        sc.add_token_comparison(tally, a.tokens, b.tokens, where)
+        return
+    model = model_at(protocol.numerics.model_dump(mode="json"), req.temperature)
+    div = classify(req, a, b, model, engine, draft_depth)
+    example = {**where, "first_divergent_step": div.step}
+    if div.step is not None:
+        d = sc.first_divergence(a.tokens, b.tokens)
+        example["tokens"] = [
+            int(a.tokens[d]) if d is not None and d < len(a.tokens) else None,
+            int(b.tokens[d]) if d is not None and d < len(b.tokens) else None,
+        ]
+    tally.add_divergence(div, example)
 
 
 # --- laws and rows --------------------------------------------------------------------
@@ -192,9 +216,10 @@ def _collect(protocol, engine, *, progress, log, context) -> dict[str, bytes]:
     if context.outputs.reserve_seeds is not None:
         context.outputs.reserve_seeds()  # the seed ledger (runner.reserve): inputs are good
     tallies: dict[str, sc.CheckTally | None] = {}
+    canonical = protocol.model_dump(mode="json")  # what the evaluator reads (numerics)
     for test in protocol.tests:
         if test.type in sc.DEFAULT_SAMPLE or test.type in ("greedy_equality", "stops"):
-            tallies[test.name] = sc.CheckTally(test.type, sc.tolerance_of(test))
+            tallies[test.name] = sc.new_tally(test, canonical)
 
     records: dict[str, list[SequenceRecord]] = {}
     for group in protocol.groups:
@@ -243,7 +268,7 @@ def _collect(protocol, engine, *, progress, log, context) -> dict[str, bytes]:
     t0 = time.perf_counter()
     _oracle_and_greedy(engine, protocol, specs, records, pairs, tallies)
     timing(f"oracle and greedy checks in {time.perf_counter() - t0:.1f}s")
-    checks = _check_records(protocol, caps, tallies)
+    checks = _check_records(protocol, caps, tallies, canonical)
     context.outputs.run_fields.update(
         {
             "engine_adapter": engine.info.to_json(),
@@ -288,15 +313,19 @@ def _oracle_and_greedy(engine, protocol, specs, records, pairs, tallies) -> None
         elif test.type == "greedy_equality" and tally is not None:
             for group, plan in pairs[test.name].items():
                 for i, j in plan:
-                    sc.add_token_comparison(
+                    _compare_tokens(
                         tally,
-                        records[group][i].tokens,
-                        records[test.against][j].tokens,
+                        protocol,
+                        specs[group][i],
+                        records[group][i],
+                        records[test.against][j],
                         {"group": group, "request": i, "against_request": j},
+                        engine,
+                        None,
                     )
 
 
-def _check_records(protocol, caps, tallies) -> dict[str, dict]:
+def _check_records(protocol, caps, tallies, canonical: dict) -> dict[str, dict]:
     """checks.json: one record per deterministic test; "not applicable" says why."""
     why = {
         "oracle": None if caps.logits else "the adapter has no target_logits()",
@@ -312,7 +341,7 @@ def _check_records(protocol, caps, tallies) -> dict[str, dict]:
         if reason is None and tally is None:
             reason = "the engine returned no traces for run_requests(trace=True)"
         if reason is not None:
-            out[test.name] = sc.not_applicable(test.type, reason, sc.tolerance_of(test))
+            out[test.name] = sc.not_applicable(test.type, reason, sc.tolerance_of(test, canonical))
         else:
             assert tally is not None
             out[test.name] = tally.record()

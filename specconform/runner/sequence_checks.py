@@ -8,7 +8,9 @@ callables, so tests drive it with synthetic traces and references.
 
 A law comparison (oracle, teacher_forcing, trace) is a mismatch when the two laws'
 supports differ (a token of positive mass in one and zero in the other) or when
-max |Δp| exceeds the test's tolerance.
+max |Δp| exceeds the test's tolerance (stated, or ``tolerance: model``: the law bound
+of the protocol's numerics model). With a numerics block, a token comparison's
+divergence inside the model's error is a near-tie, counted apart (runner/near_ties.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from specconform.adapters.sequence import RequestSpec, SequenceRecord
+from specconform.kinds.sequence.numerics import (
+    TOKEN_TYPES,
+    check_model,
+    check_tolerance,
+    model_json,
+)
+from specconform.runner.near_ties import Divergence
 from specconform.stats.oracle import SamplingSemantics, compare_laws, oracle_law
 
 MAX_EXAMPLES = 5
@@ -46,6 +55,13 @@ class CheckTally:
     max_abs_diff: float | None = None
     examples: list[dict] = field(default_factory=list)
     support_differences: int = 0  # law comparisons whose supports differ (not in record())
+    # The protocol's numerics model as checks.json records it (kinds/sequence/numerics.py
+    # model_json); None: no numerics block. near_ties is not None for token comparisons
+    # held to the model (runner/near_ties.py): mismatches inside its error.
+    numerics: dict | None = None
+    near_ties: int | None = None
+    decisions: int = 0
+    near_tie_examples: list[dict] = field(default_factory=list)
 
     def add(self, ok: bool, example: dict, diff: float | None = None) -> None:
         self.checked += 1
@@ -71,8 +87,26 @@ class CheckTally:
         self.add(ok, detail, c.max_abs_diff)
         return ok
 
+    def add_divergence(self, div: Divergence, example: dict) -> None:
+        """One token comparison held to the numerics model: equal, a near-tie (counted
+        apart, never a mismatch), or a mismatch (outside the error, or unclassifiable)."""
+        self.decisions += div.compared
+        if div.step is None:
+            self.add(True, example)
+            return
+        detail = {**example, **(div.decision.to_json() if div.decision else {})}
+        if div.why:
+            detail["unclassified"] = div.why
+        if div.near_tie:
+            self.checked += 1
+            self.near_ties = (self.near_ties or 0) + 1
+            if len(self.near_tie_examples) < MAX_EXAMPLES:
+                self.near_tie_examples.append(detail)
+        else:
+            self.add(False, detail)
+
     def record(self) -> dict:
-        return {
+        out = {
             "type": self.type,
             "applicable": True,
             "why": "",
@@ -82,6 +116,13 @@ class CheckTally:
             "tolerance": self.tolerance,
             "examples": self.examples,
         }
+        if self.numerics is not None:
+            out["numerics"] = self.numerics
+        if self.near_ties is not None:
+            out["near_ties"] = self.near_ties
+            out["decisions"] = self.decisions
+            out["near_tie_examples"] = self.near_tie_examples
+        return out
 
 
 def not_applicable(type_: str, why: str, tolerance: float | None = None) -> dict:
@@ -112,8 +153,24 @@ def spread(n: int, k: int) -> list[int]:
     return sorted({int(round(x)) for x in np.linspace(0, n - 1, k)}) if k else []
 
 
-def tolerance_of(test) -> float | None:
+def tolerance_of(test, protocol: dict | None = None) -> float | None:
+    """The test's max |Δp|: stated, derived from the numerics model (``tolerance:
+    model``; ``protocol``: the canonical JSON), or the type's default."""
+    if test.tolerance == "model":
+        return check_tolerance(protocol or {}, test.model_dump(mode="json"))
     return test.tolerance if test.tolerance is not None else DEFAULT_TOLERANCE.get(test.type)
+
+
+def new_tally(test, protocol: dict) -> CheckTally:
+    """A test's tally; with the protocol's numerics block it records the model, and the
+    token comparisons (isolation, greedy_equality) count near-ties."""
+    tally = CheckTally(test.type, tolerance_of(test, protocol))
+    model = check_model(protocol, test.model_dump(mode="json"))
+    if model is not None and (test.tolerance == "model" or test.type in TOKEN_TYPES):
+        tally.numerics = model_json(model)
+        if test.type in TOKEN_TYPES:
+            tally.near_ties = 0
+    return tally
 
 
 # --- oracle ---------------------------------------------------------------------------
