@@ -29,6 +29,7 @@ from specconform.report.model import (
     role_of,
     scope_lines,
 )
+from specconform.report.numerics import markdown_lines as numerics_markdown
 from specconform.report.sequential import markdown_lines as sequential_markdown
 from specconform.report.tree import markdown_lines as tree_markdown
 
@@ -159,6 +160,7 @@ def render_markdown(
     out += mcnemar_sections(views, table)
     out += sequential_markdown(views, table)
     out += tree_markdown(views, table)
+    out += numerics_markdown(views, table)
     tv_line = detectable_tv_line(views, [f.letter for f in facts])
     if tv_line:
         out += ["", tv_line]

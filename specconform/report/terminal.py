@@ -56,6 +56,10 @@ def print_table(evaluation: Evaluation, file=None, archive: Path | None = None) 
 
     for line in tree_lines(evaluation):  # lossy tree runs: TV with its interval
         console.print(line, markup=False)
+    from specconform.report.numerics import terminal_lines as numerics_lines
+
+    for line in numerics_lines(evaluation):  # checks held to a numerics model: near-ties
+        console.print(line, markup=False, soft_wrap=True)
     if archive is not None:
         print_diagnoses(archive, console)
 

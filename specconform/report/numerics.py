@@ -1,0 +1,90 @@
+"""Numerics of the deterministic checks in reports (issue 32, part 1): each check held
+to the protocol's numerics model, with its tolerance (law checks) or its near-ties
+against the model's limit (token checks). A near-tie is a divergence inside the model's
+error: counted and shown here, never silently excused (a passing row keeps no reason).
+
+Reads the ``CheckDetail`` rows that carry a model (:mod:`specconform.kinds.sequence`);
+archives without one contribute nothing. One set of lines for the terminal table (`run`)
+and Markdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from specconform.details.sequence import CheckDetail
+from specconform.report.model import ArchiveView
+from specconform.results import Evaluation, TestRow
+
+HEADER = ["check", "law bound", "tolerance", "max abs diff", "near-ties", "limit", "decisions",
+          "result"]  # fmt: skip
+
+
+def model_rows(evaluation: Evaluation) -> list[tuple[TestRow, CheckDetail]]:
+    return [
+        (t, t.detail)
+        for t in evaluation.tests
+        if isinstance(t.detail, CheckDetail) and t.detail.numerics is not None
+    ]
+
+
+def _num(x) -> str:
+    return "—" if x is None else f"{x:.3g}" if isinstance(x, float) else str(x)
+
+
+def _cells(row: TestRow, d: CheckDetail) -> list[str]:
+    bound = d.numerics.get("law_bound") if isinstance(d.numerics, dict) else None
+    return [row.test, _num(bound), _num(d.tolerance), _num(d.max_abs_diff), _num(d.near_ties),
+            _num(d.near_tie_limit), _num(d.decisions), row.status]  # fmt: skip
+
+
+def _model_line(d: CheckDetail) -> str:
+    m = d.numerics if isinstance(d.numerics, dict) else {}
+    return (
+        f"Numerics model: {m.get('dtype')}, {m.get('reduction_length')}-term reductions, "
+        f"{m.get('kernels')} kernels, scale {_num(m.get('scale'))} ({m.get('growth')} "
+        "growth; docs/contracts.md). A near-tie is a divergence whose deciding uniform or "
+        "logit gap lies within the model's error: counted, never a mismatch; more than "
+        "the limit refutes the model (FAIL: under the model a correct engine exceeds it "
+        "with chance at most the protocol's numerics.alpha per token check, a level "
+        "outside the verdict's family-wise statement)."
+    )
+
+
+def _first_ties(rows) -> list[str]:
+    out = []
+    for row, d in rows:
+        for ex in d.near_tie_examples or ():
+            out.append(f"  {row.test} near-tie: {ex}")
+    return out
+
+
+def terminal_lines(evaluation: Evaluation) -> list[str]:
+    rows = model_rows(evaluation)
+    if not rows:
+        return []
+    out = ["numerics model (law checks: max |dp| vs tolerance; token checks: near-ties):"]
+    for row, d in rows:
+        if d.near_ties is not None:
+            out.append(
+                f"  {row.test}: {d.near_ties} near-tie(s) in {d.decisions} decisions "
+                f"(limit {d.near_tie_limit}), {d.mismatches} mismatch(es)  {row.status}"
+            )
+        else:
+            out.append(
+                f"  {row.test}: max |dp| {_num(d.max_abs_diff)} vs tolerance "
+                f"{_num(d.tolerance)} (the model's law bound)  {row.status}"
+            )
+    return out + _first_ties(rows) + [_model_line(rows[0][1])]
+
+
+def markdown_lines(views: Sequence[ArchiveView], table: Callable) -> list[str]:
+    out: list[str] = []
+    for view in views:
+        rows = model_rows(view.evaluation)
+        if not rows:
+            continue
+        out += ["", f"### Numerics of the deterministic checks ({view.label})", ""]
+        out += table(HEADER, [_cells(r, d) for r, d in rows])
+        out += ["", _model_line(rows[0][1]), *_first_ties(rows)]
+    return out
