@@ -34,6 +34,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from specconform.kinds.sequence.numerics import check_tolerance  # noqa: E402
 from specconform.kinds.sequence.raw import CHECKS  # noqa: E402
 from specconform.protocol.load import load_protocol  # noqa: E402
 from specconform.runner import sequence as runner  # noqa: E402
@@ -71,7 +72,13 @@ def main(argv=None) -> int:
         ap.error("--requests must be at least 1")
 
     shipped = yaml.safe_load(args.protocol.read_text())
-    stated = {t["name"]: t.get("tolerance") for t in shipped["tests"] if t["type"] in COMPARED}
+    # tolerance: model resolves to the law bound of the protocol's numerics block
+    canonical = load_protocol(args.protocol).data
+    stated = {
+        t["name"]: check_tolerance(canonical, t)
+        for t in canonical["tests"]
+        if t["type"] in COMPARED
+    }
     data = shrunken(shipped, args.requests, args.max_tokens, args.device)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / args.protocol.name
