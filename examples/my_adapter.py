@@ -30,7 +30,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specconform.adapters.engine import SeedRecord, TokenEvent
-from specconform.errors import UsageError
+from specconform.util.errors import UsageError
 
 
 class Options(BaseModel):
