@@ -17,6 +17,7 @@ from .runners.outputs import (
     RequestOutput,
     RoundStat,
     RoundTrace,
+    draw_streams,
 )
 
 __all__ = [
@@ -34,4 +35,5 @@ __all__ = [
     "RoundTrace",
     "SamplingParams",
     "SpeculativeConfig",
+    "draw_streams",
 ]

@@ -70,7 +70,13 @@ class BlockSpeculationRunner(RunnerBase):
         view = out.host_view()
         view.update(
             device_trace_view(
-                out.trace_p, out.trace_q, out.drafts, out.draft_lens, rows, self.state.upload
+                out.trace_p,
+                out.trace_q,
+                out.drafts,
+                out.draft_lens,
+                rows,
+                self.state.upload,
+                (out.trace_u, out.trace_origins),
             )
         )
         return view

@@ -15,6 +15,12 @@ after any mutant hook: exactly the kernel's inputs). Two steps move them to the 
    ``RoundTrace`` per committed row where the host already reads the round
    (``RunnerBase.apply_round``), before the row's tokens are committed.
 
+The round's random draws travel the same way: its 3K+1 uniforms (draft j = 0..K-1,
+then the accept block: coins, corrections, bonus) and the Philox (key, counter, word)
+each came from (``trace_u``/``trace_origins``, -1 origins on rows that draw nothing),
+so a caller checks that no two draws of a run share a counter (random streams
+disjoint, issue 35).
+
 Rows that the round served but that commit nothing (stale rows, a failed round) get no
 entry: a trace entry is one of the request's ``rounds``, with the same index. Positions
 past a row's stop point are traced (the kernel received them); positions past its
@@ -38,6 +44,8 @@ def device_trace_view(
     draft_lens: torch.Tensor,  # [B] int64
     rows: list[Request | None],  # the request of each row 0..B-1 (host records)
     upload,  # host list -> device int64 tensor without a blocking copy
+    draws: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
+    # ([B, 3K+1] float64 uniforms, [B, 3K+1, 7] int64 their Philox origins)
 ) -> dict[str, torch.Tensor]:
     """Device copies of the traced requests' rows, keyed for ``HostTransfer``; {} when
     the round was not traced or serves no traced request."""
@@ -47,13 +55,18 @@ def device_trace_view(
     if not traced:
         return {}
     idx = upload(traced, torch.int64)
-    return {
+    out = {
         "trace_rows": idx,
         "trace_p": p.index_select(0, idx),
         "trace_q": q.index_select(0, idx),
         "trace_drafts": drafts.index_select(0, idx),
         "trace_lens": draft_lens.index_select(0, idx),
     }
+    u, origins = draws
+    if u is not None and origins is not None:
+        out["trace_u"] = u.index_select(0, idx)
+        out["trace_origins"] = origins.index_select(0, idx)
+    return out
 
 
 class RoundTraces:
@@ -63,6 +76,7 @@ class RoundTraces:
         self.index = {int(b): i for i, b in enumerate(host["trace_rows"])}
         self.p, self.q = host["trace_p"], host["trace_q"]
         self.drafts, self.lens = host["trace_drafts"], host["trace_lens"]
+        self.u, self.origins = host.get("trace_u"), host.get("trace_origins")
 
     @classmethod
     def from_host(cls, host: dict[str, np.ndarray]) -> RoundTraces | None:
@@ -81,5 +95,7 @@ class RoundTraces:
                 drafts=[int(x) for x in self.drafts[i, :L]],
                 p=np.array(self.p[i, : L + 1], dtype=np.float32),  # copies: ring buffers
                 q=np.array(self.q[i, :L], dtype=np.float32),  # are reused
+                uniforms=None if self.u is None else np.array(self.u[i], dtype=np.float64),
+                origins=None if self.origins is None else np.array(self.origins[i], np.int64),
             )
         )

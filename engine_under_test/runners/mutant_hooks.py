@@ -95,6 +95,18 @@ class MutantHooks:
             return u_block
         return scope.bonus_from_next_round(u_block, seeds, rounds_after, random)
 
+    def overlap_bonus_origin(
+        self,
+        origins: torch.Tensor,  # [B, 2K+1, 7] int64 the accept block's Philox origins
+        seeds: torch.Tensor,  # [B] int64
+        rounds_after: torch.Tensor,  # [B] int64
+        random: torch.Tensor,  # [B] bool
+    ) -> torch.Tensor:
+        """The origins of ``overlap_bonus``'s block (traced rounds only)."""
+        if self.name != scope.BONUS_OVERLAP:
+            return origins
+        return scope.bonus_origin_from_next_round(origins, seeds, rounds_after, random)
+
     def draft_round_offset(self, offset: int) -> int:
         """The draft stream's counter offset: ``offset`` (spec_round.DRAFT_ROUND_OFFSET),
         or 0 under rng_draft_overlaps_coins (draft j then reads acceptance coin j)."""
@@ -117,7 +129,8 @@ class MutantHooks:
             return u
         first = torch.argmax(random.to(torch.int64))  # device index, no host read
         shared = u.index_select(0, first.view(1)).expand_as(u)
-        return torch.where(random[:, None], shared, u)
+        # [B, n] uniforms, or [B, n, 7] their origins (traced rounds)
+        return torch.where(random.view(-1, *[1] * (u.dim() - 1)), shared, u)
 
     def rng_key(
         self,

@@ -33,6 +33,13 @@ class RoundTrace:
         temperature/top-k/top-p: exactly what the kernel received (position j is the law
         given prefix + drafts[:j]).
     q: [L, V] float32 the draft law the kernel received at positions 0..L-1.
+    uniforms: [3K+1] float64 every uniform the round drew for the request, in
+        ``DRAW_STREAMS`` order (draft j = 0..K-1, coin j, correction j, bonus), drawn
+        whether used or not (consumption never depends on acceptance); zeros for a
+        greedy request. None from an engine path that does not trace its draws.
+    origins: [3K+1, 7] int64 where each uniform came from: the Philox key's two words,
+        the counter's four words and which uniform of the counter's output
+        (``sampling.ORIGIN_COLUMNS``); -1 rows for a greedy request (no draw).
     """
 
     round: int
@@ -40,6 +47,18 @@ class RoundTrace:
     drafts: list[int]
     p: np.ndarray  # [L+1, V] float32
     q: np.ndarray  # [L, V] float32
+    uniforms: np.ndarray | None = None  # [3K+1] float64
+    origins: np.ndarray | None = None  # [3K+1, 7] int64
+
+
+def draw_streams(k: int) -> list[tuple[str, int]]:
+    """(stream, index) of each column of ``RoundTrace.uniforms`` for K = k."""
+    return (
+        [("draft", j) for j in range(k)]
+        + [("coin", j) for j in range(k)]
+        + [("correction", j) for j in range(k)]
+        + [("bonus", 0)]
+    )
 
 
 @dataclass

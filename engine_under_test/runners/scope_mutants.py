@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from ..sampling import batched_probabilities, philox_uniforms
+from ..sampling import batched_probabilities, philox_origins, philox_uniforms
 from .deep_mutants import RowParams
 
 FILTER_ORDER = "filter_order_top_p_first"
@@ -91,4 +91,17 @@ def bonus_from_next_round(
     nxt = philox_uniforms(seeds, rounds_after, 1)[:, 0]
     out = u_block.clone()
     out[:, -1] = torch.where(random, nxt, u_block[:, -1])
+    return out
+
+
+def bonus_origin_from_next_round(
+    origins: torch.Tensor,  # [B, 2K+1, 7] int64 the block's Philox origins
+    seeds: torch.Tensor,  # [B] int64
+    rounds_after: torch.Tensor,  # [B] int64
+    random: torch.Tensor,  # [B] bool
+) -> torch.Tensor:  # [B, 2K+1, 7]
+    """Where ``bonus_from_next_round``'s u[2K] comes from: the same call's origin."""
+    nxt = philox_origins(seeds, rounds_after, 1)[:, 0]  # [B, 7]
+    out = origins.clone()
+    out[:, -1] = torch.where(random[:, None], nxt, origins[:, -1])
     return out

@@ -50,6 +50,7 @@ from ..sampling import (
     RngRegistry,
     batched_probabilities,
     categorical,
+    philox_origins,
     philox_uniforms,
     speculative_accept,
 )
@@ -78,6 +79,10 @@ class RoundOutputs(NamedTuple):
     # generate(trace=True) only (runners/law_trace.py), None otherwise:
     trace_p: torch.Tensor | None = None  # [B, W+1, V] float32 the p the kernel received
     trace_q: torch.Tensor | None = None  # [B, W, V] float32 the q the kernel received
+    # [B, 3K+1] float64 the round's uniforms (draft j, then coins, corrections, bonus)
+    # and [B, 3K+1, 7] int64 their Philox origins (sampling.ORIGIN_COLUMNS; -1: none)
+    trace_u: torch.Tensor | None = None
+    trace_origins: torch.Tensor | None = None
 
     def host_view(self) -> dict[str, torch.Tensor]:
         """What the host needs to collect (drafts stay on the device)."""
@@ -105,12 +110,25 @@ def draft_uniforms(
 
 
 def round_uniforms(
-    rng: RngRegistry, B: int, K: int, random: torch.Tensor, hooks: MutantHooks
-) -> tuple[torch.Tensor, torch.Tensor]:  # [B] bool -> [B, K], [B, 2K+1] float64
-    """The round's draft uniforms and accept block; advances the random rows' counters."""
+    rng: RngRegistry,
+    B: int,
+    K: int,
+    random: torch.Tensor,
+    hooks: MutantHooks,
+    trace: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The round's draft uniforms [B, K] and accept block [B, 2K+1] (float64), and with
+    ``trace`` where each came from: [B, 3K+1, 7] int64 ``philox_origins`` rows (drafts
+    0..K-1, then the block), -1 on rows that draw nothing. Advances the random rows'
+    counters. The origins are computed from the same (seed, counter) arguments as the
+    values at every step below, mutant hooks included, so they name what was drawn."""
     rows = torch.arange(B, device=random.device)
     # Draft-domain uniforms first: they read the round counter that draw() advances.
     offset = hooks.draft_round_offset(DRAFT_ROUND_OFFSET)
+    o_draft = o_block = None
+    if trace:
+        o_draft = hooks.share(philox_origins(rng.seed[:B], rng.round[:B] + offset, K), random)
+        o_block = hooks.share(philox_origins(rng.seed[:B], rng.round[:B], 2 * K + 1), random)
     u_draft = hooks.share(draft_uniforms(rng, B, K, random, offset), random)
     u_block = hooks.share(rng.draw(rows, random), random)  # [B, 2K+1]
     key = hooks.rng_key(rng.round[:B], rng.seed[:B])  # None: the request's own key
@@ -119,8 +137,15 @@ def round_uniforms(
         u_draft = philox_uniforms(seeds, rounds + DRAFT_ROUND_OFFSET, K)
         u_block = philox_uniforms(seeds, rounds, u_block.shape[1])
         u_draft, u_block = (torch.where(random[:, None], u, 0.0) for u in (u_draft, u_block))
+        if trace:
+            o_draft = philox_origins(seeds, rounds + DRAFT_ROUND_OFFSET, K)
+            o_block = philox_origins(seeds, rounds, 2 * K + 1)
     u_block = hooks.overlap_bonus(u_block, rng.seed[:B], rng.round[:B], random)
-    return u_draft, u_block
+    if not trace:
+        return u_draft, u_block, None
+    o_block = hooks.overlap_bonus_origin(o_block, rng.seed[:B], rng.round[:B], random)
+    origins = torch.cat([o_draft, o_block], dim=1)  # [B, 3K+1, 7]
+    return u_draft, u_block, torch.where(random[:, None, None], origins, -1)
 
 
 @torch.no_grad()
@@ -148,7 +173,8 @@ def speculative_round(
     fault: test hook ``fault(kind, logits) -> logits``; kind is ("q", j) with [B, V]
         draft logits of step j, or ("p", None) with [B, W+1, V]; None in production.
     hints: host promises for ``batched_probabilities`` (``RunnerBase.sampling_hints``).
-    trace: also return the p and q the accept kernel received (``trace_p``/``trace_q``).
+    trace: also return the p and q the accept kernel received (``trace_p``/``trace_q``)
+        and the round's uniforms with their Philox origins (``trace_u``/``trace_origins``).
     """
     hints = hints or {}
     R = model.num_loops
@@ -161,7 +187,7 @@ def speculative_round(
     random = state.random[:B] & live
     draft_lens = (state.budget[:B] - 1).clamp(0, W)
 
-    u_draft, u_block = round_uniforms(rng, B, K, random, hooks)
+    u_draft, u_block, origins = round_uniforms(rng, B, K, random, hooks, trace)
     u_accept = torch.cat([u_block[:, :W], u_block[:, K : K + W], u_block[:, 2 * K :]], dim=1)
 
     # ---- draft: W steps at depth d ------------------------------------------------
@@ -246,4 +272,6 @@ def speculative_round(
         tok.clone(),
         p if trace else None,
         q if trace else None,
+        torch.cat([u_draft, u_block], dim=1) if trace else None,
+        origins,
     )

@@ -35,10 +35,16 @@ from engine_under_test.sampling.accept import (
 )
 from engine_under_test.sampling.categorical import categorical
 from engine_under_test.sampling.probabilities import Sampler, batched_probabilities
-from engine_under_test.sampling.rng import RngRegistry, philox_uniforms
+from engine_under_test.sampling.rng import (
+    ORIGIN_COLUMNS,
+    RngRegistry,
+    philox_origins,
+    philox_uniforms,
+)
 
 __all__ = [
     "INVALID_NAMES",
+    "ORIGIN_COLUMNS",
     "KERNEL_MUTANTS",
     "UNCLASSIFIED",
     "AcceptResult",
@@ -46,6 +52,7 @@ __all__ = [
     "Sampler",
     "batched_probabilities",
     "categorical",
+    "philox_origins",
     "philox_uniforms",
     "sample_target",
     "set_triton_enabled",

@@ -38,13 +38,10 @@ def _check_streams(seeds, rounds, n) -> None:
         raise ValueError(f"n must be an int >= 0, got {n!r}")
 
 
-def philox_uniforms_torch(seeds: torch.Tensor, rounds: torch.Tensor, n: int) -> torch.Tensor:
-    """`philox_uniforms` in plain torch ops (the always-available path)."""
-    _check_streams(seeds, rounds, n)
-    seeds = seeds.to(torch.int64)
-    rounds = rounds.to(torch.int64)
-    B = seeds.shape[0]
-    n_counters = (n + 1) // 2
+def _key_and_counters(
+    seeds: torch.Tensor, rounds: torch.Tensor, n_counters: int
+) -> tuple[torch.Tensor, torch.Tensor]:  # [B] int64 x2 -> [B, 1, 2], [B, C, 4] int64
+    """The stream layout (philox.py): each row's key words and its C counters."""
     index = torch.arange(n_counters, dtype=torch.int64, device=seeds.device)
     counter = torch.stack(
         torch.broadcast_tensors(
@@ -56,6 +53,45 @@ def philox_uniforms_torch(seeds: torch.Tensor, rounds: torch.Tensor, n: int) -> 
         dim=-1,
     )  # [B, C, 4]
     key = torch.stack([seeds & MASK32, (seeds >> 32) & MASK32], dim=-1)[:, None, :]  # [B,1,2]
+    return key, counter
+
+
+# Columns of an origin row (``philox_origins``): the key's two words, the counter's four
+# words, and which uniform of the counter's output (0: from words 0-1, 1: words 2-3).
+ORIGIN_COLUMNS = ("key0", "key1", "counter0", "counter1", "counter2", "counter3", "word")
+
+
+def philox_origins(seeds: torch.Tensor, rounds: torch.Tensor, n: int) -> torch.Tensor:
+    """Where each uniform of ``philox_uniforms(seeds, rounds, n)`` comes from.
+
+    seeds,    # [B] int64
+    rounds,   # [B] int64, same device
+    n,        # int >= 0
+    returns   # [B, n, 7] int64: ORIGIN_COLUMNS of uniform i (counter i // 2, word i % 2)
+
+    The same layout code as the generator itself (``_key_and_counters``), so a trace of
+    origins names exactly the (key, counter) each uniform was computed from. Two
+    uniforms are independent iff their origin rows differ (Philox is a bijection of the
+    counter for each key). No host reads.
+    """
+    _check_streams(seeds, rounds, n)
+    seeds, rounds = seeds.to(torch.int64), rounds.to(torch.int64)
+    B = seeds.shape[0]
+    key, counter = _key_and_counters(seeds, rounds, (n + 1) // 2)
+    i = torch.arange(n, device=seeds.device)
+    words = counter[:, i // 2, :]  # [B, n, 4]
+    half = (i % 2).to(torch.int64)[None, :, None].expand(B, n, 1)
+    return torch.cat([key.expand(B, n, 2), words, half], dim=-1)
+
+
+def philox_uniforms_torch(seeds: torch.Tensor, rounds: torch.Tensor, n: int) -> torch.Tensor:
+    """`philox_uniforms` in plain torch ops (the always-available path)."""
+    _check_streams(seeds, rounds, n)
+    seeds = seeds.to(torch.int64)
+    rounds = rounds.to(torch.int64)
+    B = seeds.shape[0]
+    n_counters = (n + 1) // 2
+    key, counter = _key_and_counters(seeds, rounds, n_counters)
     words = philox4x32_10(counter, key)  # [B, C, 4]
     pairs = torch.stack(
         [

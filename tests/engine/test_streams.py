@@ -21,8 +21,10 @@ import inspect
 from collections import Counter
 
 import pytest
+import torch
 
-from engine_under_test import LLM, SamplingParams
+from engine_under_test import LLM, SamplingParams, draw_streams
+from engine_under_test.sampling import philox_uniforms
 from engine_under_test.sampling import rng as rng_module
 from tests.engine.helpers import MODES, PROMPT
 
@@ -78,3 +80,53 @@ def test_every_counter_is_used_once(model, mode, monkeypatch):
 @pytest.mark.parametrize("mutant", ["rng_draft_overlaps_coins", "rng_bonus_overlaps_next_round"])
 def test_negative_control_overlapping_streams_are_caught(model, mode, mutant, monkeypatch):
     assert len(reused(used_counters(model, mode, monkeypatch, mutant=mutant))) > 0
+
+
+# --- the trace's draws (generate(trace=True): RoundTrace.uniforms / .origins) ----------
+
+
+def traced_draws(model, mode: str, mutant: str | None = None):
+    """Every traced draw of one run: (request, round, stream, index, origin row, value)."""
+    params = [
+        SamplingParams(temperature=1.0, top_k=20, seed=1 + i, max_tokens=24, ignore_eos=True)
+        for i in range(3)
+    ] + [SamplingParams(temperature=0.0, max_tokens=24)]
+    outs = LLM(model=model, **MODES[mode], mutant=mutant).generate([PROMPT] * 4, params, trace=True)
+    draws = []
+    for r, out in enumerate(outs):
+        for tr in out.trace:
+            assert tr.uniforms is not None and tr.origins is not None
+            streams = draw_streams((tr.uniforms.size - 1) // 3)
+            for (stream, j), origin, u in zip(streams, tr.origins, tr.uniforms, strict=True):
+                draws.append((r, tr.round, stream, j, tuple(int(x) for x in origin), float(u)))
+    return draws
+
+
+def regenerate(origin: tuple[int, ...]) -> float:
+    """The uniform Philox gives at one origin row (key words, counter words, word)."""
+    k0, k1, c0, c1, c2, _c3, word = origin
+    seed = torch.tensor([k0 + (k1 << 32)])
+    rnd = torch.tensor([c1 + (c2 << 32)])
+    return float(philox_uniforms(seed, rnd, 2 * c0 + 2)[0, 2 * c0 + word])
+
+
+@pytest.mark.parametrize(
+    "mutant", [None, "rng_draft_overlaps_coins", "rng_bonus_overlaps_next_round"]
+)
+def test_traced_origins_name_the_values_drawn(model, mutant):
+    """Each traced uniform equals Philox at the origin the trace names (clean and under
+    both overlap mutants: the origins follow the hooks), greedy rows report none."""
+    draws = traced_draws(model, "async", mutant)
+    random = [d for d in draws if d[0] < 3]
+    assert random and all(regenerate(o) == u for *_, o, u in random)
+    assert all(o == (-1,) * 7 for r, *_, o, _u in draws if r == 3)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("mutant", "overlaps"),
+    [(None, False), ("rng_draft_overlaps_coins", True), ("rng_bonus_overlaps_next_round", True)],
+)
+def test_traced_origins_are_disjoint_unless_planted(model, mode, mutant, overlaps):
+    origins = Counter(o for r, *_, o, _u in traced_draws(model, mode, mutant) if r < 3)
+    assert (max(origins.values()) > 1) is overlaps
