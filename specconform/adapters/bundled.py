@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 
+from specconform.adapters.bundled_draws import draws as _draws
+from specconform.adapters.bundled_draws import engine_streams as _engine_streams
 from specconform.adapters.sequence import RequestSpec, RoundTrace, RoundUniforms, SequenceRecord
 from specconform.adapters.types import SeedRecord, TokenEvent, _timing
 from specconform.util.errors import UsageError
@@ -317,6 +319,7 @@ class BundledEngine:
         params = [self.request_params(r) for r in requests]
         kwargs = {"progress": progress}
         traced = trace and _engine_traces(self._eut.LLM)
+        streams = traced and _engine_streams(self._eut)  # traces carry their draws
         if traced:
             kwargs["trace"] = True
         t0 = time.perf_counter()
@@ -339,6 +342,7 @@ class BundledEngine:
                         tuple(int(x) for x in t.drafts),
                         np.asarray(t.p, dtype=np.float32),
                         np.asarray(t.q, dtype=np.float32),
+                        _draws(self._eut, t) if streams else None,
                     )
                     for t in raw
                 )

@@ -9,7 +9,8 @@ what an adapter lacks makes the tests that need it "not applicable", never PASS:
 - ``run_requests(group, requests, max_num_seqs, trace=False, progress=None)``: run the
   requests to completion, at most ``max_num_seqs`` at once (None: all at once), and
   return one `SequenceRecord` per request in input order. With ``trace=True`` a
-  white-box engine also returns, per round, the exact laws it used (`RoundTrace`);
+  white-box engine also returns, per round, the exact laws it used (`RoundTrace`) and,
+  when it can, every random draw's generator (key, counter) (`StreamDraw`);
 - ``sequence_laws(request, tokens, draft_depth)``: the laws at every prefix of one
   generation at once (teacher forcing): p_t for prefix ``request.prompt + tokens[:t]``,
   t = 0..T-1, and q_t at ``draft_depth`` when it is not None. The runner checks a
@@ -58,6 +59,21 @@ class RequestSpec:
 
 
 @dataclass(frozen=True)
+class StreamDraw:
+    """One random draw of a round, and where the engine's counter-based generator took it
+    from (white-box; the ``streams`` check: runner/sequence_streams.py).
+
+    Two draws are independent when their (key, counter, word) differ: a counter-based
+    generator (Philox, Threefry) is a bijection of the counter for each key."""
+
+    stream: str  # "draft" | "coin" | "correction" | "bonus" (or an engine's own name)
+    index: int  # position within its stream in the round (draft j, coin j, ...; bonus 0)
+    key: tuple[int, ...]  # the generator's key words
+    counter: tuple[int, ...]  # the counter's words
+    word: int  # which output of that counter (e.g. 0 or 1: two uniforms per counter)
+
+
+@dataclass(frozen=True)
 class RoundTrace:
     """The laws one request's round used, as the engine computed them (white-box).
 
@@ -69,6 +85,9 @@ class RoundTrace:
     drafts: tuple[int, ...]  # the L draft tokens of the round
     p: np.ndarray  # [L + 1, V] float32: target law at positions 0..L
     q: np.ndarray  # [L, V] float32: draft law at positions 0..L-1
+    # Every random draw of the round; () for a greedy request, None when the engine does
+    # not report its draws (the streams check is then not applicable).
+    draws: tuple[StreamDraw, ...] | None = None
 
 
 @dataclass(frozen=True)

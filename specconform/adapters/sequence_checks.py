@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specconform.adapters.sequence import RequestSpec, RoundTrace, RoundUniforms, SequenceRecord
+from specconform.adapters.sequence import (
+    RequestSpec,
+    RoundTrace,
+    RoundUniforms,
+    SequenceRecord,
+    StreamDraw,
+)
 from specconform.adapters.types import AdapterError, AdapterInfo
 
 SEQUENCE_METHODS = ("run_requests", "target_law_for", "sequence_laws", "target_logits")
@@ -98,6 +104,13 @@ class SequenceChecks:
                 f"{where}: trace of round {tr.round}: {L} drafts, prefix_len {tr.prefix_len}"
             )
         self._tokens_in_range(f"{where} trace drafts", tr.drafts)
+        if tr.draws is not None and not (
+            isinstance(tr.draws, tuple) and all(_is_draw(d) for d in tr.draws)
+        ):
+            raise fail(
+                f"{where}: trace of round {tr.round}: draws must be a tuple of StreamDraw "
+                "with int index, word and int tuples key and counter"
+            )
         for name, law, rows in (("p", tr.p, L + 1), ("q", tr.q, L)):
             if not isinstance(law, np.ndarray) or law.shape != (rows, V):
                 shape = getattr(law, "shape", type(law).__name__)
@@ -181,3 +194,13 @@ class SequenceChecks:
         if np.isnan(x).any():
             raise self._fail("target_logits() has NaN entries")
         return x
+
+
+def _is_draw(d) -> bool:
+    return (
+        isinstance(d, StreamDraw)
+        and isinstance(d.stream, str)
+        and _is_int(d.index)
+        and _is_int(d.word)
+        and all(isinstance(t, tuple) and all(_is_int(x) for x in t) for t in (d.key, d.counter))
+    )

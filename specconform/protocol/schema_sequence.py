@@ -15,7 +15,9 @@ Test types:
   ``acceptance_all`` (rejections at every drafted position against sum TV(p_j, q_j)),
   ``mechanism_pit`` (the PIT of each correction under (p_j - q_j)+ / TV and of each
   accepted draft under min(p_j, q_j) / (1 - TV), per law, draft position and round
-  band: ``law: correction | accepted | both``);
+  band: ``law: correction | accepted | both``), ``accept_after_bonus`` (the next
+  round's first accept decision after a bonus against 1 − TV, weighted by the bonus's
+  mid-PIT: kinds/sequence/bonus_accept.py);
 - deterministic (no sample size; a correct engine never breaks them): ``oracle`` (the
   reference law against the independent numpy oracle of the sampling semantics),
   ``teacher_forcing`` (batched teacher-forced laws against the incremental serial
@@ -23,6 +25,8 @@ Test types:
   ``isolation`` (a request's tokens equal its solo run with the same seed),
   ``stops`` (every request ends at its first stop token or at max_tokens, nothing
   committed after a stop: runner/sequence_stops.py),
+  ``streams`` (no two random draws of the traced requests share a generator key and
+  counter: runner/sequence_streams.py),
   ``greedy_equality`` (a greedy speculative group token for token against a greedy
   nospec group).
 
@@ -152,9 +156,10 @@ StochasticType = Literal[
     "mechanism_pit",
     "mechanism_mean",
     "crossing_count",
+    "accept_after_bonus",
 ]
 DeterministicType = Literal[
-    "oracle", "teacher_forcing", "trace", "isolation", "greedy_equality", "stops"
+    "oracle", "teacher_forcing", "trace", "isolation", "greedy_equality", "stops", "streams"
 ]
 STOCHASTIC_TYPES: tuple[str, ...] = get_args(StochasticType)
 LAW_TYPES = ("oracle", "teacher_forcing", "trace")  # deterministic law comparisons
@@ -295,7 +300,13 @@ class SequenceProtocol(Strict):
                     )
             if test.type == "mechanism_mean" and test.bins is not None:
                 raise ValueError(f"test {test.name!r}: mechanism_mean has no bins")
-            if test.type in ("acceptance_all", "trace", *mechanism):
+            if test.type in (
+                "acceptance_all",
+                "trace",
+                "streams",
+                "accept_after_bonus",
+                *mechanism,
+            ):
                 for g in test.groups:
                     if by_name[g].mode == "nospec":
                         raise ValueError(

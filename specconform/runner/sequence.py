@@ -31,6 +31,7 @@ from specconform.kinds.sequence.raw import (
     TOKENS,
 )
 from specconform.runner import sequence_checks as sc
+from specconform.runner import sequence_streams as ss
 from specconform.runner.near_ties import classify
 from specconform.runner.sequence_laws import (
     drafted_steps,
@@ -89,6 +90,10 @@ def group_checks(engine, protocol, group, specs, records, tallies, progress) -> 
                 engine.target_law_for,
                 engine.draft_law_for,
             )
+        elif test.type == "streams" and caps.trace and tallies[test.name] is not None:
+            tally = tallies[test.name]
+            if not ss.streams_group(engine, group, specs, tally, test.sample, _generate, progress):
+                tallies[test.name] = None  # the engine gave no draws: not applicable
         elif test.type == "isolation":
             picked = sc.spread(len(specs), test.sample or sc.DEFAULT_SAMPLE["isolation"])
             with progress(f"isolation {group.name}", len(picked)) as bar:
@@ -220,6 +225,8 @@ def _collect(protocol, engine, *, progress, log, context) -> dict[str, bytes]:
     for test in protocol.tests:
         if test.type in sc.DEFAULT_SAMPLE or test.type in ("greedy_equality", "stops"):
             tallies[test.name] = sc.new_tally(test, canonical)
+        elif test.type == "streams":
+            tallies[test.name] = ss.StreamsTally(test.type, None)
 
     records: dict[str, list[SequenceRecord]] = {}
     for group in protocol.groups:
@@ -331,6 +338,7 @@ def _check_records(protocol, caps, tallies, canonical: dict) -> dict[str, dict]:
         "oracle": None if caps.logits else "the adapter has no target_logits()",
         "teacher_forcing": None if caps.sequence_laws else "the adapter has no sequence_laws()",
         "trace": None if caps.trace else "the engine gives no per-round laws (trace)",
+        "streams": None if caps.trace else "the engine gives no per-round traces (trace)",
     }
     out = {}
     for test in protocol.tests:
@@ -340,6 +348,8 @@ def _check_records(protocol, caps, tallies, canonical: dict) -> dict[str, dict]:
         reason = why.get(test.type)
         if reason is None and tally is None:
             reason = "the engine returned no traces for run_requests(trace=True)"
+            if test.type == "streams":  # traces, but without their random draws
+                reason = "the engine reports no random draws in its traces"
         if reason is not None:
             out[test.name] = sc.not_applicable(test.type, reason, sc.tolerance_of(test, canonical))
         else:

@@ -52,7 +52,7 @@ test run on such an archive reads NO_EVIDENCE "archive predates the column").
 
 ``raw/sequence/checks.json`` -- the deterministic checks, one entry per check type that
 the protocol's tests use (``oracle``, ``teacher_forcing``, ``trace``, ``isolation``,
-``greedy_equality``), keyed by test name::
+``greedy_equality``, ``stops``, ``streams``), keyed by test name::
 
     {"<test name>": {"type": str, "applicable": bool, "why": str,
                      "checked": int, "mismatches": int,
