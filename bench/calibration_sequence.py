@@ -194,6 +194,7 @@ def targets_of(protocol: dict) -> dict[str, list[str]]:
         "late_round_residual": mechanism,
         "shared_uniform": mechanism,
         "top_p_drop_crossing": by_type.get("crossing_count", []),
+        "bonus_overlap": by_type.get("accept_after_bonus", []),
     }
 
 

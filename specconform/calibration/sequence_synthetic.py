@@ -27,7 +27,9 @@ Planted bugs (``mutant``), each a real bug class:
 - ``shared_uniform``: the correction reuses the accept coin that rejected the draft
   (the kernel mutant of that name): its support stays the residual's, its law does not;
 - ``top_p_drop_crossing``: at draft positions j >= 1 (and a bonus there) the engine's p
-  of a top-p request drops its crossing token (the engine mutant of that name).
+  of a top-p request drops its crossing token (the engine mutant of that name);
+- ``bonus_overlap``: the bonus token's uniform is also the next round's first accept
+  coin (the engine mutant ``rng_bonus_overlaps_next_round``: overlapping streams).
 
 Every frame has the mechanism columns (specconform/stats/mechanism.py) from the
 reported p and q at drafted positions, and the crossing columns
@@ -62,6 +64,7 @@ MUTANTS = (
     "late_round_residual",
     "shared_uniform",
     "top_p_drop_crossing",
+    "bonus_overlap",
 )
 VOCAB = 32
 EXTRA_REJECTION = 0.05
@@ -239,6 +242,7 @@ def simulate_group(
     state, steps, rounds = x, np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     k = int(engine.get("num_speculative_tokens", 3))
     fixed = rng.random((n, 2 * k + 2)) if mutant == "rounds_reuse" else None
+    pending = np.full(n, np.nan)  # bonus_overlap: the last bonus's uniform, per request
     while True:
         live = np.flatnonzero(steps < max_tokens)
         if live.size == 0:
@@ -262,6 +266,10 @@ def simulate_group(
         u = fixed[live] if fixed is not None else rng.random((live.size, 2 * k + 2))
         if mutant == "shared_requests":
             u = _share_pairs(live, u)
+        if mutant == "bonus_overlap":  # coin 0 (u[:, 1]) is the previous bonus's uniform
+            carried = np.isfinite(pending[live])
+            u[carried, 1] = pending[live][carried]
+            pending[live] = np.nan
         budget = np.minimum(k, max_tokens[live] - steps[live] - 1)  # the round's draft length L
         going = np.ones(live.size, dtype=bool)
         for j in range(k):
@@ -316,6 +324,8 @@ def simulate_group(
             p = p_tab[c[bonus], s[bonus]]
             deep = (budget[bonus] >= 1)[:, None]  # the bonus sits at position L
             xb = _inverse_cdf(np.where(deep, p_deep[c[bonus], s[bonus]], p), u[bonus, 2 * k])
+            if mutant == "bonus_overlap":
+                pending[who] = u[bonus, 2 * k]
             rec.add(
                 who,
                 steps[who],

@@ -213,6 +213,25 @@ class CrossingDetail(Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class BonusAcceptDetail(Record):
+    """accept_after_bonus: the next round's first accept decision against the bonus's
+    mid-PIT (kinds/sequence/bonus_accept.py); ``per_group``: pairs per group."""
+
+    groups: tuple[str, ...]
+    n: int
+    per_group: dict[str, int]
+    accepted: int
+    expected_accepted: float
+    sum_weighted: float
+    variance: float
+    z: float | None
+    min_pairs: int
+    min_expected: float
+    statistic_text: str
+    no_evidence: str | None = optional()
+
+
+@dataclass(frozen=True, kw_only=True)
 class CheckDetail(Record):
     """A deterministic check recorded by the runner in raw/checks.json (``examples``: the
     runner's first mismatches, kept as written)."""
@@ -291,6 +310,7 @@ RECORDS: tuple[type[Record], ...] = (
     AcceptanceAllDetail,
     MechanismMeanDetail,
     CrossingDetail,
+    BonusAcceptDetail,
     CheckDetail,
     SequenceSupportDetail,
     SequenceEngineErrorsDetail,

@@ -24,6 +24,7 @@ STOCHASTIC_APPLIES = {  # group modes each stochastic type reads when it names n
     "mechanism_pit": ("sync", "async"),
     "mechanism_mean": ("sync", "async"),
     "crossing_count": ("nospec", "sync", "async"),
+    "accept_after_bonus": ("sync", "async"),
 }
 
 

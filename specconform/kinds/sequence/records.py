@@ -56,6 +56,7 @@ class Tokens:
     p_token: np.ndarray  # float64
     tv: np.ndarray  # float64, NaN where empty
     u: np.ndarray  # float64, the randomized PIT (meaningless where p_token == 0)
+    mid: np.ndarray  # float64, the mid-PIT cdf_below + p_token / 2 (no V_t)
     greedy: np.ndarray  # bool: the token's request is greedy
     # The mechanism columns (NaN where empty, everywhere when the archive lacks them)
     # and the mechanism PIT M_t under the conditional law given the accept decision.
@@ -125,6 +126,7 @@ def read_frames(protocol: dict, requests_df, tokens_df) -> tuple[Requests, Token
         p_token=p,
         tv=tv,
         u=randomized_pit(cdf, p, v),
+        mid=cdf + 0.5 * p,
         greedy=requests.greedy[at],
         has_mech=has_mech,
         mech_p=mech_p,

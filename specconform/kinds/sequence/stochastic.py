@@ -26,6 +26,7 @@ from specconform.results import TestRow
 from specconform.stats import sum_chi2
 from specconform.stats.pit import acceptance_counts, pair_independence, uniformity
 
+from .bonus_accept import accept_after_bonus
 from .context import MIN_EXPECTED, PAIR_GRID, Context
 from .correlation import pit_correlation
 from .crossing import crossing_count
@@ -178,4 +179,5 @@ TESTS = {
     "mechanism_pit": mechanism_pit,
     "mechanism_mean": mechanism_mean,
     "crossing_count": crossing_count,
+    "accept_after_bonus": accept_after_bonus,
 }
