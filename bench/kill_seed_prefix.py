@@ -10,7 +10,11 @@ tests that fail. Deterministic checks computed from the committed tokens (``stop
 trace, isolation, greedy_equality) keep the full run's record, so a kill by them is
 reported as the full run's (their sample is fixed by the protocol, not by n).
 
-    .venv/bin/python bench/kill_seed_prefix.py /tmp/km-NAME/*.zip
+    .venv/bin/python bench/kill_seed_prefix.py /tmp/km-NAME/*.zip [--show TEST ...]
+    .venv/bin/python bench/kill_seed_prefix.py /tmp/km-NAME/*.zip --blocks 4
+
+``--blocks n`` re-evaluates disjoint blocks of n requests per group instead (block b:
+requests [b n, (b + 1) n) renumbered from 0): replications at size n within one run.
 
 Used for docs/kill-matrix.md, "Configuration, stop and stream bugs" (issue 35).
 """
@@ -58,7 +62,58 @@ def _stops_record(protocol, requests, tokens) -> dict:
     return stop_check(CheckTally("stops", None), items).record()
 
 
-def prefix_verdicts(archive: Path, sizes: list[int]) -> list[tuple[int, str, list[str]]]:
+def _renumbered(frame: pd.DataFrame, lo: pd.Series, hi: pd.Series) -> pd.DataFrame:
+    """Rows of requests [lo, hi) of each group, requests renumbered from 0."""
+    keep = (frame["request"] >= frame["group"].map(lo)) & (
+        frame["request"] < frame["group"].map(hi)
+    )
+    out = frame[keep].copy()
+    out["request"] = out["request"] - out["group"].map(lo)
+    return out.reset_index(drop=True)
+
+
+def block_verdicts(
+    archive: Path, size: int, show: list[str] = ()
+) -> list[tuple[int, str, list[str]]]:
+    """Disjoint blocks of `size` requests per group (block b: requests [b size, (b + 1)
+    size) of each group holding them; a group with fewer, e.g. the small greedy groups,
+    gives its first `size` to every block), each evaluated as a run of `size` requests
+    per group: independent replications at that size for the groups that hold every
+    block (their seeds are disjoint). As many blocks as the smallest random group holds."""
+    z = zipfile.ZipFile(archive)
+    protocol = json.loads(_member(z, "/protocol.json"))
+    requests = pd.read_csv(
+        io.BytesIO(_member(z, "raw/sequence/requests.csv")), keep_default_na=False
+    )
+    tokens = pd.read_csv(io.BytesIO(_member(z, "raw/sequence/tokens.csv")))
+    checks = json.loads(_member(z, "raw/sequence/checks.json"))
+    count = {g["name"]: g["requests"] or protocol["seeds"]["count"] for g in protocol["groups"]}
+    random = requests[requests["seed"] >= 0]["group"].unique()
+    blocks = min(count[g] // size for g in random)
+    out = []
+    for b in range(blocks):
+        proto = json.loads(json.dumps(protocol))
+        for g in proto["groups"]:
+            g["requests"] = min(size, count[g["name"]])
+        lo = pd.Series({g: b * size if count[g] >= (b + 1) * size else 0 for g in count})
+        hi = lo + pd.Series({g: min(size, count[g]) for g in count})
+        req, tok = _renumbered(requests, lo, hi), _renumbered(tokens, lo, hi)
+        chk = dict(checks)
+        for t in proto["tests"]:
+            if t["type"] == "stops":
+                chk[t["name"]] = _stops_record(proto, req, tok)
+        ev = evaluate_frames(proto, req, tok, chk)
+        failing = [r.test for r in ev.tests if r.deciding and r.status == FAIL]
+        for r in ev.tests:
+            if r.test in show:
+                failing.append(f"[{r.test}: n {r.n}, p {r.pvalue}, p_Holm {r.adjusted_pvalue}]")
+        out.append((b, ev.verdict.verdict, failing))
+    return out
+
+
+def prefix_verdicts(
+    archive: Path, sizes: list[int], show: list[str] = ()
+) -> list[tuple[int, str, list[str]]]:
     z = zipfile.ZipFile(archive)
     protocol = json.loads(_member(z, "/protocol.json"))
     requests = pd.read_csv(
@@ -80,6 +135,9 @@ def prefix_verdicts(archive: Path, sizes: list[int]) -> list[tuple[int, str, lis
                 chk[t["name"]] = _stops_record(proto, req, tok)
         ev = evaluate_frames(proto, req.reset_index(drop=True), tok.reset_index(drop=True), chk)
         failing = [r.test for r in ev.tests if r.deciding and r.status == FAIL]
+        for r in ev.tests:  # --show: the named tests' n, p and Holm-adjusted p at this n
+            if r.test in show:
+                failing.append(f"[{r.test}: n {r.n}, p {r.pvalue}, p_Holm {r.adjusted_pvalue}]")
         out.append((n, ev.verdict.verdict, failing))
     return out
 
@@ -88,10 +146,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("archives", nargs="+", type=Path)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8, 12, 16, 24, 32])
+    ap.add_argument("--show", nargs="*", default=[], help="tests whose n and p to print")
+    ap.add_argument("--blocks", type=int, default=None, help="disjoint blocks of this size")
     args = ap.parse_args(argv)
     for archive in args.archives:
         print(f"## {archive.name}")
-        for n, verdict, failing in prefix_verdicts(archive, args.sizes):
+        if args.blocks:
+            for b, verdict, failing in block_verdicts(archive, args.blocks, args.show):
+                print(f"block {b} of {args.blocks} requests per group: {verdict:<12} "
+                      f"{', '.join(failing) or '-'}")  # fmt: skip
+            continue
+        for n, verdict, failing in prefix_verdicts(archive, args.sizes, args.show):
             print(f"first {n:>3} requests per group: {verdict:<12} {', '.join(failing) or '-'}")
     return 0
 
