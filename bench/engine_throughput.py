@@ -109,6 +109,7 @@ def run_once(llm: LLM, ps, params, device) -> dict:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats(device)
     rounds0, prefills0 = llm.runner.rounds_run, llm.runner.prefills_run
+    early0 = getattr(llm.runner, "slots_released_early", 0)  # async only
     t0 = time.perf_counter()
     outs = llm.generate(ps, params)
     if device.type == "cuda":
@@ -129,6 +130,9 @@ def run_once(llm: LLM, ps, params, device) -> dict:
         # Prefill batches (eager forwards): async refills a few slots at a time as its
         # requests finish after different numbers of rounds, nospec's finish together.
         "prefills": llm.runner.prefills_run - prefills0,
+        # Async: slots refilled a round early (the finished request's last round was
+        # still in flight; AsyncBlockRunner.release_spent_slots).
+        "released_early": getattr(llm.runner, "slots_released_early", 0) - early0,
         "ms_per_round": 1e3 * dt / max(rounds, 1),
         "acceptance": accepted / drafted if drafted else None,
         "peak_gib": peak_memory(device),
@@ -344,7 +348,8 @@ def main(argv=None) -> int:
             )
             print(
                 "#      prefill batches per run (ns/sy/as): "
-                + "/".join(str(runs[m][0]["prefills"]) for m in MODES),
+                + "/".join(str(runs[m][0]["prefills"]) for m in MODES)
+                + f"; async slots refilled a round early: {runs['async'][0]['released_early']}",
                 flush=True,
             )
             if parts is not None:

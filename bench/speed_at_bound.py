@@ -28,6 +28,12 @@ CPU smoke of the same path (tiny sizes, minutes on 2 cores):
 
     python3 bench/speed_at_bound.py --cpu-smoke
 
+The engine part alone on CPU at the four concurrencies (CPU numbers: launch overheads
+and the matmuls' share differ from a GPU's, so the ratio says little about an H200):
+
+    python3 bench/speed_at_bound.py --parts engine --device cpu --preset tiny \
+        --max-tokens 24 --runs 1 --waves 3
+
 The sizes are options (--concurrency, --max-tokens, --runs, --waves, --fp32-seeds,
 --parts, --limit-PART); a part that is not run, fails or times out prints why and leaves
 its rows out. Exit 0 whatever the ratios (this reports; docs/gpu-runs.md records).

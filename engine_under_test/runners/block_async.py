@@ -10,6 +10,13 @@ them in submission order, so a request that stopped (EOS, stop id, max_tokens) i
 round n has its round n+1 row discarded -- the device, which saw the stop token in
 round n, already treated that row as dead in round n+1.
 
+Refills: the host learns of a finish one round late, so a freed slot would idle for a
+round before a waiting request is prefilled into it. Where the host already knows that
+a request's rounds in flight are its last (its budget bound is spent, typically a row
+left with one token), ``release_spent_slots`` hands its slot to the waiting request at
+once: the admission's device writes and the prefill are stream-ordered after those
+rounds, and the request's own rounds are still collected and committed.
+
 On CUDA the round (draft, verify, accept, state update) is captured once per batch
 bucket and replayed (``GraphedRound``); on CPU the same function runs eagerly, with the
 same semantics, so CI exercises this path.
@@ -73,6 +80,7 @@ class AsyncBlockRunner(BlockSpeculationRunner):
     def __init__(self, model, **kw):
         super().__init__(model, **kw)
         self.inflight: deque[InFlight] = deque()
+        self.slots_released_early = 0  # release_spent_slots: slots refilled a round early
 
     # ------------------------------------------------------------------ the round
     def _round(self, B: int, W: int, trace: bool = False) -> tuple:
@@ -86,7 +94,36 @@ class AsyncBlockRunner(BlockSpeculationRunner):
         return self.run_spec_round(B, self.K if W is None else W)
 
     # ------------------------------------------------------------------ scheduling
+    def release_spent_slots(self) -> int:
+        """Free the slot of every request the device has certainly stopped, before the
+        host has collected its last round, so that a waiting request is refilled into it
+        now instead of one round later. Returns how many slots were freed.
+
+        A request whose host ``budget_bound`` is <= 0 while rounds are still in flight
+        for it is dead on the device once those rounds ran: each of them commits at
+        least one token (its budget runs out) or fails (a failed round kills its live
+        rows), and a stop token only stops it sooner. It is therefore in no later
+        snapshot, and its slot would idle for one round until the host collected the
+        last one (async learns of a finish a round late). Reusing the slot now is safe
+        because every device write of the admission (slot clear, parameters, generator
+        binding, prefill) is stream-ordered after the rounds in flight. The request
+        itself is untouched: its rounds are still collected and committed (``rows`` of
+        each ``InFlight`` keeps it), and ``finish`` leaves a slot alone that another
+        request took (``self.slots[req.slot] is req``). Typical case: a row left with a
+        budget of one token, whose last round drafts nothing and commits one token."""
+        freed = 0
+        for s, req in enumerate(self.slots):
+            if req is not None and req.inflight > 0 and req.budget_bound <= 0:
+                self.slots[s] = None
+                self._finished_slots.append((s, req.seed is not None))
+                freed += 1
+        self.flush_finished()
+        self.slots_released_early += freed
+        return freed
+
     def step(self) -> None:
+        if len(self.waiting) > len(self._free):
+            self.release_spent_slots()
         admitted = self.admit()
         pre = self.run_prefill(admitted) if admitted else None
         for r in admitted:
