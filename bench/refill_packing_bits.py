@@ -40,7 +40,9 @@ def packed_vs_separate(model, T: int, device, C: int = 4, rows: int = 4, seed: i
     prompt = torch.randint(0, V, (T,), generator=g).to(device)
     slot, L = rows + 1, 128
     one, two = model.new_cache(rows + 2, L), model.new_cache(rows + 2, L)
-    ctx = model.context(torch.arange(T, device=device)[None], torch.tensor([slot], device=device), L, prefix=False)
+    ctx = model.context(
+        torch.arange(T, device=device)[None], torch.tensor([slot], device=device), L, prefix=False
+    )
     separate = model.logits(model.run_loops(model.embed(prompt[None]), 0, R, one, ctx)[0, -1])
 
     n = -(-T // C)  # chunks of C positions; pads past T are never attended by the prompt
@@ -59,9 +61,7 @@ def packed_vs_separate(model, T: int, device, C: int = 4, rows: int = 4, seed: i
     ctx = model.context(chunk_pos, chunk_rows, L, prefix=False)
     out = model.run_loops(deep, d, R, two, ctx)
     packed = model.logits(out[rows:].reshape(n * C, -1)[T - 1])
-    keys = all(
-        torch.equal(one.k[r, :, slot, :, :T], two.k[r, :, slot, :, :T]) for r in range(R)
-    )
+    keys = all(torch.equal(one.k[r, :, slot, :, :T], two.k[r, :, slot, :, :T]) for r in range(R))
     return torch.equal(separate, packed), keys, (separate - packed).abs().max().item()
 
 
@@ -73,11 +73,13 @@ def kernels(device, dtype) -> list[str]:
         x = torch.randn(300, D, device=device, dtype=dtype)
         full = F.linear(x, w)
         differ = [M for M in range(1, 65) if not torch.equal(F.linear(x[:M], w), full[:M])]
-        lines.append(f"linear {D}->{N}: rows differing from a 300-row batch at M = {differ or 'none'}")
+        lines.append(
+            f"linear {D}->{N}: rows differing from a 300-row batch at M = {differ or 'none'}"
+        )
     G, hd, L, T = 2, 32, 128, 10
     k, v = (torch.randn(1, G, L, hd, device=device, dtype=dtype) for _ in range(2))
     q = torch.randn(1, G, T, hd, device=device, dtype=dtype)
-    mask = (torch.arange(L, device=device)[None] <= torch.arange(T, device=device)[:, None])
+    mask = torch.arange(L, device=device)[None] <= torch.arange(T, device=device)[:, None]
     together = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[None, None])
     alone = F.scaled_dot_product_attention(
         q.permute(2, 1, 0, 3),
