@@ -11,7 +11,6 @@ test's archived key set): see :mod:`specconform.details.base`.
 
 from __future__ import annotations
 
-
 from .base import Json, Record, optional
 
 Label = int | str  # a cell: a token id, or "acc:5" / "rej:5" for the joint cells
@@ -201,16 +200,22 @@ class SupportDetail(Record):
     rule: str
 
 
-class EngineErrorsDetail(Record):
-    """engine_errors: requests that ended in an engine error, per group and per batch."""
+class EngineErrorCounts(Record):
+    """The keys of an engine_errors row in either kind: requests that ended in an engine
+    error per group, the deciding groups over the pre-registered tolerance."""
 
     per_group: dict[str, int]
-    per_batch: dict[str, dict[str, int]]
     deciding_groups: tuple[str, ...]
     tolerance: int
-    batch: str
     over_tolerance: tuple[str, ...]
     rule: str
+
+
+class EngineErrorsDetail(EngineErrorCounts):
+    """engine_errors: requests that ended in an engine error, per group and per batch."""
+
+    per_batch: dict[str, dict[str, int]]
+    batch: str
     no_evidence: str | None = optional()
 
 

@@ -6,9 +6,8 @@ test's archived key set): see :mod:`specconform.details.base`.
 
 from __future__ import annotations
 
-
 from .base import Json, Record, optional
-from .distribution import CoverageRecord
+from .distribution import CoverageRecord, EngineErrorCounts
 
 
 class UniformityStratum(Record):
@@ -29,8 +28,11 @@ class UniformityStratum(Record):
     ks_pvalue: float | None
 
 
-class UniformityDetail(Record):
-    """pit_uniformity: strata of the PIT U summed."""
+class PitStrataFields(Record):
+    """The keys of a χ² of U's over strata on equiprobable bins, either PIT's (the
+    committed token's, pit_uniformity; the draft mechanism's, mechanism_pit). The row's
+    statistic_text and no_evidence stay last in each record: the PR report states a
+    generic kind's scalar keys in field order (report.readings.scalar_facts)."""
 
     groups: tuple[str, ...]
     bins: int
@@ -39,6 +41,11 @@ class UniformityDetail(Record):
     strata_count: int
     strata: tuple[UniformityStratum, ...]
     untested_slots: dict[str, dict[str, int]]
+
+
+class UniformityDetail(PitStrataFields):
+    """pit_uniformity: strata of the PIT U summed."""
+
     n_covered: int
     n_eligible: int
     statistic_text: str
@@ -145,20 +152,13 @@ class LawCounts(Record):
     eligible: int
 
 
-class MechanismPitDetail(Record):
+class MechanismPitDetail(PitStrataFields):
     """mechanism_pit: the mechanism PIT's strata (law x position x round band)."""
 
-    groups: tuple[str, ...]
-    laws: dict[str, str]
-    bins: int
-    min_samples: int
-    round_bands: tuple[int, ...]
-    strata_count: int
-    strata: tuple[UniformityStratum, ...]
-    counts: tuple[LawCounts, ...]
-    untested_slots: dict[str, dict[str, int]]
     statistic_text: str
     no_evidence: str | None = optional()
+    laws: dict[str, str]  # what the mechanism PIT adds: its laws and their token counts
+    counts: tuple[LawCounts, ...]
 
 
 class MeanGroup(Record):
@@ -257,12 +257,8 @@ class SequenceSupportDetail(Record):
     mechanism_rule: str | None = optional()
 
 
-class SequenceEngineErrorsDetail(Record):
-    per_group: dict[str, int]
-    deciding_groups: tuple[str, ...]
-    tolerance: int
-    over_tolerance: tuple[str, ...]
-    rule: str
+class SequenceEngineErrorsDetail(EngineErrorCounts):
+    """engine_errors of a sequence run: per group only (its requests run in one call)."""
 
 
 class GroupTokens(Record):
