@@ -17,14 +17,15 @@ whose keys fit is read), ``tuple[X, ...]``, ``dict[str, X]``, ``X | None`` and
 :data:`Json` (open JSON data the engine wrote, e.g. a check's mismatch examples, kept
 as it was).
 
-Records whose field lists look alike (``n``, ``statistic``, ``df``, ``pvalue``, ...:
-same shape, other names) stay written out: each class is the key set of one test's
+Records whose field lists merely look alike (``n``, ``statistic``, ``df``, ``pvalue``,
+...: same shape, other names) stay written out: each class is the key set of one test's
 archived JSON object, read back strictly (``from_json``), so a shared base would tie
-unrelated tests' archive formats together. Key *order* is not part of the archive's
-bytes (``evidence.jsonio.canonical_json_bytes`` sorts keys); declaration order is only
-the order ``to_json`` builds the object in. Keys that two records share as a leading
-run are declared once in a base (``RejectionCounts``, ``StratifiedFields``,
-``Accuracy``).
+unrelated tests' archive formats together. A key set that two records share because
+they state the same thing is declared once, in a base whose fields come first
+(``RejectionCounts``, ``StratifiedFields``, ``PitStrataFields``, ``EngineErrorCounts``,
+``Accuracy``). Key *order* is not part of the archive's bytes
+(``evidence.jsonio.canonical_json_bytes`` sorts keys); declaration order is only the
+order ``to_json`` builds the object in.
 """
 
 from __future__ import annotations
