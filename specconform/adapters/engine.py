@@ -41,14 +41,13 @@ from pathlib import Path
 
 from specconform.adapters.checks import CheckedEngine
 
-# The vocabulary lives in adapters.types and the typed interface in adapters.interface;
-# both are re-exported here, where adapter authors have always imported them from (so
-# this import list repeats the one adapters.checks uses, on purpose).
+# What adapter authors import from here (docs/adapters.md, examples/my_adapter.py): the
+# typed interface (adapters.interface) and the vocabulary of an adapter's answers
+# (adapters.types), re-exported. The validator's own names (TOKEN_KINDS, AdapterInfo)
+# stay in adapters.types.
 from specconform.adapters.interface import Engine, EngineAdapter, check_adapter
 from specconform.adapters.types import (
-    TOKEN_KINDS,
     AdapterError,
-    AdapterInfo,
     Capabilities,
     SeedRecord,
     TokenEvent,
@@ -62,9 +61,7 @@ from specconform.util.errors import UsageError
 
 __all__ = [
     "BUILTIN",
-    "TOKEN_KINDS",
     "AdapterError",
-    "AdapterInfo",
     "Capabilities",
     "Engine",
     "EngineAdapter",

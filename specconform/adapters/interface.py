@@ -108,9 +108,7 @@ class Engine(Protocol):
     def draft_law(self, prefix: list[int], depth: int) -> np.ndarray | None: ...
     def target_laws(self, prefixes: list[list[int]]) -> list[np.ndarray]: ...
     def draft_laws(self, prefixes: list[list[int]], depth: int) -> list[np.ndarray] | None: ...
-    # The sequence methods repeat adapters.sequence.SequenceEngine's signatures on
-    # purpose: here they are the validated wrapper's full surface, there the optional
-    # methods an adapter may implement.
+    # The sequence methods (optional on an adapter: adapters.sequence's docstring).
     def run_requests(
         self,
         group: Any,
@@ -119,9 +117,10 @@ class Engine(Protocol):
         trace: bool = False,
         progress: Callable[[int, int], None] | None = None,
     ) -> list[SequenceRecord]: ...
-    def sequence_laws(
+    def sequence_laws(  # -> (p [T, V] float32, q [T, V] float32 or None)
         self, request: RequestSpec, tokens: Sequence[int], draft_depth: int | None
     ) -> tuple[np.ndarray, np.ndarray | None] | None: ...
+    # -> [V] float32, the serial reference p under the request's parameters
     def target_law_for(self, prefix: Sequence[int], request: RequestSpec) -> np.ndarray: ...
     def draft_law_for(
         self, prefix: Sequence[int], request: RequestSpec, depth: int

@@ -3,7 +3,8 @@
 A sequence protocol sends a group's requests (each with its own prompt, seed, sampling
 parameters and length) to the engine in one call, with continuous batching, and then
 replays the serial reference law p_t for every committed token's prefix. The methods
-below are optional on an engine adapter (`specconform.adapters.engine.EngineAdapter`);
+below are optional on an engine adapter (`specconform.adapters.engine.EngineAdapter`;
+their signatures are stated once, on `specconform.adapters.interface.Engine`);
 what an adapter lacks makes the tests that need it "not applicable", never PASS:
 
 - ``run_requests(group, requests, max_num_seqs, trace=False, progress=None)``: run the
@@ -31,9 +32,7 @@ a round drafts L <= K tokens; positions 0..L-1 hold drafts, position L the bonus
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -115,28 +114,3 @@ class SequenceRecord:
     events: tuple[TokenEvent, ...] | None = None  # one per token, when the engine tells
     rounds: tuple[tuple[int, int], ...] | None = None  # per round: (drafted L, accepted)
     traces: tuple[RoundTrace, ...] | None = None  # with trace=True on a white-box engine
-
-
-@runtime_checkable
-class SequenceEngine(Protocol):
-    """The optional sequence methods (see the module docstring)."""
-
-    # Repeated in adapters.interface.Engine (the wrapper's surface) on purpose.
-    def run_requests(
-        self,
-        group,
-        requests: Sequence[RequestSpec],
-        max_num_seqs: int | None,
-        trace: bool = False,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> list[SequenceRecord]: ...
-
-    def sequence_laws(
-        self, request: RequestSpec, tokens: Sequence[int], draft_depth: int | None
-    ) -> tuple[np.ndarray, np.ndarray | None]:
-        """-> (p [T, V] float32, q [T, V] float32 or None)."""
-        ...
-
-    def target_law_for(self, prefix: Sequence[int], request: RequestSpec) -> np.ndarray:
-        """-> [V] float32, the serial reference p under the request's parameters."""
-        ...

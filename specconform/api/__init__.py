@@ -5,9 +5,10 @@ specconform imports nothing heavy). The CLI and this API share one implementatio
 `specconform run` and :func:`run` both go through the run assembly
 (``specconform.runner.assemble``: ledger, resume, sequential, base ref alike), and
 `specconform verify` and :func:`verify` both call ``verification.verify_archive`` with
-the same signature policy. Errors are typed: :class:`UsageError` (bad input, exit code
-2 on the command line), :class:`EvidenceError` (invalid evidence, exit code 3) and
-:class:`MissingExtraError` (an optional layer such as torch is not installed).
+the same signature policy. Errors are typed, and public at the top
+(``specconform.UsageError``, ...; defined in ``specconform.util``): ``UsageError`` (bad
+input, exit code 2 on the command line), ``EvidenceError`` (invalid evidence, exit code
+3) and ``MissingExtraError`` (an optional layer such as torch is not installed).
 
 Typed results read through ``specconform.report.model`` (one seam for reports and API).
 """
@@ -22,22 +23,21 @@ from pathlib import Path
 
 from specconform.report.model import ArchiveView
 from specconform.results import Evaluation, TestRow, Verdict
-from specconform.util.errors import EvidenceError, SpecconformError, UsageError
-from specconform.util.extras import MissingExtraError
+from specconform.util.errors import SpecconformError, UsageError
 from specconform.util.progress import silent
 from specconform.verification import VerifyReport
 
+# What this package is the home of (specconform resolves these names from here). The
+# error types are public at the top, from specconform.util (errors, extras).
 __all__ = [
     "ArchiveView",
-    "EvidenceError",
-    "MissingExtraError",
     "Run",
-    "SpecconformError",
     "TestRow",
-    "UsageError",
     "Verdict",
     "VerifyReport",
     "load_archive",
+    "load_archives",
+    "plan_protocol",
     "run",
     "verify",
 ]
@@ -174,9 +174,9 @@ def run(
 
     if device is not None and device not in ("cpu", "cuda"):
         raise UsageError(f"device {device!r}: expected 'cpu' or 'cuda'")
-    # The same RunRequest as `specconform run` builds (cli/__init__.py), on purpose: each
-    # front end maps its own arguments (paths, argv, signing) into it; the run itself is
-    # shared (runner.assemble.run_protocol).
+    # The request `specconform run` builds from its options (cli/__init__.py _execute):
+    # each front end maps its own arguments (paths, argv, signing) into it; the run
+    # itself is shared (runner.assemble.run_protocol).
     request = RunRequest(
         protocol=Path(protocol),
         out_dir=Path(out),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import click
 
@@ -17,6 +16,7 @@ from specconform import __version__
 from specconform.cli.options import (  # noqa: F401 (DEFAULT_OUT, run_options re-exported)
     DEFAULT_OUT,
     error_line,
+    path_option,
     run_options,
 )
 from specconform.util.errors import (
@@ -69,53 +69,16 @@ def cli():
     """
 
 
-def _execute(
-    protocol,
-    seeds,
-    offset,
-    batch_size,
-    mutant,
-    device,
-    out_dir,
-    key,
-    no_sign,
-    ledger,
-    resume,
-    verbose,
-    base_ref=None,
-    max_archive_size=None,
-    sequential=False,
-    batch=None,
-    adapter_timeout=None,
-    allow_inconclusive=False,
-):
+def _execute(*, no_sign: bool, verbose: bool, **options):
     """The options of `run` and `gate` as one request to the run assembly
-    (`runner.assemble`, shared with the Python API)."""
+    (`runner.assemble`, shared with the Python API): each option of `run_options` but
+    --no-sign and --verbose is named after the RunRequest field it sets."""
     from specconform.runner.assemble import RunRequest, run_protocol
     from specconform.util.progress import progress, set_verbose
 
     set_verbose(verbose)
-    # Alike to specconform.api.run's RunRequest on purpose (see there).
     request = RunRequest(
-        protocol=protocol,
-        out_dir=out_dir,
-        argv=("specconform", *sys.argv[1:]),
-        seeds=seeds,
-        offset=offset,
-        batch_size=batch_size,
-        device=device,
-        base_ref=base_ref,
-        mutant=mutant,
-        key=key,
-        sign=not no_sign,
-        ledger=ledger,
-        resume=resume,
-        sequential=sequential,
-        batch=batch,
-        max_archive_size=max_archive_size,
-        adapter_timeout=adapter_timeout,
-        allow_inconclusive=allow_inconclusive,
-        persistent_caches=True,
+        argv=("specconform", *sys.argv[1:]), sign=not no_sign, persistent_caches=True, **options
     )
     return run_protocol(request, progress=progress, notify=lambda line: click.echo(line, err=True))
 
@@ -197,12 +160,7 @@ def _exit(code: int) -> None:
 
 @cli.command()
 @run_options
-@click.option(
-    "--junit",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write JUnit XML of every test here.",
-)
+@path_option("--junit", file=True, help="Write JUnit XML of every test here.")
 @click.option(
     "--inconclusive-ok",
     is_flag=True,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from specconform.cli.options import error_line, path_option
 from specconform.util.errors import SpecconformError, UsageError
 
 _VERIFY_HELP = """Verify an evidence archive offline.
@@ -50,24 +51,15 @@ Exit codes: 0 valid; 2 usage (missing archive or key file, no --pubkey nor
 
 
 def _fail(error: SpecconformError) -> None:
-    from specconform.cli.options import error_line
-
     click.echo(error_line(error), err=True)
     # SystemExit, not click's Exit: click returns Exit's code silently when the caller
     # runs it with standalone_mode=False, which specconform.cli.main does.
     sys.exit(error.exit_code)
 
 
-# The commands' path options are alike in shape on purpose: click declares each option in
-# full, with its own help.
 @click.command("verify", help=_VERIFY_HELP)
 @click.argument("archive", type=click.Path(path_type=Path))
-@click.option(
-    "--pubkey",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Ed25519 public key (PEM) the archive must be signed with.",
-)
+@path_option("--pubkey", help="Ed25519 public key (PEM) the archive must be signed with.")
 @click.option(
     "--skip-signature",
     is_flag=True,
@@ -115,21 +107,11 @@ def _echo_diagnosis(archive: Path) -> None:
     show_default=True,
     help="Markdown for a pull request, or HTML with plots.",
 )
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Write to FILE (atomically) instead of standard output.",
-)
+@path_option("--out", help="Write to FILE (atomically) instead of standard output.")
 @click.option(
     "--details", is_flag=True, help="Append every test, per-group tables, seed ranges and coverage."
 )
-@click.option(
-    "--pubkey",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Verify every archive against this Ed25519 public key first.",
-)
+@path_option("--pubkey", help="Verify every archive against this Ed25519 public key first.")
 @click.option(
     "--pr",
     "pr_page",
@@ -187,12 +169,8 @@ def _kinds(archives) -> set[str]:
 
 
 @click.command("keygen")
-@click.option(
-    "--out",
-    "prefix",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Writes PREFIX.key (private, mode 0600) and PREFIX.pub.",
+@path_option(
+    "--out", "prefix", required=True, help="Writes PREFIX.key (private, mode 0600) and PREFIX.pub."
 )
 def keygen_command(prefix: Path) -> None:
     """Create an Ed25519 signing key pair: PREFIX.key (PEM PKCS#8, mode 0600) and

@@ -66,8 +66,13 @@ def _timeout_option(ctx, param, value):
     return seconds
 
 
-# The click options below are alike in shape (a path option, its default, its help) on
-# purpose: click declares each option in full, and each one's help is its documentation.
+def path_option(*decls: str, help: str, file: bool = False, folder: bool = False, **kw):
+    """A path option, None unless given: ``file`` refuses a folder, ``folder`` a file
+    (click's one-line error, exit 2); ``kw``: more of click.option's (a default, ...)."""
+    kind = click.Path(dir_okay=not file, file_okay=not folder, path_type=Path)
+    return click.option(*decls, type=kind, default=kw.pop("default", None), help=help, **kw)
+
+
 def run_options(f):
     options = [
         click.argument("protocol", type=click.Path(dir_okay=False, path_type=Path)),
@@ -91,18 +96,17 @@ def run_options(f):
             default=None,
             help="Override the protocol's device.",
         ),
-        click.option(
+        path_option(
             "--out",
             "out_dir",
-            type=click.Path(file_okay=False, path_type=Path),
+            folder=True,
             default=DEFAULT_OUT,
             show_default=True,
             help="Output folder.",
         ),
-        click.option(
+        path_option(
             "--key",
-            type=click.Path(dir_okay=False, path_type=Path),
-            default=None,
+            file=True,
             help="Ed25519 signing key (PEM); default $SPECCONFORM_SIGNING_KEY, "
             "else the user key in ~/.config/specconform (created on first use).",
         ),
@@ -114,16 +118,14 @@ def run_options(f):
             "verdict may then be INCONCLUSIVE); without it such a run is refused before "
             "any work, naming the test and the seeds it needs (exit 2).",
         ),
-        click.option(
+        path_option(
             "--ledger",
-            type=click.Path(dir_okay=False, path_type=Path),
-            default=None,
+            file=True,
             help="Seed ledger (distribution, sequence, mcnemar); default OUT/seed-ledger.jsonl.",
         ),
-        click.option(
+        path_option(
             "--resume",
-            type=click.Path(file_okay=False, path_type=Path),
-            default=None,
+            folder=True,
             help="Continue an interrupted distribution run from its checkpoint folder.",
         ),
         click.option(

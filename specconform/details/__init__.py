@@ -42,10 +42,10 @@ class JsonDetail:
         return dict(self.data)
 
 
-# kind -> its records, most specific first. A kind not listed carries JsonDetail.
-# The records are data readers need below the kinds layer (an archive is read, and its
-# rows typed, without importing any evaluator); the kind table states the same tuples
-# (``Kind.records``, ``Kind.schema1_records``) and a test holds the two equal.
+# kind -> its records, most specific first: the one place a kind's records are stated.
+# A kind not listed carries JsonDetail. They live here, below the kinds layer, because
+# readers need them there (an archive is read, and its rows typed, without importing any
+# evaluator); the kind table reads them (``Kind.records``, ``Kind.schema1_records``).
 TYPED_KINDS: dict[str, tuple[type[Record], ...]] = {
     "distribution": distribution.RECORDS,
     "sequence": sequence.RECORDS,

@@ -1,6 +1,9 @@
 """The machinery every typed detail record shares (torch-free, pure Python).
 
-A detail record is a frozen dataclass deriving from :class:`Record`. Its fields, in
+A detail record is a class deriving from :class:`Record`, which makes every subclass a
+frozen, keyword-only dataclass (one rule stated once, as pydantic's ``BaseModel`` does:
+no record can forget ``frozen`` and become mutable after it was read from an archive,
+and type checkers see the dataclass through ``dataclass_transform``). Its fields, in
 declaration order, are the keys of its JSON object; ``to_json`` writes exactly that
 object (nested records through their own ``to_json``, tuples as lists) and
 ``from_json`` reads it back, checking every key and value against the field's type.
@@ -14,14 +17,15 @@ whose keys fit is read), ``tuple[X, ...]``, ``dict[str, X]``, ``X | None`` and
 :data:`Json` (open JSON data the engine wrote, e.g. a check's mismatch examples, kept
 as it was).
 
-Records whose field lists look alike (``n``, ``statistic``, ``df``, ``pvalue``, ...:
-same shape, other names) stay written out: each class is the key set of one test's
+Records whose field lists merely look alike (``n``, ``statistic``, ``df``, ``pvalue``,
+...: same shape, other names) stay written out: each class is the key set of one test's
 archived JSON object, read back strictly (``from_json``), so a shared base would tie
-unrelated tests' archive formats together. Key *order* is not part of the archive's
-bytes (``evidence.jsonio.canonical_json_bytes`` sorts keys); declaration order is only
-the order ``to_json`` builds the object in. Keys that two records share as a leading
-run are declared once in a base (``RejectionCounts``, ``StratifiedFields``,
-``Accuracy``).
+unrelated tests' archive formats together. A key set that two records share because
+they state the same thing is declared once, in a base whose fields come first
+(``RejectionCounts``, ``StratifiedFields``, ``PitStrataFields``, ``EngineErrorCounts``,
+``Accuracy``). Key *order* is not part of the archive's bytes
+(``evidence.jsonio.canonical_json_bytes`` sorts keys); declaration order is only the
+order ``to_json`` builds the object in.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import types
 import typing
 from collections.abc import Mapping
 from typing import Any, Protocol, TypeVar, Union, runtime_checkable
+
+from typing_extensions import dataclass_transform  # typing's: Python 3.11
 
 # Open JSON data carried as it is (the engine's own examples, labels of open shape).
 Json = Any
@@ -56,8 +62,16 @@ def optional(default: Any = None) -> Any:
     return dataclasses.field(default=default, metadata={_OMIT: True})
 
 
+@dataclass_transform(
+    kw_only_default=True, frozen_default=True, field_specifiers=(dataclasses.field,)
+)
 class Record:
-    """Base of the frozen detail dataclasses (see the module docstring)."""
+    """Base of the detail records: each subclass becomes a frozen, keyword-only
+    dataclass when it is defined (see the module docstring)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        dataclasses.dataclass(frozen=True, kw_only=True)(cls)
 
     def __post_init__(self) -> None:
         # Lists handed in by evaluators become tuples (frozen, and equal to what

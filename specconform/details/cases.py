@@ -5,12 +5,9 @@ test's archived key set): see :mod:`specconform.details.base`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .base import Record, optional
 
 
-@dataclass(frozen=True, kw_only=True)
 class QuadratureCaseDetail(Record):
     """One quadrature case: the exact law's errors against the grid's bounds, and the
     target's top tokens (``expected``: (token, p) pairs; ``observed_first``: the
@@ -32,7 +29,6 @@ class QuadratureCaseDetail(Record):
     observed_first: tuple[float, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
 class Accuracy(Record):
     """A share of correct answers with its Wilson interval."""
 
@@ -44,7 +40,6 @@ class Accuracy(Record):
     level: float
 
 
-@dataclass(frozen=True, kw_only=True)
 class Detectable(Record):
     """The smallest accuracy drop detected with ``power`` at ``level`` (α over the
     ``pairs`` deciding pairs), by discordance rate; ``min_drop`` None: none at any."""
@@ -58,7 +53,6 @@ class Detectable(Record):
     min_drop: float | None
 
 
-@dataclass(frozen=True, kw_only=True)
 class McNemarPairDetail(Record):
     """One base/candidate pair: paired wins and losses, exact McNemar p-values, both
     accuracies and the pre-registered detectable drop."""
@@ -83,20 +77,17 @@ class McNemarPairDetail(Record):
     tie: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class _MetricGroup(Record):
     metric: str
     group: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class GroupAccuracyDetail(Accuracy, _MetricGroup):
     """One group's accuracy on one metric (exploratory). Its keys: metric and group
     (``_MetricGroup``'s, first by the dataclass field order of the bases), then
     :class:`Accuracy`'s."""
 
 
-@dataclass(frozen=True, kw_only=True)
 class ErrorCountsDetail(Record):
     errors: dict[str, int]
     tolerance: int

@@ -11,14 +11,11 @@ test's archived key set): see :mod:`specconform.details.base`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .base import Json, Record, optional
 
 Label = int | str  # a cell: a token id, or "acc:5" / "rej:5" for the joint cells
 
 
-@dataclass(frozen=True, kw_only=True)
 class GofStratum(Record):
     """One goodness-of-fit stratum (or one group of t1_gof): counts per original cell,
     what pooled. ``group`` names a t1_gof group; ``t1``/``t2`` the conditioning prefix;
@@ -40,7 +37,6 @@ class GofStratum(Record):
     tv: float | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class HomogeneityStratum(Record):
     """One t1 stratum of the two-sample test of t2 (group a against group b)."""
 
@@ -58,7 +54,6 @@ class HomogeneityStratum(Record):
     observed_b: tuple[int, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
 class StratifiedFields(Record):
     """The keys a stratified row's detail has in either schema (all but the last: schema
     2's ``no_evidence``, schema 1's ``reason``). The head fields name what was
@@ -77,14 +72,12 @@ class StratifiedFields(Record):
     strata: tuple[GofStratum | HomogeneityStratum, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
 class StratifiedDetail(StratifiedFields):
     """Strata's χ² summed into one row (t2_gof, t3_gof, t2_homogeneity, joint)."""
 
     no_evidence: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class GroupsGofDetail(Record):
     """t1_gof: each group's t1 against p_t1; several groups combined by Bonferroni."""
 
@@ -102,7 +95,6 @@ class GroupsGofDetail(Record):
         return out
 
 
-@dataclass(frozen=True, kw_only=True)
 class RejectionCounts(Record):
     """The leading keys of a t1 stratum of the acceptance test (either schema)."""
 
@@ -114,7 +106,6 @@ class RejectionCounts(Record):
     observed_rejection_rate: float | None
 
 
-@dataclass(frozen=True, kw_only=True)
 class RejectionStratum(RejectionCounts):
     """One t1 stratum of the first-position rejection test: rejections against TV."""
 
@@ -127,7 +118,6 @@ class RejectionStratum(RejectionCounts):
     pooled: tuple[int, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
 class AcceptanceDetail(Record):
     """acceptance: exact binomial per first-position stratum, Bonferroni over strata;
     with the observed and exact acceptance ratio the report's figure plots."""
@@ -150,13 +140,11 @@ class AcceptanceDetail(Record):
     no_evidence: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class ScoreStratumRecord(Record):
     t1: int
     n: int
 
 
-@dataclass(frozen=True, kw_only=True)
 class ScoreDetail(Record):
     """score: the score test on the joint cells along the mutant directions."""
 
@@ -176,7 +164,6 @@ class ScoreDetail(Record):
     no_evidence: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class NotApplicableDetail(Record):
     """A test the engine cannot be asked (e.g. acceptance without q)."""
 
@@ -184,7 +171,6 @@ class NotApplicableDetail(Record):
     no_evidence: str
 
 
-@dataclass(frozen=True, kw_only=True)
 class CoverageRecord(Record):
     """What the strata of one stratified test cover (``keys``: distribution kind only;
     the sequence kind states ``share`` for pit_uniformity only)."""
@@ -196,20 +182,17 @@ class CoverageRecord(Record):
     share: float | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class CoverageDetail(Record):
     statistic: str
     tests: dict[str, CoverageRecord]
 
 
-@dataclass(frozen=True, kw_only=True)
 class SupportCounts(Record):
     t1: int
     t2: int
     t3: int
 
 
-@dataclass(frozen=True, kw_only=True)
 class SupportDetail(Record):
     """out_of_support: observations of reference probability 0, per group and position."""
 
@@ -217,21 +200,25 @@ class SupportDetail(Record):
     rule: str
 
 
-@dataclass(frozen=True, kw_only=True)
-class EngineErrorsDetail(Record):
-    """engine_errors: requests that ended in an engine error, per group and per batch."""
+class EngineErrorCounts(Record):
+    """The keys of an engine_errors row in either kind: requests that ended in an engine
+    error per group, the deciding groups over the pre-registered tolerance."""
 
     per_group: dict[str, int]
-    per_batch: dict[str, dict[str, int]]
     deciding_groups: tuple[str, ...]
     tolerance: int
-    batch: str
     over_tolerance: tuple[str, ...]
     rule: str
+
+
+class EngineErrorsDetail(EngineErrorCounts):
+    """engine_errors: requests that ended in an engine error, per group and per batch."""
+
+    per_batch: dict[str, dict[str, int]]
+    batch: str
     no_evidence: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class TrajectoryPoint(Record):
     """The e-process after one batch (log E None = infinite)."""
 
@@ -240,7 +227,6 @@ class TrajectoryPoint(Record):
     sup_log_e: float | None
 
 
-@dataclass(frozen=True, kw_only=True)
 class SequentialDetail(Record):
     """The sequential run's deciding row: the e-process trajectory."""
 

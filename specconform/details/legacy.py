@@ -8,8 +8,6 @@ test's archived key set): see :mod:`specconform.details.base`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .base import Record, optional
 from .distribution import (
     CoverageDetail,
@@ -20,7 +18,6 @@ from .distribution import (
 )
 
 
-@dataclass(frozen=True, kw_only=True)
 class LegacyGroupsGofDetail(Record):
     """t1_gof of schema 1: statistic and df are those of ``deciding_group``."""
 
@@ -31,14 +28,12 @@ class LegacyGroupsGofDetail(Record):
     reason: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class LegacyStratifiedDetail(StratifiedFields):
     """t2_gof, t3_gof, t2_homogeneity and joint of schema 1."""
 
     reason: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class LegacyRejectionStratum(RejectionCounts):
     """One t1 stratum of schema 1's acceptance test (2-cell χ² and exact binomial)."""
 
@@ -51,7 +46,6 @@ class LegacyRejectionStratum(RejectionCounts):
     pooled: tuple[int, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
 class LegacyAcceptanceDetail(Record):
     """acceptance of schema 1: the strata's 2-cell χ² summed."""
 

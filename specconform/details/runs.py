@@ -6,14 +6,11 @@ test's archived key set): see :mod:`specconform.details.base`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .base import Record, optional
 
 # --- performance ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
 class MetricSummary(Record):
     """mean ± SD [min, max] over n processes (SD with n - 1; None below two)."""
 
@@ -24,7 +21,6 @@ class MetricSummary(Record):
     max: float | None
 
 
-@dataclass(frozen=True, kw_only=True)
 class ThroughputDetail(Record):
     """One (concurrency, sampling) cell: candidate against base tokens/s under the
     pre-registered tolerance rule; ``ratio`` .. ``ranges_overlap`` once both sides have
@@ -44,7 +40,6 @@ class ThroughputDetail(Record):
     ranges_overlap: bool | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class OrderDetail(Record):
     """abba_order: the pre-registered process order and the recorded one."""
 
@@ -52,7 +47,6 @@ class OrderDetail(Record):
     recorded: tuple[str, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
 class PhaseTotals(Record):
     ops: int
     kernels: int
@@ -61,7 +55,6 @@ class PhaseTotals(Record):
     self_device_us: float
 
 
-@dataclass(frozen=True, kw_only=True)
 class LocationTotals(Record):
     location: str
     self_cpu_us: float
@@ -69,7 +62,6 @@ class LocationTotals(Record):
     count: int
 
 
-@dataclass(frozen=True, kw_only=True)
 class SideProfile(Record):
     """One side's profiler attribution (``with_stack`` written only when False)."""
 
@@ -82,7 +74,6 @@ class SideProfile(Record):
     top: tuple[LocationTotals, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
 class ProfileDetail(Record):
     """profile: per side, where the time went (reported only)."""
 
@@ -96,7 +87,6 @@ class ProfileDetail(Record):
 # --- equality ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
 class DivergenceRecord(Record):
     """The first position where two greedy sequences of one prompt differ."""
 
@@ -111,7 +101,6 @@ class DivergenceRecord(Record):
     near_tie: bool = False
 
 
-@dataclass(frozen=True, kw_only=True)
 class EqualityDetail(Record):
     """One base/candidate comparison of greedy token sequences."""
 
@@ -130,7 +119,6 @@ class EqualityDetail(Record):
 # --- Monte Carlo ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
 class MonteCarloCellDetail(Record):
     """One case and position: the largest expected cells (``cell_index``) of its χ²."""
 
@@ -144,12 +132,10 @@ class MonteCarloCellDetail(Record):
     expected: tuple[float, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
 class OutOfVocabDetail(Record):
     tokens: int
 
 
-@dataclass(frozen=True, kw_only=True)
 class KernelErrorsDetail(Record):
     error_rows: int
 

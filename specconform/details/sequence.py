@@ -6,13 +6,10 @@ test's archived key set): see :mod:`specconform.details.base`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from .base import Json, Record, optional
-from .distribution import CoverageRecord
+from .distribution import CoverageRecord, EngineErrorCounts
 
 
-@dataclass(frozen=True, kw_only=True)
 class UniformityStratum(Record):
     """One stratum's χ² of U's on equiprobable bins (pit_uniformity, mechanism_pit):
     group, the law (mechanism_pit only), the slot and round bands, then the counts."""
@@ -31,9 +28,11 @@ class UniformityStratum(Record):
     ks_pvalue: float | None
 
 
-@dataclass(frozen=True, kw_only=True)
-class UniformityDetail(Record):
-    """pit_uniformity: strata of the PIT U summed."""
+class PitStrataFields(Record):
+    """The keys of a χ² of U's over strata on equiprobable bins, either PIT's (the
+    committed token's, pit_uniformity; the draft mechanism's, mechanism_pit). The row's
+    statistic_text and no_evidence stay last in each record: the PR report states a
+    generic kind's scalar keys in field order (report.readings.scalar_facts)."""
 
     groups: tuple[str, ...]
     bins: int
@@ -42,13 +41,17 @@ class UniformityDetail(Record):
     strata_count: int
     strata: tuple[UniformityStratum, ...]
     untested_slots: dict[str, dict[str, int]]
+
+
+class UniformityDetail(PitStrataFields):
+    """pit_uniformity: strata of the PIT U summed."""
+
     n_covered: int
     n_eligible: int
     statistic_text: str
     no_evidence: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class PairStratum(Record):
     """One group's contingency table of (first U bin, second U bin)."""
 
@@ -61,7 +64,6 @@ class PairStratum(Record):
     rows_tested: tuple[int, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
 class IndependenceDetail(Record):
     """pit_independence: pairs of U's, χ² of independence summed over rows and groups."""
 
@@ -76,14 +78,12 @@ class IndependenceDetail(Record):
     no_evidence: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class CorrelationGroup(Record):
     group: str
     n: int
     sum_products: float
 
 
-@dataclass(frozen=True, kw_only=True)
 class CorrelationDetail(Record):
     """pit_correlation: pairs of U's, z of Σ (U_a − 1/2)(U_b − 1/2) pooled over groups."""
 
@@ -97,7 +97,6 @@ class CorrelationDetail(Record):
     no_evidence: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class PositionCell(Record):
     """Drafted positions pooled into one cell of acceptance_all."""
 
@@ -111,7 +110,6 @@ class PositionCell(Record):
     expected_rejection_rate: float | None
 
 
-@dataclass(frozen=True, kw_only=True)
 class AcceptanceGroup(Record):
     group: str
     n: int
@@ -127,7 +125,6 @@ class AcceptanceGroup(Record):
     positions: tuple[PositionCell, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
 class AcceptanceAllDetail(Record):
     """acceptance_all: rejections per drafted position against Σ TV, z² summed."""
 
@@ -143,7 +140,6 @@ class AcceptanceAllDetail(Record):
     no_evidence: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class LawCounts(Record):
     """One group's drafted tokens of one law: how many the mechanism PIT could test."""
 
@@ -156,24 +152,15 @@ class LawCounts(Record):
     eligible: int
 
 
-@dataclass(frozen=True, kw_only=True)
-class MechanismPitDetail(Record):
+class MechanismPitDetail(PitStrataFields):
     """mechanism_pit: the mechanism PIT's strata (law x position x round band)."""
 
-    groups: tuple[str, ...]
-    laws: dict[str, str]
-    bins: int
-    min_samples: int
-    round_bands: tuple[int, ...]
-    strata_count: int
-    strata: tuple[UniformityStratum, ...]
-    counts: tuple[LawCounts, ...]
-    untested_slots: dict[str, dict[str, int]]
     statistic_text: str
     no_evidence: str | None = optional()
+    laws: dict[str, str]  # what the mechanism PIT adds: its laws and their token counts
+    counts: tuple[LawCounts, ...]
 
 
-@dataclass(frozen=True, kw_only=True)
 class MeanGroup(Record):
     group: str
     law: str
@@ -184,7 +171,6 @@ class MeanGroup(Record):
     tested: bool
 
 
-@dataclass(frozen=True, kw_only=True)
 class MechanismMeanDetail(Record):
     """mechanism_mean: z of the mean mechanism PIT against 1/2 per group and law."""
 
@@ -196,7 +182,6 @@ class MechanismMeanDetail(Record):
     no_evidence: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class CrossingDetail(Record):
     """crossing_count: committed top-p crossing tokens O against E (kinds/sequence/crossing.py)."""
 
@@ -212,7 +197,6 @@ class CrossingDetail(Record):
     no_evidence: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class BonusAcceptDetail(Record):
     """accept_after_bonus: the next round's first accept decision against the bonus's
     mid-PIT (kinds/sequence/bonus_accept.py); ``per_group``: pairs per group."""
@@ -231,7 +215,6 @@ class BonusAcceptDetail(Record):
     no_evidence: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class CheckDetail(Record):
     """A deterministic check recorded by the runner in raw/checks.json (``examples``: the
     runner's first mismatches, kept as written)."""
@@ -256,13 +239,11 @@ class CheckDetail(Record):
     near_tie_examples: tuple[Json, ...] | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
 class Offender(Record):
     request: int
     step: int
 
 
-@dataclass(frozen=True, kw_only=True)
 class SequenceSupportDetail(Record):
     """out_of_support: committed tokens of reference probability 0 (and, with the
     mechanism columns, drafted tokens of conditional probability 0)."""
@@ -276,16 +257,10 @@ class SequenceSupportDetail(Record):
     mechanism_rule: str | None = optional()
 
 
-@dataclass(frozen=True, kw_only=True)
-class SequenceEngineErrorsDetail(Record):
-    per_group: dict[str, int]
-    deciding_groups: tuple[str, ...]
-    tolerance: int
-    over_tolerance: tuple[str, ...]
-    rule: str
+class SequenceEngineErrorsDetail(EngineErrorCounts):
+    """engine_errors of a sequence run: per group only (its requests run in one call)."""
 
 
-@dataclass(frozen=True, kw_only=True)
 class GroupTokens(Record):
     tokens: int
     random: int
@@ -295,7 +270,6 @@ class GroupTokens(Record):
     per_slot: dict[str, int]
 
 
-@dataclass(frozen=True, kw_only=True)
 class SequenceCoverageDetail(Record):
     statistic: str
     per_group: dict[str, GroupTokens]

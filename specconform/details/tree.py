@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from specconform.details.base import Record
 
 
-@dataclass(frozen=True, kw_only=True)
 class TreeGridDetail(Record):
     """Quadrature: the grid law of committed prefixes (the first j+1 tokens, every j)
     against the exact law; ``sequences``: prefixes of positive exact or grid mass."""
@@ -22,7 +19,6 @@ class TreeGridDetail(Record):
     sequences: int  # sequences of positive exact or grid mass
 
 
-@dataclass(frozen=True, kw_only=True)
 class TreeStructureDetail(Record):
     """Rules an exact sampler never breaks: accepted path and tokens agree with the tree,
     every committed token has positive mass where it was drawn, no error flag."""
@@ -35,7 +31,6 @@ class TreeStructureDetail(Record):
     errors: int  # rows with their error flag set on valid laws
 
 
-@dataclass(frozen=True, kw_only=True)
 class TreeGofDetail(Record):
     """Monte Carlo: Pearson chi-square of the first position+1 committed tokens."""
 
@@ -47,7 +42,6 @@ class TreeGofDetail(Record):
     out_of_support: int
 
 
-@dataclass(frozen=True, kw_only=True)
 class TreeTVDetail(Record):
     """A lossy sampler's distance from the target law at one position (stats.tv)."""
 

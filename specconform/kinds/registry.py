@@ -8,8 +8,10 @@ do: ledger, resume, shard, sequential, base ref) and the section of the pull-req
 report it belongs to. The CLI, the API, the runner, `verify` and the report look a kind
 up here; nothing else compares kind names.
 
-Adding a kind: a package ``specconform/kinds/<kind>/`` (``Schema``, ``evaluate``, its
-records), a runner module (``collect``), and one line in :data:`KINDS`.
+Adding a kind: a package ``specconform/kinds/<kind>/`` (``Schema``, ``evaluate``), its
+detail records in ``specconform/details/`` and their line in ``details.TYPED_KINDS`` (the
+one place a kind's records are stated; a plug-in kind calls ``details.register_records``),
+a runner module (``collect``), and one line in :data:`KINDS`.
 
 Layering: this table sits in the kinds layer, below the runner and the planner. What
 lives above it (the collector, which imports torch; the planner) is named by a
@@ -24,10 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from specconform.details import cases, runs
-from specconform.details import distribution as distribution_records
-from specconform.details import legacy as legacy_records
-from specconform.details import sequence as sequence_records
+from specconform.details import SCHEMA1_RECORDS, records_of
 from specconform.details.base import Record
 from specconform.kinds import (
     distribution,
@@ -96,7 +95,6 @@ class Kind:
     schema: type  # the pydantic model of its protocol files
     collect: Ref  # the runner's collect(...) -> raw files (signature: capabilities.drives)
     evaluate: Callable[[dict, RawData], Evaluation]
-    records: tuple[type[Record], ...]  # the typed details its rows carry, most specific first
     capabilities: Capabilities
     report_section: Section
     report_title: str | None = None  # a generic section's title (default: the kind's name)
@@ -107,7 +105,19 @@ class Kind:
     # laws (planning.evidence); checked by `run`/`gate` before any model loads
     evidence_plan: Ref | None = None
     schema1_evaluate: Callable[[dict, RawData], Evaluation] | None = None
-    schema1_records: tuple[type[Record], ...] = ()  # archives before family-wise verdicts
+
+    # A kind's detail records are stated once, in the details layer (details.TYPED_KINDS,
+    # details.register_records for a plug-in kind): archives are read, and their rows
+    # typed, below the kinds layer, without importing any evaluator. The table reads them.
+    @property
+    def records(self) -> tuple[type[Record], ...]:
+        """The typed details its rows carry, most specific first (none: JsonDetail)."""
+        return records_of(self.name)
+
+    @property
+    def schema1_records(self) -> tuple[type[Record], ...]:
+        """The records of its archives before family-wise verdicts (the frozen shapes)."""
+        return SCHEMA1_RECORDS.get(self.name, ())
 
     def evaluate_protocol(self, protocol: dict, raw: RawData) -> Evaluation:
         """Tests and verdict from a protocol (JSON data) and raw files; an archive of the
@@ -131,35 +141,30 @@ KINDS: dict[str, Kind] = {
     k.name: k
     for k in (
         Kind("quadrature", quadrature.Schema, _runner("quadrature"), quadrature.evaluate,
-             cases.QUADRATURE_RECORDS, _SAMPLER, "kernel-grid"),
+             _SAMPLER, "kernel-grid"),
         Kind("montecarlo", montecarlo.Schema, _runner("montecarlo"), montecarlo.evaluate,
-             runs.MONTECARLO_RECORDS, _SAMPLER, "kernel-sampled"),
+             _SAMPLER, "kernel-sampled"),
         Kind("distribution", distribution.Schema, _runner("distribution"), distribution.evaluate,
-             distribution_records.RECORDS,
              Capabilities(drives="engine", ledgered=True, resumable=True, shardable=True,
                           sequential=True, plan_command=True, preflight_model=True,
                           mutant_layers=("kernel", "engine")),
              "replications", seed_ranges=distribution.seed_ranges,
              plan=Ref("specconform.planning.run:plan_bytes"),
              evidence_plan=Ref("specconform.planning.evidence:distribution_shortfalls"),
-             schema1_evaluate=legacy.evaluate, schema1_records=legacy_records.RECORDS),
+             schema1_evaluate=legacy.evaluate),
         Kind("equality", equality.Schema, _runner("equality"), equality.evaluate,
-             runs.EQUALITY_RECORDS, Capabilities(drives="source", base_ref=True),
-             "greedy-equality"),
+             Capabilities(drives="source", base_ref=True), "greedy-equality"),
         Kind("performance", performance.Schema, _runner("performance"), performance.evaluate,
-             runs.PERFORMANCE_RECORDS, Capabilities(drives="source", base_ref=True),
-             "throughput"),
+             Capabilities(drives="source", base_ref=True), "throughput"),
         Kind("sequence", sequence.Schema, _runner("sequence"), sequence.evaluate,
-             sequence_records.RECORDS,
              Capabilities(drives="engine", ledgered=True, reserves_in_runner=True),
              "generic", seed_ranges=sequence.seed_ranges),
         Kind("mcnemar", mcnemar.Schema, _runner("mcnemar"), mcnemar.evaluate,
-             cases.MCNEMAR_RECORDS,
              Capabilities(drives="engine", ledgered=True, reserves_in_runner=True),
              "generic", report_title="Quality (paired correctness, McNemar)",
              report_first=True, seed_ranges=mcnemar.seed_ranges,
              plan=Ref("specconform.kinds.mcnemar.plan:plan_bytes")),
-        Kind("tree", tree.Schema, _runner("tree"), tree.evaluate, tree.RECORDS,
+        Kind("tree", tree.Schema, _runner("tree"), tree.evaluate,
              Capabilities(drives="engine", mutant_layers=("tree",)), "generic",
              report_title="Tree speculation (exact law, TV of lossy settings)"),
     )

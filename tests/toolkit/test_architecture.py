@@ -1,7 +1,8 @@
 """The architecture in one table (issue 31), held by tests:
 
-- the kind table agrees with what lies below it (each schema's ``kind``, the detail
-  records readers use without importing evaluators) and every reference in it resolves;
+- the kind table agrees with what lies below it (each schema's ``kind``; the detail
+  records, stated once in the details layer, which readers use without importing
+  evaluators) and every reference in it resolves;
 - nothing outside the table compares protocol kind names;
 - the runner never prints (results are typed; the CLI and report print them).
 
@@ -10,6 +11,7 @@ The import layers and cycles are `make imports` (.importlinter).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import get_args
@@ -32,8 +34,7 @@ ALLOWED: set[str] = set()
 def test_each_kind_line_is_consistent(kind):
     (literal,) = get_args(kind.schema.model_fields["kind"].annotation)
     assert literal == kind.name
-    assert details.TYPED_KINDS[kind.name] == kind.records
-    assert details.SCHEMA1_RECORDS.get(kind.name, ()) == kind.schema1_records
+    assert kind.records  # every shipped kind's rows are typed (details.TYPED_KINDS)
     assert callable(kind.collect.load())
     if kind.plan is not None:
         assert callable(kind.plan.load())
@@ -41,6 +42,29 @@ def test_each_kind_line_is_consistent(kind):
     assert capabilities.ledgered == (kind.seed_ranges is not None)
     assert not capabilities.resumable or capabilities.ledgered
     assert not capabilities.reserves_in_runner or capabilities.ledgered
+
+
+class _PluginDetail(details.Record):
+    group: str
+    hits: int
+
+
+def test_a_plugin_kinds_records_register_once_and_read_back(monkeypatch):
+    """A kind's records are stated in one place (the details layer): what a plug-in
+    registers is what its Kind line reports and what its archived rows read back as."""
+    monkeypatch.setattr(details, "TYPED_KINDS", dict(details.TYPED_KINDS))
+    plugin = dataclasses.replace(KINDS["equality"], name="plugin_kind")
+    obj = {"group": "sync", "hits": 3}
+    # Negative control: before registering, the kind's rows are untyped JSON.
+    assert plugin.records == ()
+    assert isinstance(details.parse_detail(obj, "plugin_kind"), details.JsonDetail)
+    details.register_records("plugin_kind", (_PluginDetail,))
+    assert plugin.records == (_PluginDetail,)
+    assert plugin.schema1_records == ()
+    read = details.parse_detail(obj, "plugin_kind")
+    assert read == _PluginDetail(group="sync", hits=3) and read.to_json() == obj
+    with pytest.raises(details.DetailError, match="fits no plugin_kind record"):
+        details.parse_detail({"group": "sync"}, "plugin_kind")  # a key missing
 
 
 def test_no_kind_name_comparison_outside_the_table():

@@ -65,13 +65,19 @@ def _failing_card(browser):
     return browser.find_element(By.ID, "failing-0")
 
 
-def test_html_report_of_two_archives_shows_the_failing_card(browser, archives, tmp_path):
-    clean, failing, planted = archives
-    page = tmp_path / "report.html"
-    page.write_text(html_report([clean, failing]))
+def _shown_card(browser, page: Path, html: str):
+    """Write ``html`` to ``page`` and open it: no console error, and its first failing
+    card is displayed (the card, for the caller's own checks)."""
+    page.write_text(html)
     assert _open(browser, page) == []
     card = _failing_card(browser)
     assert card.is_displayed()
+    return card
+
+
+def test_html_report_of_two_archives_shows_the_failing_card(browser, archives, tmp_path):
+    clean, failing, planted = archives
+    card = _shown_card(browser, tmp_path / "report.html", html_report([clean, failing]))
     assert "out_of_support" in card.text and f"seed {planted.seed} position 2" in card.text
     # Side by side: both archives are columns of the summary table, labelled by run.
     header = browser.find_element("tag name", "tr").text
@@ -80,11 +86,8 @@ def test_html_report_of_two_archives_shows_the_failing_card(browser, archives, t
 
 def test_pr_html_shows_the_failing_card_first(browser, archives, tmp_path):
     clean, failing, planted = archives
-    page = tmp_path / "pr.html"
-    page.write_text(pr_html([clean, failing]))
-    assert _open(browser, page) == []
-    card = _failing_card(browser)
-    assert card.is_displayed() and f"token {planted.token}" in card.text
+    card = _shown_card(browser, tmp_path / "pr.html", pr_html([clean, failing]))
+    assert f"token {planted.token}" in card.text
     # The card comes before every table of the page.
     first_table = browser.find_element("tag name", "table")
     assert card.location["y"] < first_table.location["y"]

@@ -24,35 +24,22 @@ from specconform.evidence import read_archive
 from specconform.kinds.equality.evaluate import evaluate as evaluate_equality
 from specconform.report.terminal import print_table
 from specconform.results import RawData
-from tests.toolkit.fixtures import distribution_run as real
-from tests.toolkit.fixtures.failing_run import out_of_support_archive
+from tests.toolkit.fixtures.failing_run import known_archives, out_of_support_archive
 
 
 @pytest.fixture(scope="module")
 def archives(tmp_path_factory):
-    base = tmp_path_factory.mktemp("diagnosis")
-    planted_path, planted = out_of_support_archive(base / "s", "ci_gate-00000000-20250101T000000")
-    return {
-        "clean": real.build_archive(base / "c", "ci_gate-00000000-20250303T000000"),
-        "support": (planted_path, planted),
-        "temperature": real.build_archive(
-            base / "t",
-            "ci_gate-00000000-20250202T000000",
-            offset=100_000,
-            mutant="target_temperature",
-            rng_seed=2,
-        ),
-    }
+    return known_archives(tmp_path_factory.mktemp("diagnosis"))
 
 
 def test_clean_archive_has_no_diagnosis(archives):
-    contents = read_archive(archives["clean"])
+    contents = read_archive(archives.clean)
     assert contents.evaluation().verdict.verdict == "PASS"
     assert diagnose_archive(contents) == ()
 
 
 def test_out_of_support_names_the_planted_token(archives):
-    path, planted = archives["support"]
+    path, planted = archives.failing, archives.planted
     contents = read_archive(path)
     row = next(r for r in contents.evaluation().tests if r.test == "out_of_support")
     assert row.status == "FAIL" and row.statistic == 1
@@ -83,7 +70,7 @@ def test_out_of_support_states_q_when_the_runner_recorded_it(tmp_path):
 
 
 def test_chi_square_failure_names_its_worst_stratum_and_cells(archives):
-    contents = read_archive(archives["temperature"])
+    contents = read_archive(archives.temperature)
     rows = {r.test: r for r in contents.evaluation().tests}
     assert rows["t2_async"].status == "FAIL" and rows["t2_async"].deciding
     diagnoses = {d.test: d for d in diagnose_archive(contents)}
@@ -112,7 +99,7 @@ def test_chi_square_failure_names_its_worst_stratum_and_cells(archives):
 
 
 def test_joint_cells_keep_their_accept_reject_labels(archives):
-    d = {d.test: d for d in diagnose_archive(read_archive(archives["temperature"]))}
+    d = {d.test: d for d in diagnose_archive(read_archive(archives.temperature))}
     labels = [c.label for c in d["joint_async"].stratum.cells]
     assert labels and all(label.startswith(("acc:", "rej:")) for label in labels)
     acceptance = [c.label for c in d["acceptance_async"].stratum.cells]
@@ -120,7 +107,7 @@ def test_joint_cells_keep_their_accept_reject_labels(archives):
 
 
 def test_terminal_prints_the_diagnosis_after_the_table(archives):
-    path, planted = archives["support"]
+    path, planted = archives.failing, archives.planted
     buf = io.StringIO()
     print_table(read_archive(path).evaluation(), file=buf, archive=path)
     out = buf.getvalue()
@@ -130,7 +117,7 @@ def test_terminal_prints_the_diagnosis_after_the_table(archives):
     assert f"seed {planted.seed} position 2 token {planted.token}" in out[where:]
     assert f"specconform replay {path} --test out_of_support" in out
     clean = io.StringIO()
-    print_table(read_archive(archives["clean"]).evaluation(), file=clean, archive=archives["clean"])
+    print_table(read_archive(archives.clean).evaluation(), file=clean, archive=archives.clean)
     assert "where it differs" not in clean.getvalue()
 
 
@@ -183,7 +170,7 @@ def test_decoder_reads_a_checkpoint_tokenizer(tmp_path):
 def test_diagnosis_lines_are_bounded_and_plain_text(archives):
     """At most a dozen lines (CI messages, the 20-line pytest cap) that rich prints as
     they are: token text with brackets must not be read as markup."""
-    path, _ = archives["support"]
+    path = archives.failing
     (d,) = [d for d in diagnose_archive(read_archive(path)) if d.test == "out_of_support"]
     assert len(d.lines()) <= 12
     buf = io.StringIO()
@@ -196,12 +183,12 @@ def test_verify_shows_the_diagnosis_offline(archives):
 
     from specconform.cli.evidence import verify_command
 
-    path, planted = archives["support"]
+    path, planted = archives.failing, archives.planted
     done = CliRunner().invoke(verify_command, [str(path), "--skip-signature"])
     assert done.exit_code == 0, done.output
     where = done.stdout.index("where it differs:")
     assert f"seed {planted.seed} position 2 token {planted.token}" in done.stdout[where:]
-    clean = CliRunner().invoke(verify_command, [str(archives["clean"]), "--skip-signature"])
+    clean = CliRunner().invoke(verify_command, [str(archives.clean), "--skip-signature"])
     assert clean.exit_code == 0 and "where it differs" not in clean.stdout
 
 

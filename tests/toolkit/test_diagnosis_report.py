@@ -15,52 +15,38 @@ import pytest
 from specconform.report import html_report
 from specconform.report.pr import pr_markdown
 from specconform.report.pr_html import markdown_html, pr_html
-from tests.toolkit.fixtures import distribution_run as real
-from tests.toolkit.fixtures.failing_run import out_of_support_archive
+from tests.toolkit.fixtures.failing_run import known_archives
 
 pytest.importorskip("matplotlib")
 
 
 @pytest.fixture(scope="module")
 def archives(tmp_path_factory):
-    base = tmp_path_factory.mktemp("reports")
-    failing, planted = out_of_support_archive(base / "f", "ci_gate-00000000-20250101T000000")
-    return {
-        "clean": real.build_archive(base / "c", "ci_gate-00000000-20250303T000000"),
-        "failing": failing,
-        "planted": planted,
-        "mutant": real.build_archive(
-            base / "m",
-            "ci_gate-00000000-20250202T000000-target_temperature",
-            offset=100_000,
-            mutant="target_temperature",
-            rng_seed=2,
-        ),
-    }
+    return known_archives(tmp_path_factory.mktemp("reports"))
 
 
 def test_pr_page_puts_failing_archives_and_their_cards_first(archives):
-    page = pr_markdown([archives["clean"], archives["failing"]])
+    page = pr_markdown([archives.clean, archives.failing])
     cards = page.index("### Failing tests")
     assert cards < page.index("### Functional checks") < page.index("### Evidence")
-    planted = archives["planted"]
+    planted = archives.planted
     assert f"seed {planted.seed} position 2 token {planted.token}" in page[cards:]
     # Failing archive first in the evidence table, though given second.
     evidence = page[page.index("### Evidence") :]
-    assert evidence.index(archives["failing"].name) < evidence.index(archives["clean"].name)
-    clean_only = pr_markdown([archives["clean"]])
+    assert evidence.index(archives.failing.name) < evidence.index(archives.clean.name)
+    clean_only = pr_markdown([archives.clean])
     assert "### Failing tests" not in clean_only  # negative control
 
 
 def test_a_mutant_run_is_labelled_as_one(archives):
-    page = pr_markdown([archives["clean"], archives["mutant"]])
+    page = pr_markdown([archives.clean, archives.temperature])
     assert "(mutant target_temperature)" in page and "replication 2" not in page
-    html = html_report([archives["clean"], archives["mutant"]])
+    html = html_report([archives.clean, archives.temperature])
     assert "B: mutant target_temperature" in html
 
 
 def test_html_cards_come_first_with_diagnosis_and_residuals(archives):
-    html = html_report([archives["clean"], archives["mutant"]])
+    html = html_report([archives.clean, archives.temperature])
     cards = html.index("<h2>Failing tests</h2>")
     assert cards < html.index("<h2>Tests (failing first)</h2>")
     card = html[html.index('id="failing-0"') :]
@@ -72,7 +58,7 @@ def test_html_cards_come_first_with_diagnosis_and_residuals(archives):
 
 
 def test_failed_rule_has_a_place_in_the_pvalue_chart(archives):
-    html = html_report([archives["failing"]])
+    html = html_report([archives.failing])
     end = html.index("p-value of every test")
     chart = html[html.rindex("<svg", 0, end) : end]
     assert "out_of_support" in chart and "rule" in chart
@@ -82,11 +68,11 @@ def test_failed_rule_has_a_place_in_the_pvalue_chart(archives):
 
 
 def test_pr_html_has_the_cards_and_the_tables(archives):
-    html = pr_html([archives["clean"], archives["failing"]])
+    html = pr_html([archives.clean, archives.failing])
     assert html.startswith("<!DOCTYPE html>")
     assert html.index('id="failing-0"') < html.index("<h3>Functional checks</h3>")
     assert html.count("<table>") >= 3 and "<td" in html
-    assert html == pr_html([archives["clean"], archives["failing"]])  # same bytes
+    assert html == pr_html([archives.clean, archives.failing])  # same bytes
 
 
 def test_markdown_html_subset():
@@ -109,7 +95,7 @@ def test_markdown_html_subset():
 def test_step_summary_carries_the_failing_cards(archives):
     from specconform.report import step_summary_markdown
 
-    text = step_summary_markdown(archives["failing"])
-    planted = archives["planted"]
+    text = step_summary_markdown(archives.failing)
+    planted = archives.planted
     assert "### Failing tests" in text and f"token {planted.token}" in text
-    assert "### Failing tests" not in step_summary_markdown(archives["clean"])
+    assert "### Failing tests" not in step_summary_markdown(archives.clean)

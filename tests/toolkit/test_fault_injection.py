@@ -21,6 +21,7 @@ import yaml
 
 from tests.toolkit.cli_helpers import ROOT, run_cli
 from tests.toolkit.fault_adapter import FAULTS, HEALED_ENV
+from tests.toolkit.fixtures.adapter_protocol import adapter_protocol
 
 CONTRACTS = ROOT / "docs" / "contracts.md"
 SECTION = "Adapter deadlines and faults"
@@ -54,29 +55,15 @@ ROWS = fault_table()
 def _protocol(tmp_path: Path, **options) -> Path:
     """A small distribution protocol over the fault adapter: 2 groups x 20 seeds in
     batches of 10 (4 run_group calls)."""
-    data = {
-        "kind": "distribution",
-        "name": "fault_injection",
-        "alpha": 0.01,
-        "engine": {
-            "adapter": "tests.toolkit.fault_adapter:factory",
-            "options": {"vocab": 8, "draft_noise": 1.0, **options},
-            "num_speculative_tokens": 3,
-            "temperature": 1.0,
-            "max_tokens": 3,
-            "batch_size": 10,
-        },
-        "seeds": {"count": 20, "offset": 0},
-        "groups": [
-            {"name": "nospec", "mode": "nospec", "seed_offset": 1000000},
-            {"name": "sync", "mode": "sync", "draft_loops": 1},
-        ],
-        "strata": {"min_samples": 5, "min_expected": 1.0},
-        "decision_roles": ["prerequisite", "primary", "mechanism"],
-        "tests": [
-            {"name": "t1_sync", "type": "t1_gof", "role": "prerequisite", "groups": ["sync"]}
-        ],
-    }
+    data = adapter_protocol(
+        "fault_injection",
+        "tests.toolkit.fault_adapter:factory",
+        {"vocab": 8, "draft_noise": 1.0, **options},
+        seeds=20,
+        batch_size=10,
+        strata={"min_samples": 5, "min_expected": 1.0},
+        tests=[{"name": "t1_sync", "type": "t1_gof", "role": "prerequisite", "groups": ["sync"]}],
+    )
     path = tmp_path / "fault_injection.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

@@ -26,6 +26,7 @@ torch = pytest.importorskip("torch")
 
 from specconform.adapters.hf import HFEngine, factory, processed_law, processors  # noqa: E402
 from tests.toolkit.cli_helpers import run_cli  # noqa: E402
+from tests.toolkit.fixtures.adapter_protocol import adapter_protocol  # noqa: E402
 
 HERE = "tests.toolkit.test_hf_adapter"
 
@@ -53,28 +54,15 @@ def tiny_dir(tmp_path_factory):
 
 
 def _protocol(tiny_dir, **engine) -> dict:
-    data = {
-        "kind": "distribution",
-        "name": "hf_tiny",
-        "alpha": 0.01,
-        "engine": {
-            "adapter": "hf",
-            "options": {"model": str(tiny_dir), "threads": 1},
-            "num_speculative_tokens": 3,
-            "temperature": 1.0,
-            "top_k": 3,
-            "prompt": [1, 2, 3, 4],
-            "max_tokens": 3,
-            "batch_size": 450,
-        },
-        "seeds": {"count": 450, "offset": 0},
-        "groups": [
-            {"name": "nospec", "mode": "nospec", "seed_offset": 1_000_000},
-            {"name": "sync", "mode": "sync", "draft_loops": 1},
-        ],
-        "strata": {"min_samples": 100},
-        "decision_roles": ["prerequisite", "primary", "mechanism"],
-        "tests": [
+    engine = {"top_k": 3, "prompt": [1, 2, 3, 4], **engine}  # the caller's fields win
+    return adapter_protocol(
+        "hf_tiny",
+        "hf",
+        {"model": str(tiny_dir), "threads": 1},
+        seeds=450,
+        batch_size=450,
+        strata={"min_samples": 100},
+        tests=[
             {"name": "t1_nospec", "type": "t1_gof", "role": "prerequisite", "groups": ["nospec"]},
             {"name": "t1_sync", "type": "t1_gof", "role": "prerequisite", "groups": ["sync"]},
             {"name": "t2_sync", "type": "t2_gof", "role": "primary", "groups": ["sync"]},
@@ -91,9 +79,8 @@ def _protocol(tiny_dir, **engine) -> dict:
                 "groups": ["sync"],
             },
         ],
-    }
-    data["engine"].update(engine)
-    return data
+        **engine,
+    )
 
 
 def _spec(tiny_dir, **engine):

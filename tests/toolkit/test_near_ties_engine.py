@@ -15,14 +15,10 @@ from pathlib import Path
 
 from specconform.adapters.engine import load_engine
 from specconform.adapters.sequence import RequestSpec
-from specconform.kinds.sequence import raw as seq_raw
 from specconform.protocol.load import load_protocol
-from specconform.runner import sequence as runner
-from specconform.runner.context import RunContext
 from specconform.runner.near_ties import inverse_cdf, round_decisions
 from specconform.stats.numerics import NumericsModel
-from specconform.util.progress import silent
-from tests.toolkit.test_sequence_run import SMALL, _write
+from tests.toolkit.test_sequence_run import SMALL, _write, shared_rng_isolation
 
 NUMERICS = {
     "dtype": "float32",
@@ -89,23 +85,7 @@ def test_round_uniforms_replay_every_committed_token_of_a_traced_run():
 
 
 def test_isolation_under_the_numerics_model_still_fails_shared_rng():
-    data = json.loads(json.dumps(SMALL))
-    data["numerics"] = dict(NUMERICS)
-    data["groups"] = [dict(data["groups"][0], requests=6, max_num_seqs=3)]
-    data["tests"] = [
-        {"name": "pit", "type": "pit_uniformity", "role": "primary"},
-        {"name": "iso", "type": "isolation", "role": "conformance", "sample": 2},
-    ]
-    with tempfile.TemporaryDirectory() as tmp:
-        loaded = load_protocol(_write(Path(tmp), data))
-        raw = runner.collect(
-            loaded,
-            mutant="shared_rng",
-            progress=silent,
-            log=lambda line: None,
-            context=RunContext.standalone(),
-        )
-    iso = json.loads(raw[seq_raw.CHECKS])["iso"]
+    iso = shared_rng_isolation(numerics=dict(NUMERICS))
     assert iso["checked"] == 2 and iso["mismatches"] >= 1 and iso["near_ties"] == 0
     assert iso["numerics"]["dtype"] == "float32" and iso["decisions"] > 0
     first = iso["examples"][0]

@@ -418,14 +418,13 @@ def test_bundled_trace_plumbing(tmp_path, monkeypatch, q_transform, fails):
         assert trace["mismatches"] == 0 and trace["max_abs_diff"] == 0
 
 
-def test_isolation_fails_shared_rng():
-    """Negative control on the real engine: with the planted shared_rng (every row of a
-    round draws the same uniforms) a request's tokens depend on its batch, and its solo
-    rerun diverges."""
+def shared_rng_isolation(**fields) -> dict:
+    """The isolation check (raw/checks.json's entry) of SMALL's first group on the real
+    engine under the planted shared_rng: 6 requests through 3 slots, the solo reruns of
+    2 of them; ``fields``: more top-level protocol fields (a numerics block, ...)."""
     import tempfile
 
-    data = json.loads(json.dumps(SMALL))
-    # 6 requests through 3 slots: the solo reruns of requests 0 and 5.
+    data = {**json.loads(json.dumps(SMALL)), **fields}
     data["groups"] = [dict(data["groups"][0], requests=6, max_num_seqs=3)]
     data["tests"] = [
         {"name": "pit", "type": "pit_uniformity", "role": "primary"},
@@ -440,6 +439,13 @@ def test_isolation_fails_shared_rng():
             log=lambda line: None,
             context=RunContext.standalone(),
         )
-    iso = json.loads(raw[seq_raw.CHECKS])["iso"]
+    return json.loads(raw[seq_raw.CHECKS])["iso"]
+
+
+def test_isolation_fails_shared_rng():
+    """Negative control on the real engine: with the planted shared_rng (every row of a
+    round draws the same uniforms) a request's tokens depend on its batch, and its solo
+    rerun diverges."""
+    iso = shared_rng_isolation()
     assert iso["checked"] == 2 and iso["mismatches"] >= 1
     assert iso["examples"][0]["first_divergent_step"] is not None

@@ -28,6 +28,21 @@ from specconform.stats.cells import align, counts_on, strata
 from .context import Context
 from .rows import Coverage, gof_stratum, stratified_row
 
+# A t1_gof test's ``combine`` -> (name, combining function, why it is valid and its
+# formula), as the row's detail states them (archived: the words stay as they are).
+_COMBINATIONS = {
+    "bonferroni": (
+        "Bonferroni",
+        bonferroni,
+        "(they share seeds): p_Bonf = min(1, m * min p_i)",
+    ),
+    "simes": (
+        "Simes",
+        simes,
+        "(they share seeds: positively dependent): p_Simes = min(1, min_i m * p_(i) / i)",
+    ),
+}
+
 
 def t1_gof(ctx: Context, spec: dict) -> tuple[TestRow, Coverage | None]:
     """Each group's t1 against p_t1; several (seed-sharing) groups combined by Bonferroni
@@ -47,22 +62,13 @@ def t1_gof(ctx: Context, spec: dict) -> tuple[TestRow, Coverage | None]:
             groups=tuple(spec["groups"]), per_group=tuple(per_group), combination="single group"
         )
         return ctx.row(spec, res.statistic, res.df, res.pvalue, n, detail, "chi2"), None
-    if spec.get("combine") == "simes":
-        comb = simes([r.pvalue for r in results])
-        how = (
-            f"Simes over the {comb.m} groups with evidence (they share seeds: positively "
-            "dependent): p_Simes = min(1, min_i m * p_(i) / i); each group's statistic, "
-            "df and p in per_group"
-        )
-        method = f"Simes over {comb.m} groups"
-    else:
-        comb = bonferroni([r.pvalue for r in results])
-        how = (
-            f"Bonferroni over the {comb.m} groups with evidence (they "
-            "share seeds): p_Bonf = min(1, m * min p_i); each group's "
-            "statistic, df and p in per_group"
-        )
-        method = f"Bonferroni over {comb.m} groups"
+    name, combine, why = _COMBINATIONS[spec.get("combine") or "bonferroni"]
+    comb = combine([r.pvalue for r in results])
+    how = (
+        f"{name} over the {comb.m} groups with evidence {why}; each group's statistic, "
+        "df and p in per_group"
+    )
+    method = f"{name} over {comb.m} groups"
     detail = GroupsGofDetail(
         groups=tuple(spec["groups"]),
         per_group=tuple(per_group),
