@@ -3,14 +3,19 @@
 Runs ``specconform run PROTOCOL --seeds N`` once per N, each in a fresh process, and
 prints its wall time, peak RSS (the child's own, from wait4), the archive's size and
 raw/samples.csv's size, then the growth per seed between the two largest N and what that
-predicts at 10^6 seeds. Flat host memory shows as a growth per seed near 0; what is left
-per seed is the per-seed raw data the archive keeps (raw/samples.csv, the evidence
-``verify`` recomputes from) and the evaluator's per-seed columns.
+predicts at 10^6 seeds. Flat host memory shows as a growth per seed near 0. Since issue
+38 part 2 raw/samples.csv (the evidence ``verify`` recomputes from) stays on disk: the
+runner joins its batches into a file, the evaluator reduces it in chunks of 2^18 rows to
+per-cell counts, the archive writer copies it in 1 MiB pieces; what a run holds per seed
+is only the seeds of engine errors and the breaks in each group's seed runs.
 
 GPU (the lead's run; fp32_t2 on the bundled engine):
     python3 bench/rss_scaling.py --seeds 1e5,1e6 --device cuda --json $OUT/rss.json
-CPU (the toolkit's share, engine cost aside: the toy numpy engine of examples/):
-    python3 bench/rss_scaling.py --protocol examples/my_adapter.yaml --seeds 1e4,1e5
+CPU (engine cost aside: the toy numpy engine of examples/):
+    python3 bench/rss_scaling.py --protocol examples/my_adapter.yaml --seeds 1e4,1e5,4e5
+CPU, the toolkit's share alone (synthetic fp32_t2 batches, 5 groups: join, statistics,
+archive), one checkout's code against another's (e.g. a worktree of the commit before):
+    python3 bench/rss_scaling.py --toolkit-only --seeds 1e4,1e5,4e5 --root OLD --root .
 """
 
 from __future__ import annotations
@@ -122,8 +127,15 @@ def _join_child(folder: str, plan_json: str, how: str) -> None:
         buf = io.StringIO()
         samples.to_csv(buf, index=False, lineterminator="\n")
         body = buf.getvalue().encode()
-    else:
+    else:  # the runner's: samples.csv on disk (a Path), or its bytes before issue 38 part 2
         body, _, _ = _join_batches(Path(folder), plan)
+        if isinstance(body, Path):
+            digest = hashlib.sha256()
+            with open(body, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(chunk)
+            print(digest.hexdigest())
+            return
     print(hashlib.sha256(body).hexdigest())
 
 
@@ -152,6 +164,126 @@ def join_only(seeds: int) -> dict:
         return out
 
 
+# --- the toolkit's share of a run: join, statistics, archive (synthetic, no engine) -----------
+
+
+def _write_world_batches(folder: Path, protocol: dict, seeds: int, batch: int = 5000) -> list:
+    """Batch files of exact-law samples (calibration's synthetic world: vocab 512, top-k
+    20, fp32_t2's groups), as the runner writes them, and their plan (run order)."""
+    import numpy as np
+
+    from specconform.calibration import make_world, simulate
+    from specconform.runner.checkpoint import SAMPLE_COLUMNS
+
+    world = make_world(0)
+    rng = np.random.default_rng(0)
+    (folder / "batches").mkdir(parents=True)
+    plan = {g["name"]: [] for g in protocol["groups"]}
+    for start in range(0, seeds, batch):
+        frame = simulate(
+            world, min(batch, seeds - start), rng, offset=start, groups=protocol["groups"]
+        )
+        frame["rounds"] = [f"[[3,{a}]]" for a in frame["accepted"]]
+        for g in protocol["groups"]:
+            part = frame[frame["group"] == g["name"]][list(SAMPLE_COLUMNS)]
+            first = int(part["seed"].iloc[0])
+            part.to_csv(
+                folder / "batches" / f"{g['name']}-{first}.csv", index=False, lineterminator="\n"
+            )
+            plan[g["name"]].append((g["name"], first, first + len(part)))
+    (folder / "reference.json").write_text(json.dumps(world.reference))
+    return [b for g in protocol["groups"] for b in plan[g["name"]]]
+
+
+def _toolkit_child(folder: str, plan_json: str, protocol_json: str) -> None:
+    """In a fresh process, with whichever checkout's code is first on sys.path: the
+    runner's join, the evaluation of the raw files, the archive of them; prints the
+    phases' seconds and a digest of the results (old and new code must agree)."""
+    import hashlib
+    import shutil
+
+    from specconform.evidence.archive import write_reproducible_zip
+    from specconform.evidence.jsonio import canonical_json_bytes
+    from specconform.kinds import reevaluate
+    from specconform.results import RawData
+    from specconform.runner.distribution import _join_batches
+
+    root, plan = Path(folder), [tuple(p) for p in json.loads(plan_json)]
+    protocol = json.loads(protocol_json)
+    t0 = time.perf_counter()
+    samples, _, _ = _join_batches(root, plan)  # bytes before issue 38 part 2, a Path after
+    t1 = time.perf_counter()
+    ref = (root / "reference.json").read_bytes()
+    ev = reevaluate(protocol, RawData({"raw/samples.csv": samples, "raw/reference.json": ref}))
+    t2 = time.perf_counter()
+    run = root / "run"
+    (run / "raw").mkdir(parents=True, exist_ok=True)
+    if isinstance(samples, Path):
+        shutil.copyfile(samples, run / "raw" / "samples.csv")
+    else:
+        (run / "raw" / "samples.csv").write_bytes(samples)
+    (run / "raw" / "reference.json").write_bytes(ref)
+    write_reproducible_zip(run, root / "run.zip", top="run")
+    t3 = time.perf_counter()
+    body = canonical_json_bytes([t.to_json() for t in ev.tests])
+    body += canonical_json_bytes(ev.verdict.to_json())
+    print(
+        json.dumps(
+            {
+                "join_s": t1 - t0,
+                "statistics_s": t2 - t1,
+                "archive_s": t3 - t2,
+                "results_sha256": hashlib.sha256(body).hexdigest(),
+                "verdict": ev.verdict.verdict,
+            }
+        )
+    )
+
+
+def toolkit_only(seeds: int, roots: list[Path]) -> dict:
+    """Peak RSS of the toolkit's share of a fp32_t2 run at ``seeds`` seeds, per checkout."""
+    from specconform.protocol.load import load_protocol
+
+    protocol = load_protocol(ROOT / "protocols/fp32_t2.yaml").data
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="rss-toolkit-") as tmp:
+        plan = _write_world_batches(Path(tmp), protocol, seeds)
+        for root in roots:
+            for stale in ("samples.csv", "run", "run.zip"):
+                path = Path(tmp) / stale
+                if path.is_dir():
+                    import shutil
+
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
+            code = (
+                f"import sys; sys.path[:0] = [{str(root)!r}, {str(Path(__file__).parent)!r}]; "
+                "from rss_scaling import _toolkit_child; _toolkit_child(*sys.argv[1:])"
+            )
+            env = {**os.environ, "PYTHONPATH": str(root)}
+            proc = subprocess.Popen(
+                [sys.executable, "-c", code, tmp, json.dumps(plan), json.dumps(protocol)],
+                cwd=root,
+                env=env,
+                stdout=subprocess.PIPE,
+            )
+            text = proc.stdout.read().decode() if proc.stdout else ""
+            _, status, usage = os.wait4(proc.pid, 0)
+            row = json.loads(text.strip().splitlines()[-1]) if text.strip() else {}
+            row.update(peak_rss_mb=usage.ru_maxrss / 1024, exit=os.waitstatus_to_exitcode(status))
+            row["samples_csv_mb"] = (Path(tmp) / "run/raw/samples.csv").stat().st_size / 1e6
+            out[str(root)] = row
+            print(
+                f"  toolkit {root.name}: {seeds:,} seeds x 5 groups  peak RSS "
+                f"{row['peak_rss_mb']:8.1f} MB  samples.csv {row['samples_csv_mb']:7.1f} MB  "
+                f"join {row.get('join_s', 0):.1f}s stats {row.get('statistics_s', 0):.1f}s "
+                f"archive {row.get('archive_s', 0):.1f}s  {row.get('results_sha256', '')[:12]}",
+                flush=True,
+            )
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--protocol", type=Path, default=ROOT / "protocols/fp32_t2.yaml")
@@ -164,8 +296,29 @@ def main(argv=None) -> int:
         action="store_true",
         help="measure the runner's batch join alone, old way vs new, on synthetic batches",
     )
+    ap.add_argument(
+        "--toolkit-only",
+        action="store_true",
+        help="measure the toolkit's share (join, statistics, archive) on synthetic fp32_t2 "
+        "batches, no engine; --root names the checkouts whose code runs (default: this one)",
+    )
+    ap.add_argument("--root", action="append", type=Path, default=None)
     args = ap.parse_args(argv)
     counts = sorted(int(float(s)) for s in args.seeds.split(","))
+    if args.toolkit_only:
+        roots = [r.resolve() for r in (args.root or [ROOT])]
+        res = {n: toolkit_only(n, roots) for n in counts}
+        for root in roots:
+            a, b = (res[n][str(root)] for n in counts[-2:]) if len(counts) > 1 else (None, None)
+            if a is not None:
+                per = (b["peak_rss_mb"] - a["peak_rss_mb"]) * 1e6 / (counts[-1] - counts[-2])
+                print(
+                    f"{root.name}: growth {per:,.0f} bytes of peak RSS per seed (5 groups) "
+                    f"between {counts[-2]:,} and {counts[-1]:,}"
+                )
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=2) + "\n")
+        return 0
     if args.join_only:
         res = {n: join_only(n) for n in counts}
         if args.json:

@@ -112,11 +112,11 @@ def _cases(protocol: dict, contents, test: str) -> list[Case]:
     row = next(r for r in contents.evaluation().tests if r.test == test)
     if not isinstance(row.detail, SupportDetail | EngineErrorsDetail):
         return []
-    from specconform.kinds.distribution.context import Context
+    from specconform.kinds.distribution.context import SeedView
     from specconform.stats.reference import Reference
 
     raw = contents.raw_data()
-    ctx = Context.build(
+    ctx = SeedView.build(
         protocol, raw.csv("raw/samples.csv"), Reference(raw.json("raw/reference.json"))
     )
     if isinstance(row.detail, SupportDetail):

@@ -62,11 +62,11 @@ class _Inputs:
 
     @cached_property
     def context(self):
-        from specconform.kinds.distribution.context import Context
+        from specconform.kinds.distribution.context import SeedView
         from specconform.stats.reference import Reference
 
         ref = Reference(self.raw.json("raw/reference.json"))
-        return Context.build(dict(self.protocol), self.raw.csv("raw/samples.csv"), ref)
+        return SeedView.build(dict(self.protocol), self.raw.csv("raw/samples.csv"), ref)
 
     def has(self, *names: str) -> bool:
         return all(self.raw.has(n) for n in names)

@@ -5,14 +5,20 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
+
+# A raw file's content: its bytes, or the path of a file on disk that holds them (a
+# runner streams a large file to disk instead of holding it: issue 38).
+RawFile = bytes | Path
 
 
 class RawData:
     """Read-only view of a run's raw files, keyed by path relative to the run root
-    (e.g. ``raw/cases.json``). Built from a directory or from an archive's members."""
+    (e.g. ``raw/cases.json``). Built from a directory or from an archive's members;
+    a value that is a Path is read from disk when asked (``open`` streams it)."""
 
-    def __init__(self, files: Mapping[str, bytes]):
+    def __init__(self, files: Mapping[str, RawFile]):
         self._files = dict(files)
 
     def names(self) -> list[str]:
@@ -21,11 +27,20 @@ class RawData:
     def has(self, name: str) -> bool:
         return name in self._files
 
-    def bytes(self, name: str) -> bytes:
+    def _get(self, name: str) -> RawFile:
         try:
             return self._files[name]
         except KeyError:
             raise KeyError(f"raw data has no file {name!r}") from None
+
+    def bytes(self, name: str) -> bytes:
+        value = self._get(name)
+        return value.read_bytes() if isinstance(value, Path) else value
+
+    def open(self, name: str) -> IO[bytes]:
+        """The file as a binary stream, without reading it whole."""
+        value = self._get(name)
+        return open(value, "rb") if isinstance(value, Path) else io.BytesIO(value)
 
     def json(self, name: str) -> Any:
         return json.loads(self.bytes(name))

@@ -13,12 +13,14 @@ from __future__ import annotations
 import gc
 import io
 import json
+import os
 import shutil
 import time
 from pathlib import Path
 
 import pandas as pd
 
+from specconform.results.raw import RawFile
 from specconform.runner import interrupt
 from specconform.runner.checkpoint import (  # noqa: F401 (re-exported: benches, assemble)
     SAMPLE_COLUMNS,
@@ -37,10 +39,11 @@ from specconform.util.errors import AdapterTimeout, UsageError
 from specconform.util.progress import notice, timing
 
 
-def collect(loaded, *, mutant, progress, log, context) -> dict[str, bytes] | None:
+def collect(loaded, *, mutant, progress, log, context) -> dict[str, RawFile] | None:
     """Generate every batch (this rank's share of them under torchrun), then, on the
-    leader, replay the reference. Returns the raw files, or None on a follower rank
-    (its batches are on disk; the leader seals the one archive)."""
+    leader, replay the reference. Returns the raw files (raw/samples.csv as the path of
+    the joined file in the checkpoint folder), or None on a follower rank (its batches
+    are on disk; the leader seals the one archive)."""
     from specconform.adapters.engine import AdapterError
     from specconform.runner import sharding
 
@@ -135,7 +138,7 @@ def _collect(loaded, model, shard, coord, engine, folder, *, progress, log, cont
     if not shard.is_leader:
         return None
     t0 = time.perf_counter()
-    body, observed, count = _join_batches(folder, plan)
+    samples, observed, count = _join_batches(folder, plan)
     timing(f"batch files read in {time.perf_counter() - t0:.1f}s")
     log(f"generated {count} samples in {len(plan)} batches ({folder.name})")
     t0 = time.perf_counter()
@@ -151,46 +154,68 @@ def _collect(loaded, model, shard, coord, engine, folder, *, progress, log, cont
             "engine_adapter": engine.info.to_json(),
         }
     )
+    # samples.csv stays on disk (the checkpoint's joined file): the evaluator streams it
+    # and the archive writer copies it, neither holds it whole (issue 38).
     return {
-        "raw/samples.csv": body,
+        "raw/samples.csv": samples,
         "raw/reference.json": json.dumps(reference, sort_keys=True, separators=(",", ":")).encode(),
     }
 
 
-def _join_batches(folder: Path, plan) -> tuple[bytes, pd.DataFrame, int]:
-    """(raw/samples.csv, the distinct observed (group, t1, t2, t3) rows, the number of
-    samples), one batch file at a time in plan order.
+JOINED = "samples.csv"  # the batches joined, in the checkpoint folder
+
+
+def _join_batches(folder: Path, plan) -> tuple[Path, pd.DataFrame, int]:
+    """(raw/samples.csv on disk, the distinct observed (group, t1, t2, t3) rows, the
+    number of samples), one batch file at a time in plan order.
 
     samples.csv is the batch files' bytes under one header: what parsing every batch,
     concatenating the frames and writing them again gave, byte for byte (the batches are
-    that writer's own output), without holding the whole run as a DataFrame and again as
-    a string (issue 38: host memory at 10^6 seeds). The replay needs only which (t1, t2)
-    occurred and which t3 each group drew after them, so the frame it gets holds each
-    such row once."""
-    chunks: list[bytes] = []
-    pairs: list[pd.DataFrame] = []
-    header, count = b"", 0
-    for name, start, _ in plan:
-        path = _batch_path(folder, name, start)
-        if not path.exists():
-            raise UsageError(
-                f"{path}: batch missing after generation; continue the run with --resume {folder}"
-            )
-        data = path.read_bytes()
-        head, _, rows = data.partition(b"\n")
-        if not chunks:
-            header = head
-            chunks.append(head + b"\n")
-        elif head != header:
-            raise UsageError(f"{path}: its columns differ from the run's first batch")
-        chunks.append(rows)
-        # (group, t1, t2, t3): the replay needs which (t1, t2) occurred, and which t3 of
-        # which group, to record q of an out-of-support t3 (issue 36); each once.
-        frame = pd.read_csv(io.BytesIO(data), usecols=["group", "t1", "t2", "t3"])
-        count += len(frame)
-        pairs.append(frame.drop_duplicates())
-    observed = pd.concat(pairs, ignore_index=True).drop_duplicates(ignore_index=True)
-    return b"".join(chunks), observed, count
+    that writer's own output). It is written batch by batch to ``folder/samples.csv``
+    (a temporary name, renamed when whole), so the run holds one batch at a time, never
+    the whole table (issue 38: host memory flat in the seed count). The replay needs
+    only which (t1, t2) occurred and which t3 each group drew after them, so the frame
+    it gets holds each such row once (deduplicated after every batch: it grows with the
+    distinct rows, not with the seeds)."""
+    out = folder / JOINED
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        observed, count = _join_into(folder, plan, tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, out)
+    return out, observed, count
+
+
+def _join_into(folder: Path, plan, tmp: Path) -> tuple[pd.DataFrame, int]:
+    observed = pd.DataFrame(columns=["group", "t1", "t2", "t3"])
+    header, count = None, 0
+    with open(tmp, "wb") as fh:
+        for name, start, _ in plan:
+            path = _batch_path(folder, name, start)
+            if not path.exists():
+                raise UsageError(
+                    f"{path}: batch missing after generation; continue the run with "
+                    f"--resume {folder}"
+                )
+            data = path.read_bytes()
+            head, _, rows = data.partition(b"\n")
+            if header is None:
+                header = head
+                fh.write(head + b"\n")
+            elif head != header:
+                raise UsageError(f"{path}: its columns differ from the run's first batch")
+            fh.write(rows)
+            # (group, t1, t2, t3): the replay needs which (t1, t2) occurred, and which t3
+            # of which group, to record q of an out-of-support t3 (issue 36); each once,
+            # in order of first occurrence (as deduplicating the whole run would give).
+            frame = pd.read_csv(io.BytesIO(data), usecols=["group", "t1", "t2", "t3"])
+            count += len(frame)
+            parts = [observed, frame.drop_duplicates()] if len(observed) else [frame]
+            observed = pd.concat(parts, ignore_index=True).drop_duplicates(ignore_index=True)
+            del data, rows, frame
+    return observed, count
 
 
 class _Undo:

@@ -29,6 +29,7 @@ from specconform.evidence.results_io import (
 from specconform.kinds.registry import kind_of
 from specconform.protocol.load import LoadedProtocol, canonical_json
 from specconform.results import Evaluation, RawData
+from specconform.results.raw import RawFile
 from specconform.runner.context import RunContext, RunOptions
 from specconform.runner.ledger import new_attempt_id
 from specconform.runner.preflight import preflight
@@ -242,7 +243,7 @@ def _execute_locked(
         "specconform_version": __version__,
     }
     run_json.update(run_context.outputs.run_fields)
-    files: dict[str, bytes] = {
+    files: dict[str, RawFile] = {
         "protocol.yaml": loaded.source,
         "protocol.json": (canonical_json(loaded.data) + "\n").encode(),
         "run.json": _dump(run_json),
@@ -273,7 +274,10 @@ def _execute_locked(
         for name, data in files.items():
             path = staging / name
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+            if isinstance(data, Path):  # a raw file the runner kept on disk: copied, not read
+                shutil.copyfile(data, path)
+            else:
+                path.write_bytes(data)
         archive = evidence.seal(
             staging, key=run.key, sign=run.sign, max_size=run_context.max_archive_size
         )

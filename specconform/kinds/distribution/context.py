@@ -1,5 +1,8 @@
 """The frozen evaluation context of a distribution protocol: the pre-registered
-parameters read once from the protocol, the parsed reference and the samples per group.
+parameters read once from the protocol, the parsed reference and the samples per group,
+reduced to counts (:mod:`.tally`: the streamed reduction of issue 38).
+
+:class:`SeedView` is the per-seed view (diagnosis and `replay` name offenders by seed).
 
 ``samples`` columns (raw/samples.csv): group, seed, t1, t2, t3, first_accepted, drafted,
 accepted (-1 = not generated / no draft) and finish_reason ("length" | "stop" | "error" |
@@ -20,6 +23,8 @@ from specconform.kinds.verdict import FamilyRule, stochastic_row
 from specconform.results import TestRow
 from specconform.stats.reference import Reference
 
+from .tally import GroupTally, clamp_tokens
+
 DECIDING_ROLES = ("prerequisite", "primary")
 COLUMNS = ("seed", "t1", "t2", "t3", "first_accepted", "drafted", "accepted")
 
@@ -33,7 +38,8 @@ _NONE = (
 
 @dataclass(frozen=True)
 class GroupData:
-    """One group's samples sorted by seed; every array [N] int64 (error [N] bool)."""
+    """One group's samples sorted by seed, per seed (:class:`SeedView`); every array [N]
+    int64 (error [N] bool)."""
 
     seed: np.ndarray
     t1: np.ndarray
@@ -43,14 +49,6 @@ class GroupData:
     drafted: np.ndarray
     accepted: np.ndarray
     error: np.ndarray | None = None  # finish_reason == "error"; None: not recorded
-
-    def take(self, mask: np.ndarray) -> GroupData:
-        err = None if self.error is None else self.error[mask]
-        return GroupData(*(getattr(self, c)[mask] for c in COLUMNS), error=err)
-
-    @classmethod
-    def empty(cls) -> GroupData:
-        return cls(*(np.zeros(0, dtype=np.int64),) * len(COLUMNS))
 
 
 @dataclass(frozen=True)
@@ -71,7 +69,7 @@ class Context:
     rule: FamilyRule
     plans: Mapping[str, GroupPlan]
     ref: Reference
-    data: Mapping[str, GroupData]
+    data: Mapping[str, GroupTally]
 
     @property
     def width(self) -> int:
@@ -79,18 +77,9 @@ class Context:
         return self.ref.vocab_size + 1
 
     @classmethod
-    def build(cls, protocol: dict, samples, ref: Reference) -> Context:
+    def build(cls, protocol: dict, data: Mapping[str, GroupTally], ref: Reference) -> Context:
+        """``data``: per-group tallies (:func:`.tally.tally_csv` or :func:`.tally.tally_frame`)."""
         strata_rule = protocol.get("strata") or {}
-        offset = (protocol.get("seeds") or {}).get("offset")
-        plans = {
-            g["name"]: GroupPlan(
-                g["name"],
-                g["mode"],
-                g.get("draft_loops"),
-                None if offset is None else int(offset) + int(g.get("seed_offset", 0)),
-            )
-            for g in protocol["groups"]
-        }
         batch = (protocol.get("engine") or {}).get("batch_size")
         tolerance = (protocol.get("engine_errors") or {}).get("tolerance", 0)
         return cls(
@@ -100,15 +89,15 @@ class Context:
             batch_size=None if batch is None else int(batch),
             error_tolerance=int(tolerance),
             rule=FamilyRule.from_protocol(protocol, DECIDING_ROLES),
-            plans=MappingProxyType(plans),
+            plans=group_plans(protocol),
             ref=ref,
-            data=MappingProxyType(split(samples, ref.vocab_size)),
+            data=MappingProxyType(dict(data)),
         )
 
-    def group(self, name: str) -> GroupData:
+    def group(self, name: str) -> GroupTally:
         if name not in self.plans:
             raise ValueError(f"test names unknown group {name!r}")
-        return self.data.get(name, GroupData.empty())
+        return self.data.get(name, GroupTally.empty())
 
     def row(
         self, spec: dict, statistic, df, pvalue, n: int, detail: Record, method: str
@@ -118,17 +107,42 @@ class Context:
         return stochastic_row(spec, statistic, df, pvalue, n, self.alpha, detail, method, *_NONE)
 
 
+def group_plans(protocol: dict) -> Mapping[str, GroupPlan]:
+    offset = (protocol.get("seeds") or {}).get("offset")
+    plans = {
+        g["name"]: GroupPlan(
+            g["name"],
+            g["mode"],
+            g.get("draft_loops"),
+            None if offset is None else int(offset) + int(g.get("seed_offset", 0)),
+        )
+        for g in protocol["groups"]
+    }
+    return MappingProxyType(plans)
+
+
+@dataclass(frozen=True)
+class SeedView:
+    """The samples per seed (not counts): which seed drew an offender or ended in an
+    engine error. For the diagnosis and `replay` of one archive, not for evaluation."""
+
+    plans: Mapping[str, GroupPlan]
+    ref: Reference
+    data: Mapping[str, GroupData]
+
+    @classmethod
+    def build(cls, protocol: dict, samples, ref: Reference) -> SeedView:
+        return cls(group_plans(protocol), ref, MappingProxyType(split(samples, ref.vocab_size)))
+
+
 def split(samples, vocab_size: int) -> dict[str, GroupData]:
-    """Per-group int64 columns, sorted by seed. Every token outside [0, vocab_size) other
-    than -1 (not generated) becomes ``vocab_size``: out of support everywhere, and small
-    enough for the int64 codes of (t1, t2, t3)."""
+    """Per-group int64 columns, sorted by seed; tokens clamped (:func:`.tally.clamp_tokens`)."""
     out = {}
     for name, frame in samples.groupby("group", sort=True):
         frame = frame.sort_values("seed", kind="stable")
         cols = [frame[c].to_numpy(dtype=np.int64) for c in COLUMNS]
         for k in (1, 2, 3):  # t1, t2, t3
-            t = cols[k]
-            cols[k] = np.where((t >= vocab_size) | (t < -1), vocab_size, t)
+            cols[k] = clamp_tokens(cols[k], vocab_size)
         error = None
         if "finish_reason" in frame.columns:
             error = (frame["finish_reason"].astype(str) == "error").to_numpy()

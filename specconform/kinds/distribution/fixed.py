@@ -8,6 +8,8 @@ both import it without importing each other.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from specconform.kinds.verdict import family_verdict
 from specconform.results import Evaluation
 from specconform.stats.reference import Reference
@@ -15,6 +17,7 @@ from specconform.stats.reference import Reference
 from . import mechanism, score, tokens
 from .context import Context
 from .rows import coverage_row, engine_errors_row, support_row
+from .tally import GroupTally
 
 TESTS = {
     "t1_gof": tokens.t1_gof,
@@ -27,9 +30,10 @@ TESTS = {
 }
 
 
-def evaluate_fixed(protocol: dict, samples, ref: Reference) -> Evaluation:
-    """Every test of ``protocol`` at the run's fixed size, and the family-wise verdict."""
-    ctx = Context.build(protocol, samples, ref)
+def evaluate_fixed(protocol: dict, data: Mapping[str, GroupTally], ref: Reference) -> Evaluation:
+    """Every test of ``protocol`` at the run's fixed size, and the family-wise verdict,
+    from the samples' per-group tallies (:mod:`.tally`)."""
+    ctx = Context.build(protocol, data, ref)
     rows, coverage = [], {}
     for spec in protocol["tests"]:
         row, cov = TESTS[spec["type"]](ctx, spec)

@@ -16,12 +16,13 @@ import numpy as np
 from specconform.details.distribution import AcceptanceDetail, RejectionStratum
 from specconform.evidence.jsonio import json_number
 from specconform.stats import pearson_gof
-from specconform.stats.cells import dense_on, on_union, strata
+from specconform.stats.cells import dense_on, on_union
 from specconform.stats.rate import rate_test, stratified_rate_test
 from specconform.stats.speculative import joint_cells, total_variation
 
-from .context import Context, GroupData
+from .context import Context
 from .rows import NOT_APPLICABLE_NO_Q, Coverage, gof_stratum, not_applicable_row, stratified_row
+from .tally import Cells, GroupTally
 
 
 def acceptance(ctx: Context, spec: dict):
@@ -32,8 +33,10 @@ def acceptance(ctx: Context, spec: dict):
     results, per = [], []
     for t1, p, q in tested:
         tv = total_variation(*on_union(*p, *q)[1:])
-        fa = g.first_accepted[g.t1 == t1]
-        res = rate_test(int((fa == 0).sum()), fa.size, tv, min_expected=ctx.min_expected)
+        s = g.take(g.t1 == t1)
+        res = rate_test(
+            int(s.count[s.first_accepted == 0].sum()), s.n, tv, min_expected=ctx.min_expected
+        )
         results.append(res)
         per.append(
             RejectionStratum(
@@ -53,8 +56,7 @@ def acceptance(ctx: Context, spec: dict):
             )
         )
     comb = stratified_rate_test(results)
-    drafted = int(whole.drafted.clip(min=0).sum())
-    accepted = int(whole.accepted.clip(min=0).sum())
+    drafted, accepted = whole.drafted[1], whole.accepted[1]  # sums clipped at 0
     expected_rate = comb.expected_events / comb.n if comb.n else None
     detail = AcceptanceDetail(
         group=name,
@@ -72,8 +74,8 @@ def acceptance(ctx: Context, spec: dict):
         acceptance_ratio=1 - comb.k / comb.n if comb.n else None,
         expected_acceptance_ratio=None if expected_rate is None else 1 - expected_rate,
         mean_accepted_per_drafted=accepted / drafted if drafted else None,
-        mean_drafted=float(whole.drafted.mean()) if whole.drafted.size else None,
-        mean_accepted=float(whole.accepted.mean()) if whole.accepted.size else None,
+        mean_drafted=whole.mean("drafted"),
+        mean_accepted=whole.mean("accepted"),
     )
     method = (
         "exact binomial"
@@ -82,7 +84,7 @@ def acceptance(ctx: Context, spec: dict):
     )
     row = ctx.row(spec, detail.observed_rejection_rate, None, comb.pvalue, comb.n, detail, method)
     keys = tuple(((("t1", e.t1),)) for e in per)
-    return row, Coverage(len(per), keys, comb.n, int(g.t1.size))
+    return row, Coverage(len(per), keys, comb.n, g.n)
 
 
 def joint(ctx: Context, spec: dict):
@@ -97,22 +99,20 @@ def joint(ctx: Context, spec: dict):
         "skipped_impossible_strata": skipped,
         "cells": "acc:x ~ min(p, q)(x), rej:x ~ (p - q)+(x), x over supp p U supp q",
     }
-    return stratified_row(ctx, spec, head, results, per, g.t1.size)
+    return stratified_row(ctx, spec, head, results, per, g.n)
 
 
-def joint_strata(ctx, g: GroupData, tested, gof=pearson_gof) -> tuple[list, list]:
+def joint_strata(ctx, g: Cells, tested, gof=pearson_gof) -> tuple[list, list]:
     """Per tested stratum (t1, p, q): the joint-cell test and its record. ``gof`` is the
-    per-stratum test (the schema-1 evaluator passes its own reading)."""
+    per-stratum test."""
     results, per = [], []
     for t1, p, q in tested:
-        sel = g.t1 == t1
-        x, acc = g.t2[sel], g.first_accepted[sel]
+        s = g.take(g.t1 == t1)
         # Cells: supp p U supp q U observed (an observed token outside both has probability 0).
-        tokens = np.union1d(np.union1d(p[0], q[0]), x)
+        tokens = np.union1d(np.union1d(p[0], q[0]), s.t2)
         pp, qq = dense_on(tokens, *p), dense_on(tokens, *q)
         probs = joint_cells(pp, qq)
-        cell = np.searchsorted(tokens, x) + np.where(acc == 1, 0, tokens.size)
-        counts = np.bincount(cell, minlength=2 * tokens.size)
+        counts = joint_counts(s, tokens)
         res = gof(counts, probs, min_expected=ctx.min_expected)
         results.append(res)
         labels = [f"acc:{t}" for t in tokens.tolist()] + [f"rej:{t}" for t in tokens.tolist()]
@@ -121,20 +121,27 @@ def joint_strata(ctx, g: GroupData, tested, gof=pearson_gof) -> tuple[list, list
     return results, per
 
 
-def _speculative(ctx: Context, spec: dict) -> tuple[str, int, GroupData, GroupData]:
-    """The group's name, depth d, all its samples, and those with a first draft."""
+def joint_counts(s: Cells, tokens: np.ndarray) -> np.ndarray:
+    """Counts [2C] of the joint cells (accepted, t2) then (rejected, t2) over ``tokens``."""
+    cell = np.searchsorted(tokens, s.t2) + np.where(s.first_accepted == 1, 0, tokens.size)
+    return s.counts_on(np.arange(2 * tokens.size), cell)
+
+
+def _speculative(ctx: Context, spec: dict) -> tuple[str, int, GroupTally, Cells]:
+    """The group's name, depth d, its tally, and the cells of samples with a first draft."""
     name = spec["groups"][0]
     d = ctx.plans[name].draft_loops if name in ctx.plans else None
     if d is None:
         raise ValueError(f"test {spec['name']!r} needs a speculative group, got {name!r}")
-    g = ctx.group(name)
-    return name, int(d), g, g.take((g.first_accepted >= 0) & (g.t1 >= 0) & (g.t2 >= 0))
+    whole = ctx.group(name)
+    g = whole.cells
+    return name, int(d), whole, g.take((g.first_accepted >= 0) & (g.t1 >= 0) & (g.t2 >= 0))
 
 
-def first_position_strata(ctx, d: int, g: GroupData):
+def first_position_strata(ctx, d: int, g: Cells):
     """([(t1, p, q), ...] for every stratum with at least min_samples samples,
     [{"t1": t1}, ...] for those the reference omits as impossible)."""
-    keys, _ = strata(g.t1, ctx.min_samples)
+    keys, _ = g.strata(g.t1, ctx.min_samples)
     tested, skipped = [], []
     for t1 in keys:
         p = ctx.ref.law(ctx.ref.p2, int(t1), "p_t2")

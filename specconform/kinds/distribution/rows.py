@@ -130,7 +130,7 @@ def not_applicable_row(ctx: Context, spec: dict, why: str) -> TestRow:
 
 def coverage_row(ctx: Context, coverage: dict[str, Coverage]) -> TestRow:
     share = min((c.share for c in coverage.values()), default=1.0)
-    n = sum(g.t1.size for g in ctx.data.values())
+    n = sum(g.n for g in ctx.data.values())
     detail = CoverageDetail(
         statistic="smallest share of eligible samples covered by the strata of any stratified test",
         tests={name: c.record() for name, c in coverage.items()},
@@ -145,11 +145,15 @@ def support_row(ctx: Context) -> TestRow:
     once, at t1); tokens outside [0, vocab_size) are always out of support.
     """
     ref, w, per, total, n = ctx.ref, ctx.width, {}, 0, 0
-    for name, g in sorted(ctx.data.items()):
+    for name, tally in sorted(ctx.data.items()):
+        g = tally.cells  # each distinct row once: a mask's samples are its cells' counts
         (ok1, ok2, ok3), (bad1, bad2, bad3) = ref.unsupported(g.t1, g.t2, g.t3, w)
-        per[name] = SupportCounts(t1=int(bad1.sum()), t2=int(bad2.sum()), t3=int(bad3.sum()))
+        c = g.count
+        per[name] = SupportCounts(
+            t1=int(c[bad1].sum()), t2=int(c[bad2].sum()), t3=int(c[bad3].sum())
+        )
         total += per[name].t1 + per[name].t2 + per[name].t3
-        n += int(ok1.sum() + ok2.sum() + ok3.sum())
+        n += int(c[ok1].sum() + c[ok2].sum() + c[ok3].sum())
     detail = SupportDetail(per_group=per, rule="any observation with reference probability 0 fails")
     ok = total == 0
     return deterministic_row(
@@ -162,16 +166,16 @@ def engine_errors_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
     pre-registered tolerance (errors allowed per deciding group)."""
     per_group, per_batch, recorded = {}, {}, True
     for name, g in sorted(ctx.data.items()):
-        if g.error is None:
+        if g.error_seeds is None:
             recorded = False
             continue
-        per_group[name] = int(g.error.sum())
+        per_group[name] = int(g.error_seeds.size)
         plan = ctx.plans.get(name)
         if ctx.batch_size and plan is not None and plan.seed_start is not None:
-            batch = (g.seed[g.error] - plan.seed_start) // ctx.batch_size
+            batch = (g.error_seeds - plan.seed_start) // ctx.batch_size
             idx, counts = np.unique(batch, return_counts=True)
             per_batch[name] = {str(int(i)): int(c) for i, c in zip(idx, counts, strict=True)}
-    n = sum(g.t1.size for g in ctx.data.values())
+    n = sum(g.n for g in ctx.data.values())
     deciding = sorted(deciding_groups & set(per_group))
     over = [gname for gname in deciding if per_group[gname] > ctx.error_tolerance]
     detail = EngineErrorsDetail(

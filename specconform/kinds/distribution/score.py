@@ -17,13 +17,13 @@ import numpy as np
 
 from specconform.details.distribution import ScoreDetail, ScoreStratumRecord
 from specconform.evidence.jsonio import json_number
-from specconform.stats.cells import dense_on, strata
+from specconform.stats.cells import dense_on
 from specconform.stats.mutant_laws import score_directions
 from specconform.stats.score import DEFAULT_REPLICATIONS, ScoreStratum, score_test
 from specconform.stats.speculative import joint_cells
 
 from .context import Context
-from .mechanism import _speculative
+from .mechanism import _speculative, joint_counts
 from .rows import Coverage
 
 
@@ -41,7 +41,7 @@ def mc_seed(test_name: str, cells: list[ScoreStratum]) -> list[int]:
 
 def joint_score(ctx: Context, spec: dict):
     name, d, _, g = _speculative(ctx, spec)
-    keys, _ = strata(g.t1, 1)
+    keys, _ = g.strata(g.t1, 1)
     others = sorted(e for e in ctx.ref.q2 if e != d)
     per, cells, skipped = [], [], []
     names: tuple[str, ...] = ()
@@ -53,17 +53,14 @@ def joint_score(ctx: Context, spec: dict):
         if p is None or q is None or len(q_other) < len(found):
             skipped.append({"t1": int(t1)})
             continue
-        sel = g.t1 == t1
-        x, acc = g.t2[sel], g.first_accepted[sel]
-        tokens = np.union1d(np.union1d(p[0], q[0]), x)
+        s = g.take(g.t1 == t1)
+        tokens = np.union1d(np.union1d(p[0], q[0]), s.t2)
         for o in q_other:
             tokens = np.union1d(tokens, o[0])
         pp, qq = dense_on(tokens, *p), dense_on(tokens, *q)
         names, dirs = score_directions(pp, qq, [dense_on(tokens, *o) for o in q_other])
-        cell = np.searchsorted(tokens, x) + np.where(acc == 1, 0, tokens.size)
-        counts = np.bincount(cell, minlength=2 * tokens.size)
-        cells.append(ScoreStratum(counts, joint_cells(pp, qq), dirs))
-        per.append(ScoreStratumRecord(t1=int(t1), n=int(sel.sum())))
+        cells.append(ScoreStratum(joint_counts(s, tokens), joint_cells(pp, qq), dirs))
+        per.append(ScoreStratumRecord(t1=int(t1), n=s.n))
     seed = mc_seed(spec["name"], cells)
     res = score_test(cells, replications=DEFAULT_REPLICATIONS, seed=seed)
     detail = ScoreDetail(
@@ -84,4 +81,4 @@ def joint_score(ctx: Context, spec: dict):
     method = f"Monte Carlo under the exact null ({res.replications} draws), score test"
     row = ctx.row(spec, res.statistic, res.df, res.pvalue, res.n, detail, method)
     cov_keys = tuple(((("t1", e.t1),)) for e in per)
-    return row, Coverage(len(per), cov_keys, res.n, int(g.t1.size))
+    return row, Coverage(len(per), cov_keys, res.n, g.n)

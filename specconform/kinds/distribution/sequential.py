@@ -37,6 +37,7 @@ from specconform.stats.reference import Reference
 
 from .context import DECIDING_ROLES
 from .fixed import evaluate_fixed
+from .tally import tally_frame
 
 # Rows whose FAIL is a certainty, not a tail probability: valid under any stopping rule.
 DETERMINISTIC_ROWS = ("out_of_support", "engine_errors")
@@ -91,7 +92,8 @@ def evaluate_sequential(protocol: dict, samples: pd.DataFrame, ref: Reference) -
             f"sequential run holds {n} seeds per group, but the batch rule (batch {batch}, "
             f"budget {budget}) stops at {stop.seeds if stop.crossed else budget}"
         )
-    fixed = evaluate_fixed({k: v for k, v in protocol.items() if k != "sequential"}, samples, ref)
+    tallies = tally_frame(samples, ref.vocab_size)
+    fixed = evaluate_fixed({k: v for k, v in protocol.items() if k != "sequential"}, tallies, ref)
     row = eprocess_row(stop, alpha, budget, batch, result.families)
     info = [r if _still_deciding(r) else _informational(r) for r in fixed.tests]
     certain = [r for r in info if r.deciding and r.status == FAIL]

@@ -12,6 +12,9 @@ Dependence (issue 5): groups that share seeds can share randomness, so
 - two-sample tests compare only disjoint seeds: if the groups' seed sets intersect,
   the first group contributes its even seeds and the second its odd seeds;
 - χ² statistics are summed only over strata of one group (disjoint samples).
+
+Samples arrive as counts (:class:`.tally.Cells`): a token's count in a stratum is the sum
+of its cells' counts, the same integers the per-seed columns gave.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ from specconform.evidence.jsonio import json_number
 from specconform.results import TestRow
 from specconform.stats import bonferroni, pearson_gof, pearson_homogeneity
 from specconform.stats.aggregate import simes
-from specconform.stats.cells import align, counts_on, strata
+from specconform.stats.cells import dense_on
 
 from .context import Context
 from .rows import Coverage, gof_stratum, stratified_row
+from .tally import Cells
 
 # A t1_gof test's ``combine`` -> (name, combining function, why it is valid and its
 # formula), as the row's detail states them (archived: the words stay as they are).
@@ -49,9 +53,9 @@ def t1_gof(ctx: Context, spec: dict) -> tuple[TestRow, Coverage | None]:
     or, where the test says ``combine: simes``, by Simes."""
     results, per_group = [], []
     for name in spec["groups"]:
-        t1 = ctx.group(name).t1
-        t1 = t1[t1 >= 0]
-        tokens, probs, counts = align(*ctx.ref.p1, t1)
+        cells = ctx.group(name).cells
+        cells = cells.take(cells.t1 >= 0)
+        tokens, probs, counts = align(*ctx.ref.p1, cells, cells.t1)
         res = pearson_gof(counts, probs, min_expected=ctx.min_expected)
         results.append(res)
         per_group.append(gof_stratum(res, tokens, counts, probs, group=name))
@@ -99,13 +103,13 @@ def gof_strata(ctx, name: str, depth: int, gof=pearson_gof):
     """Goodness of fit of t2 (depth 2) or t3 (depth 3) per stratum of group ``name``:
     (results, per-stratum records, skipped impossible strata, eligible samples).
     ``gof`` is the per-stratum test (the schema-1 evaluator passes its own reading)."""
-    g = ctx.group(name)
+    g = ctx.group(name).cells
     ok = (g.t1 >= 0) & (g.t2 >= 0) & ((g.t3 >= 0) if depth == 3 else True)
     g = g.take(ok)
     # One int64 key per conditioning prefix: t1, or (t1, t2) coded as t1 * width + t2.
     key_of = g.t1 if depth == 2 else g.t1 * ctx.width + g.t2
     tested = g.t2 if depth == 2 else g.t3
-    keys, _ = strata(key_of, ctx.min_samples)
+    keys, _ = g.strata(key_of, ctx.min_samples)
     results, per, skipped = [], [], []
     for key in keys:
         if depth == 2:
@@ -116,34 +120,35 @@ def gof_strata(ctx, name: str, depth: int, gof=pearson_gof):
         if law is None:
             skipped.append(where)
             continue
-        tokens, probs, counts = align(*law, tested[key_of == key])
+        sel = key_of == key
+        tokens, probs, counts = align(*law, g.take(sel), tested[sel])
         res = gof(counts, probs, min_expected=ctx.min_expected)
         results.append(res)
         per.append(gof_stratum(res, tokens, counts, probs, **where))
-    return results, per, skipped, int(ok.sum())
+    return results, per, skipped, g.n
 
 
 def t2_homogeneity(ctx: Context, spec: dict):
     name_a, name_b = spec["groups"]
-    a, b = ctx.group(name_a), ctx.group(name_b)
-    a = a.take((a.t1 >= 0) & (a.t2 >= 0))
-    b = b.take((b.t1 >= 0) & (b.t2 >= 0))
-    if np.intersect1d(a.seed, b.seed).size > 0:
+    ga, gb = ctx.group(name_a), ctx.group(name_b)
+    a = ga.cells.take((ga.cells.t1 >= 0) & (ga.cells.t2 >= 0))
+    b = gb.cells.take((gb.cells.t1 >= 0) & (gb.cells.t2 >= 0))
+    if ga.pair_seeds.intersects(gb.pair_seeds):
         # Shared seeds can mean shared randomness; two-sample tests need independent
         # samples, so split by seed parity: disjoint seed sets by construction.
-        a, b = a.take(a.seed % 2 == 0), b.take(b.seed % 2 == 1)
+        a, b = a.take(a.parity == 0), b.take(b.parity == 1)
         split = (
             f"seed sets overlap: {name_a} uses its even seeds, {name_b} its odd "
             "seeds (disjoint seeds, independent samples)"
         )
     else:
         split = "seed sets disjoint: all samples of both groups"
-    keys = np.intersect1d(strata(a.t1, ctx.min_samples)[0], strata(b.t1, ctx.min_samples)[0])
+    keys = np.intersect1d(a.strata(a.t1, ctx.min_samples)[0], b.strata(b.t1, ctx.min_samples)[0])
     results, per = [], []
     for t1 in keys:
-        xa, xb = a.t2[a.t1 == t1], b.t2[b.t1 == t1]
-        tokens = np.union1d(xa, xb)
-        ca, cb = counts_on(tokens, xa), counts_on(tokens, xb)
+        sa, sb = a.take(a.t1 == t1), b.take(b.t1 == t1)
+        tokens = np.union1d(sa.t2, sb.t2)
+        ca, cb = sa.counts_on(tokens, sa.t2), sb.counts_on(tokens, sb.t2)
         res = pearson_homogeneity(ca, cb, min_expected=ctx.min_expected)
         results.append(res)
         # Key by key on purpose: the record's keys are the archive's, some converted.
@@ -164,4 +169,11 @@ def t2_homogeneity(ctx: Context, spec: dict):
             )
         )
     head = {"groups": (name_a, name_b), "seed_split": split}
-    return stratified_row(ctx, spec, head, results, per, a.t1.size + b.t1.size)
+    return stratified_row(ctx, spec, head, results, per, a.n + b.n)
+
+
+def align(law_tokens: np.ndarray, law_probs: np.ndarray, cells: Cells, values: np.ndarray):
+    """`stats.cells.align` on counts: (tokens, probs, counts) over the union of the law's
+    support and the tokens observed (``values``, one per cell of ``cells``)."""
+    tokens = np.union1d(law_tokens, values)
+    return tokens, dense_on(tokens, law_tokens, law_probs), cells.counts_on(tokens, values)
