@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import io
 import json
 from collections.abc import Mapping
@@ -33,11 +34,11 @@ class RawData:
         except KeyError:
             raise KeyError(f"raw data has no file {name!r}") from None
 
-    def bytes(self, name: str) -> bytes:
+    def bytes(self, name: str) -> builtins.bytes:
         value = self._get(name)
         return value.read_bytes() if isinstance(value, Path) else value
 
-    def open(self, name: str) -> IO[bytes]:
+    def open(self, name: str) -> IO[builtins.bytes]:
         """The file as a binary stream, without reading it whole."""
         value = self._get(name)
         return open(value, "rb") if isinstance(value, Path) else io.BytesIO(value)

@@ -183,8 +183,9 @@ class _Accumulator:
             pair = (cols["t1"] >= 0) & (cols["t2"] >= 0)
             error = (g[FINISH].astype(str) == "error").to_numpy() if recorded else None
             d, a = cols["drafted"], cols["accepted"]
+            t1, t2, t3, first, parity = uniq.T
             part = GroupTally(
-                Cells(*uniq.T, count.astype(np.int64)),
+                Cells(t1, t2, t3, first, parity, count.astype(np.int64)),
                 int(seed.size),
                 (int(d.sum()), int(d.clip(min=0).sum())),
                 (int(a.sum()), int(a.clip(min=0).sum())),
@@ -210,13 +211,15 @@ def _merge(parts: list[GroupTally]) -> GroupTally:
     for p in parts:
         seeds = seeds.union(p.pair_seeds)
     errors = [p.error_seeds for p in parts]
+    known = [e for e in errors if e is not None]
+    t1, t2, t3, first, parity = uniq.T
     return GroupTally(
-        Cells(*uniq.T, count),
+        Cells(t1, t2, t3, first, parity, count),
         sum(p.n for p in parts),
-        tuple(map(sum, zip(*(p.drafted for p in parts), strict=True))),
-        tuple(map(sum, zip(*(p.accepted for p in parts), strict=True))),
+        (sum(p.drafted[0] for p in parts), sum(p.drafted[1] for p in parts)),
+        (sum(p.accepted[0] for p in parts), sum(p.accepted[1] for p in parts)),
         seeds,
-        None if any(e is None for e in errors) else np.concatenate(errors),
+        None if len(known) < len(errors) else np.concatenate(known),
     )
 
 
