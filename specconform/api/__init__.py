@@ -149,8 +149,9 @@ def run(
 
     allow_inconclusive : bool
         Run even when the seeds cannot give some deciding test evidence (the verdict may
-        then be INCONCLUSIVE); without it such a run is refused before any work
-        (UsageError naming the test and the seeds it needs).
+        then be INCONCLUSIVE) or the power the protocol states (``power: {target, tv}``,
+        specconform.planning.power); without it such a run is refused before any work
+        (UsageError naming the test, its power and the seeds it needs).
     adapter_timeout : float, optional
         Seconds any one adapter call may take (default: the protocol's
         ``engine.call_timeout_s`` / ``sampler.call_timeout_s``, 3600). Past it the run

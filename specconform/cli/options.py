@@ -115,8 +115,9 @@ def run_options(f):
             "--allow-inconclusive",
             is_flag=True,
             help="Run even when the seeds cannot give some deciding test evidence (the "
-            "verdict may then be INCONCLUSIVE); without it such a run is refused before "
-            "any work, naming the test and the seeds it needs (exit 2).",
+            "verdict may then be INCONCLUSIVE) or, for a protocol stating `power: {target, "
+            "tv}`, the target power; without it such a run is refused before any work, "
+            "naming the test, its power and the seeds it needs (exit 2).",
         ),
         path_option(
             "--ledger",

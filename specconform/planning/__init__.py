@@ -5,6 +5,9 @@
 - :mod:`.mutants`: power against the planted bugs' exact laws (the kill matrix);
 - :mod:`.score`: the same for the score tests;
 - :mod:`.run`: a finished run's ``results/plan.json`` (the kind table's ``plan``).
+- :mod:`.evidence` and :mod:`.power`: the pre-run checks of `run` and `gate` (seeds too
+  few for a deciding test's evidence; below the protocol's stated power target);
+- :mod:`.law_cache`: the reference laws `specconform plan` replayed, cached on disk.
 
 Numpy/scipy only; no torch.
 """

@@ -158,6 +158,17 @@ class FamilyVerdict(Strict):
         return omit_unset(handler(self), "inconclusive")
 
 
+class PowerTarget(Strict):
+    """The power the deciding tests are planned to reach at ``seeds.count``: each detects
+    a bias of total variation ``tv`` in every deciding stratum (the planner's effect, as
+    `specconform plan --tv` states it; acceptance: a rate shift) with probability at least
+    ``target``. `run` and `gate` check it before any work (specconform.planning.power).
+    A target below one half is no plan (and a power at or below alpha is trivial)."""
+
+    target: Annotated[float, Field(ge=0.5, lt=1.0)]
+    tv: Annotated[float, Field(gt=0.0, le=1.0)]
+
+
 class EngineErrors(Strict):
     """Requests ending in an engine error tolerated per deciding group (default none)."""
 
@@ -350,13 +361,16 @@ class DistributionProtocol(Strict):
     # The family-wise rule over the deciding tests; None: Holm at `alpha`. `alpha` above
     # stays the per-test level of the rows that do not decide.
     verdict: FamilyVerdict | None = None
+    # The power the seeds must give every deciding test, checked before a run
+    # (planning.power); None: not stated, left out of protocol.json and the hash.
+    power: PowerTarget | None = None
     engine_errors: EngineErrors = EngineErrors()
     # The anytime-valid mode (schema_sequential); None: fixed-N, left out of the hash.
     sequential: SequentialPlan | None = Field(None, json_schema_extra=overridable("--sequential"))
 
     @model_serializer(mode="wrap")
     def _canonical(self, handler):
-        return omit_unset(handler(self), "sequential")
+        return omit_unset(handler(self), "sequential", "power")
 
     @model_validator(mode="after")
     def _references(self):

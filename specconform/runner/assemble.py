@@ -21,6 +21,7 @@ from pathlib import Path
 
 from specconform.kinds.registry import kind_of, kinds_with
 from specconform.planning.evidence import check_evidence_plan
+from specconform.planning.power import check_power_plan
 from specconform.protocol.load import LoadedProtocol, apply_overrides, load_protocol
 from specconform.runner.archive_floor import check_archive_floor  # noqa: F401 (re-exported)
 from specconform.runner.context import RunOptions
@@ -95,6 +96,8 @@ def prepare(request: RunRequest, *, notify: Callable[[str], None] = notice) -> P
         loaded = with_call_timeout(loaded, request.adapter_timeout)
     # Before any model is read: seeds too few for a deciding test's evidence (exit 2).
     check_evidence_plan(loaded.kind, loaded.data, allow_inconclusive=request.allow_inconclusive)
+    # ... and seeds too few for the protocol's stated power target (exit 2), same flag.
+    check_power_plan(loaded, allow_inconclusive=request.allow_inconclusive, notify=notify)
     capabilities = kind_of(loaded.kind).capabilities
     if request.ledger and not capabilities.ledgered:
         raise UsageError(
