@@ -11,10 +11,11 @@ replications in bench/kill_matrix.py (docs/kill-matrix.md).
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from report_out import write_report  # noqa: E402
 
 from specconform.protocol.load import apply_overrides, exact_int, load_protocol
 from specconform.runner.execute import execute
@@ -101,11 +102,7 @@ def main(argv=None) -> int:
             )
             print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
-    if args.out:
-        Path(args.out).write_text(text)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return write_report(text, args.out)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,18 @@ def _member(z: zipfile.ZipFile, suffix: str) -> bytes:
     return z.read(name)
 
 
+def _read_run(archive: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame, dict]:
+    """(protocol, requests, tokens, checks) of a sequence archive."""
+    z = zipfile.ZipFile(archive)
+    protocol = json.loads(_member(z, "/protocol.json"))
+    requests = pd.read_csv(
+        io.BytesIO(_member(z, "raw/sequence/requests.csv")), keep_default_na=False
+    )
+    tokens = pd.read_csv(io.BytesIO(_member(z, "raw/sequence/tokens.csv")))
+    checks = json.loads(_member(z, "raw/sequence/checks.json"))
+    return protocol, requests, tokens, checks
+
+
 def _stops_record(protocol, requests, tokens) -> dict:
     """checks.json's stops record recomputed from the (prefix's) committed tokens."""
     by_group = {g["name"]: g for g in protocol["groups"]}
@@ -80,13 +92,7 @@ def block_verdicts(
     gives its first `size` to every block), each evaluated as a run of `size` requests
     per group: independent replications at that size for the groups that hold every
     block (their seeds are disjoint). As many blocks as the smallest random group holds."""
-    z = zipfile.ZipFile(archive)
-    protocol = json.loads(_member(z, "/protocol.json"))
-    requests = pd.read_csv(
-        io.BytesIO(_member(z, "raw/sequence/requests.csv")), keep_default_na=False
-    )
-    tokens = pd.read_csv(io.BytesIO(_member(z, "raw/sequence/tokens.csv")))
-    checks = json.loads(_member(z, "raw/sequence/checks.json"))
+    protocol, requests, tokens, checks = _read_run(archive)
     count = {g["name"]: g["requests"] or protocol["seeds"]["count"] for g in protocol["groups"]}
     random = requests[requests["seed"] >= 0]["group"].unique()
     blocks = min(count[g] // size for g in random)
@@ -114,13 +120,7 @@ def block_verdicts(
 def prefix_verdicts(
     archive: Path, sizes: list[int], show: list[str] = ()
 ) -> list[tuple[int, str, list[str]]]:
-    z = zipfile.ZipFile(archive)
-    protocol = json.loads(_member(z, "/protocol.json"))
-    requests = pd.read_csv(
-        io.BytesIO(_member(z, "raw/sequence/requests.csv")), keep_default_na=False
-    )
-    tokens = pd.read_csv(io.BytesIO(_member(z, "raw/sequence/tokens.csv")))
-    checks = json.loads(_member(z, "raw/sequence/checks.json"))
+    protocol, requests, tokens, checks = _read_run(archive)
     out = []
     for n in sizes:
         proto = json.loads(json.dumps(protocol))

@@ -60,6 +60,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from calibration_reference import load  # noqa: E402
+from report_out import write_report  # noqa: E402
 
 from specconform.calibration import (  # noqa: E402
     MUTANTS,
@@ -306,11 +307,7 @@ def main(argv=None) -> int:
         pd.DataFrame(rows, columns=["bug", "who", "n", "kills", "replications"]).to_csv(
             args.rows_out, index=False
         )
-    if args.out:
-        Path(args.out).write_text(text)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return write_report(text, args.out)
 
 
 if __name__ == "__main__":

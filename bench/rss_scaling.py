@@ -78,9 +78,8 @@ def run_once(protocol: Path, seeds: int, offset: int, device: str | None, work: 
 def _write_batches(folder: Path, seeds: int, groups=("nospec", "sync", "async", "s1", "a1")):
     """fp32_t2-like batch files (5 groups, 5,000 seeds a batch): the rows' shape, not laws."""
     import numpy as np
-    import pandas as pd
 
-    from specconform.runner.checkpoint import SAMPLE_COLUMNS
+    from specconform.runner.checkpoint import sample_frame
 
     rng = np.random.default_rng(0)
     plan, batch = [], 5000
@@ -90,20 +89,15 @@ def _write_batches(folder: Path, seeds: int, groups=("nospec", "sync", "async", 
             n = min(batch, seeds - start)
             t = rng.integers(0, 20, size=(3, n)) * 977
             acc = rng.integers(0, 4, n)
-            frame = pd.DataFrame(
-                {
-                    "group": g,
-                    "seed": np.arange(start, start + n),
-                    "t1": t[0],
-                    "t2": t[1],
-                    "t3": t[2],
-                    "first_accepted": (acc > 0).astype(int),
-                    "drafted": 3,
-                    "accepted": acc,
-                    "finish_reason": "length",
-                    "rounds": [f"[[3,{a}]]" for a in acc],
-                },
-                columns=list(SAMPLE_COLUMNS),
+            frame = sample_frame(
+                group=g,
+                seed=np.arange(start, start + n),
+                tokens=(t[0], t[1], t[2]),
+                first_accepted=(acc > 0).astype(int),
+                drafted=3,
+                accepted=acc,
+                finish_reason="length",
+                rounds=[f"[[3,{a}]]" for a in acc],
             )
             frame.to_csv(folder / "batches" / f"{g}-{start}.csv", index=False, lineterminator="\n")
             plan.append((g, start, start + n))

@@ -124,17 +124,37 @@ def _records_frame(group, records) -> pd.DataFrame:
             json_of[rounds] = json.dumps([list(x) for x in rounds], separators=(",", ":"))
         return json_of[rounds]
 
+    return sample_frame(
+        group=[group.name] * len(records),
+        seed=[r.seed for r in records],
+        tokens=([t[0] for t in tokens], [t[1] for t in tokens], [t[2] for t in tokens]),
+        first_accepted=[r.first_accepted for r in records],
+        drafted=[sum(d for d, _ in r.rounds) for r in records],
+        accepted=[sum(a for _, a in r.rounds) for r in records],
+        finish_reason=[r.finish_reason for r in records],
+        rounds=[rounds_json(tuple(r.rounds)) for r in records],
+    )
+
+
+def sample_frame(
+    *, group, seed, tokens, first_accepted, drafted, accepted, finish_reason, rounds
+) -> pd.DataFrame:
+    """A batch's rows of raw/samples.csv in SAMPLE_COLUMNS order, from its columns (each a
+    sequence of the batch's length, or a scalar broadcast; ``tokens`` is (t1, t2, t3),
+    -1 where absent). The runner's batches and the synthetic ones of bench/rss_scaling.py
+    and the streaming tests are built here, so they cannot drift from the format."""
+    t1, t2, t3 = tokens
     columns = {
-        "group": [group.name] * len(records),
-        "seed": [r.seed for r in records],
-        "t1": [t[0] for t in tokens],
-        "t2": [t[1] for t in tokens],
-        "t3": [t[2] for t in tokens],
-        "first_accepted": [r.first_accepted for r in records],
-        "drafted": [sum(d for d, _ in r.rounds) for r in records],
-        "accepted": [sum(a for _, a in r.rounds) for r in records],
-        "finish_reason": [r.finish_reason for r in records],
-        "rounds": [rounds_json(tuple(r.rounds)) for r in records],
+        "group": group,
+        "seed": seed,
+        "t1": t1,
+        "t2": t2,
+        "t3": t3,
+        "first_accepted": first_accepted,
+        "drafted": drafted,
+        "accepted": accepted,
+        "finish_reason": finish_reason,
+        "rounds": rounds,
     }
     return pd.DataFrame(columns, columns=list(SAMPLE_COLUMNS))
 

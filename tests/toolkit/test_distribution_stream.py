@@ -26,7 +26,7 @@ from specconform.evidence.jsonio import canonical_json_bytes
 from specconform.kinds.distribution import evaluate, evaluate_frames, tally
 from specconform.results import RawData
 from specconform.runner import distribution
-from specconform.runner.checkpoint import SAMPLE_COLUMNS, _batch_path
+from specconform.runner.checkpoint import _batch_path, sample_frame
 from tests.toolkit.synthetic import PROTOCOL
 
 FP32 = {
@@ -218,20 +218,15 @@ def _write_batches(folder: Path, seeds: int, batch: int, groups=("nospec", "sync
         for start in range(0, seeds, batch):
             n = min(batch, seeds - start)
             acc = rng.integers(0, 4, n)
-            frame = pd.DataFrame(
-                {
-                    "group": g,
-                    "seed": np.arange(start, start + n),
-                    "t1": rng.integers(0, 5, n),
-                    "t2": rng.integers(0, 5, n),
-                    "t3": rng.integers(0, 5, n),
-                    "first_accepted": (acc > 0).astype(int),
-                    "drafted": 3,
-                    "accepted": acc,
-                    "finish_reason": "length",
-                    "rounds": [f"[[3,{a}]]" for a in acc],
-                },
-                columns=list(SAMPLE_COLUMNS),
+            frame = sample_frame(
+                group=g,
+                seed=np.arange(start, start + n),
+                tokens=tuple(rng.integers(0, 5, n) for _ in range(3)),
+                first_accepted=(acc > 0).astype(int),
+                drafted=3,
+                accepted=acc,
+                finish_reason="length",
+                rounds=[f"[[3,{a}]]" for a in acc],
             )
             frame.to_csv(_batch_path(folder, g, start), index=False, lineterminator="\n")
             plan.append((g, start, start + n))
