@@ -107,10 +107,11 @@ def _write(tmp_path: Path, data: dict, name="p.yaml") -> Path:
     return path
 
 
-def _collect(path: Path) -> dict[str, bytes]:
+def _collect(path: Path, mutant: str | None = None) -> dict[str, bytes]:
+    """The raw files of the protocol at ``path`` on its engine, quietly, standalone."""
     return runner.collect(
         load_protocol(path),
-        mutant=None,
+        mutant=mutant,
         progress=silent,
         log=lambda line: None,
         context=RunContext.standalone(),
@@ -431,14 +432,7 @@ def shared_rng_isolation(**fields) -> dict:
         {"name": "iso", "type": "isolation", "role": "conformance", "sample": 2},
     ]
     with tempfile.TemporaryDirectory() as tmp:
-        loaded = load_protocol(_write(Path(tmp), data))
-        raw = runner.collect(
-            loaded,
-            mutant="shared_rng",
-            progress=silent,
-            log=lambda line: None,
-            context=RunContext.standalone(),
-        )
+        raw = _collect(_write(Path(tmp), data), mutant="shared_rng")
     return json.loads(raw[seq_raw.CHECKS])["iso"]
 
 

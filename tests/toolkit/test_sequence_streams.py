@@ -22,13 +22,9 @@ from specconform.adapters.sequence import RoundTrace, SequenceRecord, StreamDraw
 from specconform.kinds.sequence import raw as seq_raw
 from specconform.kinds.sequence.checks import check_row
 from specconform.kinds.sequence.context import Context
-from specconform.protocol.load import load_protocol
 from specconform.results import FAIL, NO_EVIDENCE, PASS
-from specconform.runner import sequence as runner
-from specconform.runner.context import RunContext
 from specconform.runner.sequence_streams import StreamsTally, add_draws, random_picks
-from specconform.util.progress import silent
-from tests.toolkit.test_sequence_run import SMALL, _write
+from tests.toolkit.test_sequence_run import SMALL, _collect, _write
 
 
 def _round(r: int, key: int, bonus_round: int | None = None) -> RoundTrace:
@@ -101,14 +97,7 @@ def _streams(mutant: str | None, monkeypatch=None) -> dict:
         {"name": "streams", "type": "streams", "role": "conformance", "sample": 3},
     ]
     with tempfile.TemporaryDirectory() as tmp:
-        loaded = load_protocol(_write(Path(tmp), data))
-        raw = runner.collect(
-            loaded,
-            mutant=mutant,
-            progress=silent,
-            log=lambda line: None,
-            context=RunContext.standalone(),
-        )
+        raw = _collect(_write(Path(tmp), data), mutant=mutant)
     return json.loads(raw[seq_raw.CHECKS])["streams"]
 
 
