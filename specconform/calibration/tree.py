@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from specconform.details.tree import TreeTVDetail
 from specconform.kinds.registry import kind_of
 from specconform.kinds.tree.laws import SequenceLaw, Tree, target_law, threshold_law, tree_of
 from specconform.results import Evaluation, RawData
@@ -146,7 +147,7 @@ def tv_misses(protocol: dict, evaluation: Evaluation) -> tuple[int, tuple[str, .
     rows, missed = 0, []
     for t in evaluation.tests:
         d = t.detail
-        if type(d).__name__ != "TreeTVDetail":
+        if not isinstance(d, TreeTVDetail):
             continue
         rows += 1
         truth = exact_tv(trees[d.case], protocol["settings"][d.setting], d.position)
