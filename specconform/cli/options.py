@@ -70,7 +70,9 @@ def path_option(*decls: str, help: str, file: bool = False, folder: bool = False
     """A path option, None unless given: ``file`` refuses a folder, ``folder`` a file
     (click's one-line error, exit 2); ``kw``: more of click.option's (a default, ...)."""
     kind = click.Path(dir_okay=not file, file_okay=not folder, path_type=Path)
-    return click.option(*decls, type=kind, default=kw.pop("default", None), help=help, **kw)
+    # No explicit default=None: click (8.3) then counts None as a given value, and a
+    # required option would reach the command as None instead of exiting 2.
+    return click.option(*decls, type=kind, help=help, **kw)
 
 
 def run_options(f):

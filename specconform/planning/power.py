@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 from specconform.calibration import deciding_tests, world_from_reference
 from specconform.planning.detectable import PLANNED_TYPES, plan_tests, planning_level, seeds_needed
+from specconform.protocol.schema import PowerTarget
 from specconform.stats.power import chi2_power, required_noncentrality
 from specconform.util.errors import UsageError
 
@@ -207,7 +208,9 @@ def check_power_plan(
     less than the protocol's stated power, unless ``allow_inconclusive`` (then a note).
     Protocols without a ``power`` target pass unchecked and silent (None)."""
     goal = getattr(loaded.model, "power", None)
-    if goal is None:
+    # Only the distribution schema's power target (a McNemar protocol's `power` is the
+    # level its detectable drop is stated at, a float: not a target to check here).
+    if not isinstance(goal, PowerTarget):
         return None
     if getattr(loaded.model, "sequential", None) is not None:
         notify("power: not checked (a sequential run: the fixed-N plan does not apply)")

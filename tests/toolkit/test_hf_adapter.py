@@ -55,9 +55,10 @@ def tiny_dir(tmp_path_factory):
 
 def _protocol(tiny_dir, **engine) -> dict:
     engine = {"top_k": 3, "prompt": [1, 2, 3, 4], **engine}  # the caller's fields win
+    adapter = engine.pop("adapter", "hf")  # a planted adapter replaces hf
     return adapter_protocol(
         "hf_tiny",
-        "hf",
+        adapter,
         {"model": str(tiny_dir), "threads": 1},
         seeds=450,
         batch_size=450,

@@ -55,8 +55,8 @@ def test_clean_run_passes_the_mechanism_tests(protocol, clean):
     rows = _rows(ev)
     assert ev.verdict.verdict == "PASS", ev.verdict.reasons
     # 10 tests + crossing_async + request_rounds_async + the grid's pit, acceptance and
-    # mechanism tests (issue 35)
-    assert ev.verdict.family_size == 15
+    # mechanism tests (issue 35) + bonus_accept (issue 35, random streams)
+    assert ev.verdict.family_size == 16
     mean = rows["mechanism_mean"]
     assert mean.status == PASS and mean.deciding and mean.df == 2
     assert all(g.tested and g.law == "correction" for g in mean.detail.per_group)
