@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import csv
 import gc
-import multiprocessing
 import sys
 import time
 from dataclasses import dataclass
@@ -41,6 +40,9 @@ from statsmodels.stats.proportion import proportion_confint
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # its sibling modules, also when a test imports it
+
+from resumable import run_resumable  # noqa: E402
 
 from specconform.adapters.kernel import load_kernel  # noqa: E402
 from specconform.kinds.registry import kind_of  # noqa: E402
@@ -109,32 +111,23 @@ def replicate(path: Path, replications: int, base: int, mutant: str | None, *,
     offsets = [base + r for r in range(replications)]
     done = _read(out)
     todo = [o for o in offsets if o not in done]
-    if out is not None and not out.exists():
-        with open(out, "w", newline="") as fh:
-            csv.writer(fh).writerow(COLUMNS)
     if done:
         print(f"resuming: {replications - len(todo)} of {replications} already in {out}")
-    init = (str(path), mutant)
-    if workers > 1:
-        pool = multiprocessing.get_context("spawn").Pool(workers, _init, init)
-        results = pool.imap_unordered(_one, todo)
-    else:
-        _init(*init)
-        pool, results = None, map(_one, todo)
-    for i, rep in enumerate(results):
-        done[rep.offset] = rep
-        if out is not None:
-            with open(out, "a", newline="") as fh:
-                csv.writer(fh).writerow([rep.offset, rep.verdict, ";".join(rep.failed),
-                                         f"{rep.seconds:.3f}"])  # fmt: skip
+
+    def report(i: int, total: int, rep: Replication) -> None:
         print(
-            f"[{i + 1}/{len(todo)}] offset {rep.offset}: {rep.verdict}"
+            f"[{i + 1}/{total}] offset {rep.offset}: {rep.verdict}"
             + (f" ({', '.join(rep.failed)})" if rep.failed else ""),
             flush=True,
         )
-    if pool is not None:
-        pool.close()
-        pool.join()
+
+    for rep in run_resumable(
+        todo, one=_one, init=_init, init_args=(str(path), mutant), workers=workers, out=out,
+        columns=COLUMNS,
+        row_of=lambda r: [r.offset, r.verdict, ";".join(r.failed), f"{r.seconds:.3f}"],
+        report=report,
+    ):  # fmt: skip
+        done[rep.offset] = rep
     return [done[o] for o in offsets]
 
 

@@ -37,7 +37,6 @@ import csv
 import dataclasses
 import gc
 import io
-import multiprocessing
 import sys
 import time
 from pathlib import Path
@@ -47,6 +46,9 @@ from statsmodels.stats.proportion import proportion_confint
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # its sibling modules, also when a test imports it
+
+from resumable import run_resumable  # noqa: E402
 
 from specconform.calibration.tree import (  # noqa: E402
     TreeReplication,
@@ -135,30 +137,21 @@ def run(path: Path, replications: int, *, sampler: str, seed: int, base: int,
     todo = [r for r in range(replications) if r not in done]
     if done:
         print(f"resuming: {replications - len(todo)} of {replications} already in {out}")
-    if out is not None and not out.exists():
-        with open(out, "w", newline="") as fh:
-            csv.writer(fh).writerow(COLUMNS)
-    init = (str(path), sampler, seed, base, mutant)
-    if workers > 1:
-        pool = multiprocessing.get_context("spawn").Pool(workers, _init, init)
-        results = pool.imap_unordered(_one, todo)
-    else:
-        _init(*init)
-        pool, results = None, map(_one, todo)
-    for i, rep in enumerate(results):
-        done[rep.replication] = rep
-        if out is not None:
-            with open(out, "a", newline="") as fh:
-                csv.writer(fh).writerow([rep.replication, rep.verdict, ";".join(rep.failed),
-                                         rep.tv_rows, ";".join(rep.missed),
-                                         f"{rep.seconds:.3f}"])  # fmt: skip
+
+    def report(i: int, total: int, rep: TreeReplication) -> None:
         if i % 50 == 0 or rep.failed and not rep.tv_rows or rep.missed:
-            print(f"[{i + 1}/{len(todo)}] replication {rep.replication}: {rep.verdict}"
+            print(f"[{i + 1}/{total}] replication {rep.replication}: {rep.verdict}"
                   + (f" failed {', '.join(rep.failed)}" if rep.failed and not rep.tv_rows else "")
                   + (f" missed {', '.join(rep.missed)}" if rep.missed else ""), flush=True)  # fmt: skip
-    if pool is not None:
-        pool.close()
-        pool.join()
+
+    for rep in run_resumable(
+        todo, one=_one, init=_init, init_args=(str(path), sampler, seed, base, mutant),
+        workers=workers, out=out, columns=COLUMNS,
+        row_of=lambda r: [r.replication, r.verdict, ";".join(r.failed), r.tv_rows,
+                          ";".join(r.missed), f"{r.seconds:.3f}"],
+        report=report,
+    ):  # fmt: skip
+        done[rep.replication] = rep
     return [done[r] for r in range(replications)]
 
 
