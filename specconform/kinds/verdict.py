@@ -51,15 +51,23 @@ REASON_ENGINE_ERRORS = "engine errors"
 
 @dataclass(frozen=True)
 class FamilyRule:
-    """The pre-registered decision: deciding roles, combination and family-wise alpha."""
+    """The pre-registered decision: deciding roles, combination, the verdict's stated
+    false-fail rate ``alpha`` and the ``reserve`` of it the p-value family leaves unspent
+    (near-tie limits and margin for real numerics; protocol/schema.py FamilyVerdict)."""
 
     roles: tuple[str, ...]
     combine: str  # "holm" | "bonferroni"
     alpha: float
+    reserve: float = 0.0
 
     @property
     def label(self) -> str:
         return COMBINE_LABELS[self.combine]
+
+    @property
+    def level(self) -> float:
+        """What the adjusted p-values are compared with: alpha less the reserve."""
+        return self.alpha - self.reserve
 
     @classmethod
     def from_protocol(cls, protocol: dict, default_roles: Sequence[str]) -> FamilyRule:
@@ -72,6 +80,7 @@ class FamilyRule:
             roles,
             str(spec.get("combine", "holm")),
             float(protocol["alpha"] if alpha is None else alpha),
+            float(spec.get("numerics_reserve") or 0.0),
         )
 
 
@@ -95,16 +104,16 @@ def family_verdict(
     for i in deciding:
         row = rows[i]
         if i in adjusted:
-            ok = adjusted[i] >= rule.alpha
+            ok = adjusted[i] >= rule.level
             new = replace(
                 row,
                 adjusted_pvalue=adjusted[i],
                 adjusted_method=rule.label,
-                alpha=rule.alpha,
+                alpha=rule.level,
                 passed=ok,
                 status=PASS if ok else FAIL,
                 deciding=True,
-                reason="" if ok else f"{label} < {rule.alpha:g}",
+                reason="" if ok else f"{label} < {rule.level:g}",
             )
         elif row.status == NO_EVIDENCE or row.status == INFO:
             new = replace(
@@ -127,9 +136,14 @@ def family_verdict(
     det = [rows[i].test for i in deciding if i not in adjusted and rows[i].status in (PASS, FAIL)]
     if m:
         statement = f"false-fail rate ≤ {rule.alpha:g} over {m} tests ({rule.label})"
+        if rule.reserve:
+            statement = (
+                f"false-fail rate ≤ {rule.alpha:g}: {rule.label} at {rule.level:g} over {m} "
+                f"tests, {rule.reserve:g} reserved for real numerics (near-tie limits, margin)"
+            )
         text = (
             f"PASS iff every {'/'.join(rule.roles)} test has evidence and {label} >= "
-            f"{rule.alpha:g} ({m} tests)"
+            f"{rule.level:g} ({m} tests)"
         )
     else:
         statement = "false-fail rate 0: deterministic checks only"

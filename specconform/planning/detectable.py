@@ -116,7 +116,8 @@ def planning_level(protocol: dict) -> tuple[float, str]:
     block = protocol.get("verdict") if isinstance(protocol.get("verdict"), dict) else {}
     rule = str(block.get("rule") or block.get("method") or block.get("combine") or "").lower()
     if rule in ("holm", "bonferroni"):
-        fam = float(block.get("alpha", alpha))
+        # The family's level: the stated alpha less the numerics reserve (schema.py).
+        fam = float(block.get("alpha", alpha)) - float(block.get("numerics_reserve") or 0.0)
         return fam / m, (
             f"{rule.capitalize()} over {m} deciding tests at family-wise "
             f"alpha {fam:g}: planned at alpha/m = {fam / m:.4g}"

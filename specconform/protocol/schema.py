@@ -144,18 +144,41 @@ class QuadratureProtocol(NamedCases):
 
 class FamilyVerdict(Strict):
     """How the deciding tests combine into the verdict, pre-registered: Holm's step-down
-    or Bonferroni over their p-values, at the family-wise false-fail rate ``alpha``."""
+    or Bonferroni over their p-values; ``alpha`` is the verdict's stated false-fail rate.
+
+    ``numerics_reserve`` (issue 32): the part of ``alpha`` the p-value family does not
+    spend. The family runs at ``alpha - numerics_reserve``; the reserve pays for what real
+    numerics add beside it -- the near-tie limits of a sequence protocol's token
+    comparisons (their levels must fit in it) -- and what is left is margin, so that a
+    finite number of null runs on the real engine can show the stated rate (a verdict
+    whose true rate sits at ``alpha`` never gets a 95 % upper bound at or below it).
+    Unset: no reserve, the family at ``alpha``."""
 
     combine: Literal["holm", "bonferroni"] = "holm"
     alpha: Probability
+    numerics_reserve: Probability | None = None
     # How `gate` reads an INCONCLUSIVE verdict (a deciding test without evidence): "fail"
     # (the default: exit 7) or "pass" (exit 0, said in one line). Unset is "fail" and is
     # left out of protocol.json, so protocols written before it keep their hash.
     inconclusive: Literal["fail", "pass"] | None = None
 
+    @model_validator(mode="after")
+    def _reserve_inside_alpha(self):
+        if self.numerics_reserve is not None and self.numerics_reserve >= self.alpha:
+            raise ValueError(
+                f"verdict.numerics_reserve {self.numerics_reserve:g} must be below "
+                f"verdict.alpha {self.alpha:g} (the p-value family runs at their difference)"
+            )
+        return self
+
+    @property
+    def family_level(self) -> float:
+        """The level the p-value family is adjusted at: alpha less the reserve."""
+        return self.alpha - (self.numerics_reserve or 0.0)
+
     @model_serializer(mode="wrap")
     def _canonical(self, handler):
-        return omit_unset(handler(self), "inconclusive")
+        return omit_unset(handler(self), "inconclusive", "numerics_reserve")
 
 
 class PowerTarget(Strict):

@@ -163,6 +163,10 @@ DeterministicType = Literal[
 ]
 STOCHASTIC_TYPES: tuple[str, ...] = get_args(StochasticType)
 LAW_TYPES = ("oracle", "teacher_forcing", "trace")  # deterministic law comparisons
+# Token comparisons that count near-ties under a numerics model, each with a limit at
+# numerics.alpha (kinds/sequence/numerics.py): stochastic, so their levels are charged
+# to the verdict's numerics reserve.
+TOKEN_TYPES = ("isolation", "greedy_equality")
 DETERMINISTIC_TYPES: tuple[str, ...] = get_args(DeterministicType)
 
 
@@ -312,7 +316,25 @@ class SequenceProtocol(Strict):
                         raise ValueError(
                             f"test {test.name!r}: {test.type} needs speculative groups"
                         )
+        self._near_tie_levels_inside_reserve()
         return self
+
+    def _near_tie_levels_inside_reserve(self) -> None:
+        """The near-tie limits are stochastic checks (a correct engine exceeds one with
+        chance at most numerics.alpha): the verdict states its false-fail rate only if
+        their levels fit in its numerics reserve (issue 32)."""
+        if self.numerics is None:
+            return
+        roles = set(self.decision_roles)
+        limited = [t.name for t in self.tests if t.type in TOKEN_TYPES and t.role in roles]
+        reserve = self.verdict.numerics_reserve or 0.0  # _with_verdict has set verdict
+        spent = self.numerics.alpha * len(limited)
+        if limited and spent > reserve * (1 + 1e-9):
+            raise ValueError(
+                f"numerics.alpha {self.numerics.alpha:g} x {len(limited)} near-tie limit(s) "
+                f"({', '.join(limited)}) = {spent:g} exceeds verdict.numerics_reserve "
+                f"{reserve:g}: the limits' levels must fit inside the verdict's alpha"
+            )
 
     def group_requests(self, group: SequenceGroup) -> int:
         return group.requests if group.requests is not None else self.seeds.count

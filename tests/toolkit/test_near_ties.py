@@ -39,7 +39,9 @@ from specconform.stats.numerics import (
 from tests.toolkit.fixtures.sequence_run import PROTOCOL_PATH
 
 # ci_sequence's stated model (protocols/ci_sequence.yaml), boundaries cut to 1 so that a
-# handful of near-ties already exceeds the limit in the limit test.
+# handful of near-ties already exceeds the limit in the limit test; alpha 0.0025 per
+# limit, so that the fixture's two limits (isolation, greedy equality) fill the verdict's
+# numerics reserve of 0.005 (RESERVE; the schema refuses limits that do not fit).
 NUMERICS = {
     "dtype": "float32",
     "reduction_length": 128,
@@ -47,8 +49,9 @@ NUMERICS = {
     "logit_scale": 32.0,
     "growth": "random",
     "boundaries": 1,
-    "alpha": 0.01,
+    "alpha": 0.0025,
 }
+RESERVE = {"combine": "holm", "alpha": 0.01, "numerics_reserve": 0.005}
 MODEL = model_at(NUMERICS, 1.0)
 P = np.array([0.1, 0.4, 0.3, 0.2])  # CDF 0.1, 0.5, 0.8, 1.0
 Q = np.array([0.25, 0.25, 0.25, 0.25])
@@ -172,7 +175,7 @@ def _softmax(z):
 @pytest.fixture(scope="module")
 def numeric_protocol() -> dict:
     data = copy.deepcopy(load_protocol(PROTOCOL_PATH).data)
-    data["numerics"] = dict(NUMERICS)
+    data["numerics"], data["verdict"] = dict(NUMERICS), dict(RESERVE)
     for t in data["tests"]:
         if t["type"] == "trace":
             t["tolerance"] = "model"
@@ -259,6 +262,13 @@ def test_tolerance_model_needs_a_numerics_block_and_a_law_check():
     with pytest.raises(ValidationError, match="needs the protocol's numerics block"):
         SequenceProtocol.model_validate(data)
     data["numerics"] = dict(NUMERICS)
+    # the two near-tie limits' levels (2 x 0.0025) must fit in the verdict's reserve
+    with pytest.raises(ValidationError, match=r"= 0.005 exceeds verdict.numerics_reserve 0\b"):
+        SequenceProtocol.model_validate(data)
+    data["verdict"] = {**RESERVE, "numerics_reserve": 0.004}
+    with pytest.raises(ValidationError, match="isolation_async, greedy_async"):
+        SequenceProtocol.model_validate(data)
+    data["verdict"] = dict(RESERVE)
     SequenceProtocol.model_validate(data)
     iso = next(t for t in data["tests"] if t["type"] == "isolation")
     iso["tolerance"] = "model"

@@ -89,9 +89,12 @@ def test_no_evidence_is_infinite_not_zero(gate):
 
 def test_level_follows_the_verdict_rule(gate):
     protocol, _ = gate
-    # The shipped ci_gate pre-registers Holm at 0.01 over its 10 deciding tests.
+    # The shipped ci_gate pre-registers Holm at 0.005 (alpha 0.01 less its numerics
+    # reserve of 0.005) over its 10 deciding tests.
     level, how = planning_level(protocol)
-    assert level == pytest.approx(0.01 / 10) and "conservative" in how
+    assert level == pytest.approx(0.005 / 10) and "conservative" in how
+    no_reserve = {**protocol, "verdict": {"combine": "holm", "alpha": 0.01}}
+    assert planning_level(no_reserve)[0] == pytest.approx(0.01 / 10)
     legacy = {k: v for k, v in protocol.items() if k != "verdict"}  # schema-1 file
     assert planning_level(legacy)[0] == 0.01
 

@@ -134,9 +134,14 @@ def _distribution():
 
 
 def test_shipped_distribution_protocols_state_a_family_wise_verdict():
-    for name in ("ci_gate", "fp32_t2"):
+    # ci_gate keeps half its alpha as the numerics reserve (issue 32): Holm at 0.005.
+    stated = {
+        "ci_gate": {"combine": "holm", "alpha": 0.01, "numerics_reserve": 0.005},
+        "fp32_t2": {"combine": "holm", "alpha": 0.01},
+    }
+    for name, verdict in stated.items():
         data = load_protocol(ROOT / "protocols" / f"{name}.yaml").data
-        assert data["verdict"] == {"combine": "holm", "alpha": 0.01}
+        assert data["verdict"] == verdict
         assert data["engine_errors"] == {"tolerance": 0}
 
 
@@ -155,12 +160,30 @@ def test_verdict_defaults_to_holm_at_alpha_and_changes_the_hash(tmp_path):
         ({"combine": "fisher", "alpha": 0.01}, "verdict.combine"),
         ({"combine": "holm", "alpha": 1.5}, "verdict.alpha"),
         ({"combine": "holm"}, "verdict.alpha"),
+        ({"combine": "holm", "alpha": 0.01, "numerics_reserve": 0.01}, "verdict"),
+        ({"combine": "holm", "alpha": 0.01, "numerics_reserve": 0.0}, "verdict.numerics_reserve"),
     ],
 )
 def test_bad_verdict_rule_is_refused(tmp_path, verdict, field):
     data = {**_distribution(), "verdict": verdict}
     with pytest.raises(ProtocolError, match=f"field '{field}'"):
         load_protocol(_write(tmp_path, data))
+
+
+def test_numerics_reserve_lowers_the_family_level_and_keeps_old_hashes(tmp_path):
+    """The family runs at alpha less the reserve; the stated rate stays alpha; a file
+    without the field keeps its hash (the field is left out of the canonical JSON)."""
+    from specconform.kinds.verdict import FamilyRule
+
+    data = {**_distribution(), "verdict": {"combine": "holm", "alpha": 0.01}}
+    plain = load_protocol(_write(tmp_path, data, "a.yaml"))
+    assert "numerics_reserve" not in plain.data["verdict"]
+    data["verdict"] = {"combine": "holm", "alpha": 0.01, "numerics_reserve": 0.004}
+    reserved = load_protocol(_write(tmp_path, data, "b.yaml"))
+    assert reserved.hash != plain.hash
+    rule = FamilyRule.from_protocol(reserved.data, ("primary",))
+    assert (rule.alpha, rule.level) == (0.01, pytest.approx(0.006))
+    assert FamilyRule.from_protocol(plain.data, ("primary",)).level == 0.01
 
 
 def test_engine_errors_tolerance_must_be_a_count(tmp_path):

@@ -187,6 +187,18 @@ def test_tests_csv_states_status_and_adjusted_p_and_json_round_trips():
     assert Verdict.from_json(verdict.to_json()) == verdict
 
 
+def test_the_family_runs_at_alpha_less_the_numerics_reserve():
+    """An adjusted p between the family level and the stated alpha FAILs without a
+    reserve and PASSes with one (the family's level is lower); the verdict states alpha
+    and says what the reserve is for."""
+    rows = [_row("a", 0.0035), _row("b", 0.5)]  # Holm: a -> 0.007
+    _, plain = family_verdict(rows, FamilyRule(("primary",), "holm", 0.01))
+    decided, reserved = family_verdict(rows, FamilyRule(("primary",), "holm", 0.01, 0.005))
+    assert plain.verdict == "FAIL" and reserved.verdict == "PASS"
+    assert decided[0].alpha == pytest.approx(0.005) and reserved.alpha == 0.01
+    assert "Holm at 0.005 over 2 tests, 0.005 reserved for real numerics" in reserved.statement
+
+
 @pytest.mark.parametrize(
     "mutant, must_fail",
     [
@@ -194,7 +206,8 @@ def test_tests_csv_states_status_and_adjusted_p_and_json_round_trips():
         # cells (p = 0 exactly), caught with certainty at any level.
         ("residual_from_p", "joint_async"),
         # Law exact, acceptance lowered from 1 - TV to E_q[p]: a rejection-rate shift ~0.5 on
-        # >400 samples per stratum, exact binomial p < 1e-10 << 0.01 / 10 (Holm's first step).
+        # >400 samples per stratum, exact binomial p < 1e-10 << 0.005 / 10 (Holm's first
+        # step at the family level: alpha 0.01 less the numerics reserve 0.005).
         ("q_one_hot", "acceptance_async"),
     ],
 )
@@ -208,4 +221,5 @@ def test_shipped_ci_gate_fails_wrong_samplers_under_holm(world, ref, mutant, mus
     )
     ev = evaluate_frames(protocol, samples, ref)
     assert ev.verdict.verdict == "FAIL" and must_fail in ev.verdict.failed
-    assert dict(ev.verdict.reasons)[must_fail] == "p_Holm < 0.01"
+    assert dict(ev.verdict.reasons)[must_fail] == "p_Holm < 0.005"
+    assert ev.verdict.alpha == 0.01  # the stated rate: the family level plus the reserve

@@ -49,8 +49,9 @@ PVALUE_METHOD = "anytime-valid p = min(1, 1/max E) (Ville)"
 
 
 def sequential_alpha(protocol: dict) -> float:
-    """The e-process's level: the verdict's pre-registered family-wise alpha."""
-    return FamilyRule.from_protocol(protocol, DECIDING_ROLES).alpha
+    """The e-process's level: the verdict's pre-registered family-wise level (its alpha
+    less any numerics reserve)."""
+    return FamilyRule.from_protocol(protocol, DECIDING_ROLES).level
 
 
 def seeds_run(protocol: dict, samples: pd.DataFrame) -> int:

@@ -16,6 +16,7 @@ Torch-free: numpy/scipy through specconform.stats.numerics.
 
 from __future__ import annotations
 
+from specconform.protocol.schema_sequence import TOKEN_TYPES as SCHEMA_TOKEN_TYPES
 from specconform.stats.numerics import (
     NumericsModel,
     law_tolerance,
@@ -26,8 +27,9 @@ from specconform.stats.numerics import (
 # The group modes a deterministic check reads when it names no group (the runner's
 # sequence_requests.covered_groups): trace, acceptance and greedy equality need drafts.
 SPECULATIVE_ONLY = ("trace", "acceptance_all", "greedy_equality")
-# Token comparisons that count near-ties under a numerics model (runner/near_ties.py).
-TOKEN_TYPES = ("isolation", "greedy_equality")
+# Token comparisons that count near-ties under a numerics model (runner/near_ties.py);
+# stated with the schema, which charges their limits' levels to the verdict's reserve.
+TOKEN_TYPES = SCHEMA_TOKEN_TYPES
 
 
 def numerics_block(protocol: dict) -> dict | None:
