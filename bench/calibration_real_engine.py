@@ -42,7 +42,15 @@ from rich.console import Console
 from rich.table import Table
 from scipy.stats import binomtest
 
-COLUMNS = ("offset", "verdict", "failed", "inconclusive", "near_ties", "seconds", "device")
+# protocol_hash: the file the run used (a CSV never mixes two); min_p_adjusted: the
+# smallest adjusted p of the deciding p-value family, so that the same runs can be read at
+# another family level without re-running them (empty where the family had no p-value);
+# source: "run", or "carried <hash>" for a PASS carried from a file that differed only in
+# a smaller numerics reserve (bench/calibration_carry.py).
+COLUMNS = (
+    "offset", "verdict", "failed", "inconclusive", "near_ties", "seconds", "device",
+    "protocol_hash", "min_p_adjusted", "source",
+)  # fmt: skip
 
 
 def seed_span(protocol: Path) -> int:
@@ -101,6 +109,9 @@ def one_run(protocol: Path, offset: int, device: str | None) -> tuple[dict, dict
             env = json.loads(zf.read(f"{top}/run.json"))
         verdict = run.evaluation.verdict
         ties = near_ties(run.tests)
+        adjusted = [
+            r.adjusted_pvalue for r in run.tests if r.deciding and r.adjusted_pvalue is not None
+        ]
         row = {
             "offset": offset,
             "verdict": verdict.verdict,
@@ -109,6 +120,7 @@ def one_run(protocol: Path, offset: int, device: str | None) -> tuple[dict, dict
             "near_ties": ties,
             "seconds": round(seconds, 2),
             "device": env.get("device", device or ""),
+            "min_p_adjusted": f"{min(adjusted):.6g}" if adjusted else "",
         }
         return row, kept
     finally:
@@ -155,6 +167,10 @@ def render(csv_path: Path, protocol: Path, alpha: float, markdown: bool) -> str:
         f"{', '.join(sorted(set(map(str, frame['device']))))}, median {per_run:.1f} s per run; "
         f"stated alpha {alpha:g}"
     )
+    if "source" in frame:
+        carried = frame["source"].astype("string").fillna("run")
+        for source, count in carried[carried != "run"].value_counts().items():
+            head += f"; {count} PASS rows {source} (bench/calibration_carry.py)"
     if markdown:
         lines = [head, "", "| outcome | k / n | rate | 95% upper bound (Clopper-Pearson) |",
                  "| --- | --- | --- | --- |"]  # fmt: skip
@@ -175,6 +191,25 @@ def render(csv_path: Path, protocol: Path, alpha: float, markdown: bool) -> str:
     return head + "\n" + console.export_text()
 
 
+def carry(args, digest: str, done: set[int], fieldnames: list[str]) -> None:
+    """Append --carry-from's PASS rows (bench/calibration_carry.py) to --out."""
+    from calibration_carry import carried_rows, carry_reason
+
+    if args.carry_protocol is None:
+        raise SystemExit("--carry-from needs --carry-protocol (the file its runs used)")
+    source = carry_reason(args.carry_protocol, args.protocol)
+    rows = carried_rows(args.carry_from, source, digest, done)
+    if "source" not in fieldnames:
+        raise SystemExit(f"{args.out} has no source column: carry into a new CSV")
+    new = not args.out.exists()
+    with args.out.open("a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fieldnames, extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+    print(f"carried {len(rows)} PASS row(s) from {args.carry_from} ({source})", file=sys.stderr)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("protocol", type=Path)
@@ -186,6 +221,22 @@ def main(argv=None) -> int:
     ap.add_argument("--stride", type=int, default=None, help="default: the seed span")
     ap.add_argument("--check-reuse", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    ap.add_argument(
+        "--offsets", default=None, help="comma-separated offsets to run instead of --runs"
+    )
+    ap.add_argument(
+        "--carry-from",
+        type=Path,
+        default=None,
+        help="CSV of runs of --carry-protocol "
+        "whose PASS rows hold here (bench/calibration_carry.py); its other rows re-run",
+    )
+    ap.add_argument("--carry-protocol", type=Path, default=None)
+    ap.add_argument(
+        "--shard",
+        default="0/1",
+        help="K/N: run only offsets r with r %% N == K (parallel processes appending to one CSV)",
+    )
     args = ap.parse_args(argv)
     from specconform.protocol.load import load_protocol
 
@@ -194,12 +245,28 @@ def main(argv=None) -> int:
     stride = args.stride or seed_span(args.protocol)
     if args.out.exists() and not args.resume:
         raise SystemExit(f"{args.out} exists: pass --resume to continue it")
-    done = set()
+    done, fieldnames = set(), list(COLUMNS)
+    from specconform.protocol.load import load_protocol as _load
+
+    digest = _load(args.protocol).hash[:12]
     if args.out.exists():
-        done = set(pd.read_csv(args.out)["offset"].astype(int))
+        old = pd.read_csv(args.out, dtype={"protocol_hash": "string"})
+        done = set(old["offset"].astype(int))
+        fieldnames = list(old.columns)  # an older CSV keeps its header
+        hashes = set(old["protocol_hash"].dropna()) if "protocol_hash" in old else set()
+        if hashes - {digest}:
+            raise SystemExit(f"{args.out} holds runs of protocol {sorted(hashes)}, not {digest}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.carry_from is not None:
+        carry(args, digest, done, fieldnames)
+        done = set(pd.read_csv(args.out)["offset"].astype(int))
     cache = EngineCache()
-    offsets = [args.offset_base + r * stride for r in range(args.runs)]
+    shard, shards = (int(x) for x in args.shard.split("/"))
+    if args.offsets:
+        offsets = [int(float(x)) for x in args.offsets.split(",")]
+    else:
+        offsets = [args.offset_base + r * stride for r in range(args.runs)]
+    offsets = [o for i, o in enumerate(offsets) if i % shards == shard]
     if args.check_reuse:
         first = offsets[0]
         _, a = one_run(args.protocol, first, args.device)
@@ -214,9 +281,10 @@ def main(argv=None) -> int:
         if offset in done:
             continue
         row, _ = one_run(args.protocol, offset, args.device)
+        row["protocol_hash"], row["source"] = digest, "run"
         new = not args.out.exists()
         with args.out.open("a", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+            writer = csv.DictWriter(fh, fieldnames=fieldnames, extrasaction="ignore")
             if new:
                 writer.writeheader()
             writer.writerow(row)

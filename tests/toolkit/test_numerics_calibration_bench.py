@@ -57,3 +57,38 @@ def test_seed_span_makes_runs_disjoint():
     bench = _bench()
     # ci_gate: groups at offset + [0, 2000) and nospec at offset + 1,000,000 + [0, 2000)
     assert bench.seed_span(ROOT / "protocols" / "ci_gate.yaml") == 1_002_000
+
+
+def _carry():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import calibration_carry
+
+    return calibration_carry
+
+
+OLD_GATE = ROOT / "docs" / "evidence" / "calibration" / "ci_gate_25ebee167f55.yaml"
+
+
+def test_carry_only_across_a_larger_numerics_reserve(tmp_path):
+    """PASS rows carry from the file before the reserve (only verdict.numerics_reserve
+    differs, and it grew); any other difference, or a smaller reserve, refuses."""
+    carry = _carry()
+    new = ROOT / "protocols" / "ci_gate.yaml"
+    assert carry.carry_reason(OLD_GATE, new) == "carried 25ebee167f55"
+    with pytest.raises(SystemExit, match="below the old"):
+        carry.carry_reason(new, OLD_GATE)  # backwards: a PASS at 0.005 says nothing at 0.01
+    other = tmp_path / "other.yaml"
+    other.write_text(OLD_GATE.read_text().replace("count: 2000", "count: 1999"))
+    with pytest.raises(SystemExit, match="differ in seeds"):
+        carry.carry_reason(other, new)
+
+
+def test_carried_rows_are_the_passes_not_yet_run(tmp_path):
+    carry = _carry()
+    rows = carry.carried_rows(_csv(tmp_path, 2, 6), "carried x", "abc", done={5000})
+    # rows 0 and 1 FAILed (re-run, not carried); 5000 is already in the new CSV
+    assert [r["offset"] for r in rows] == [2000, 3000, 4000]
+    assert {r["source"] for r in rows} == {"carried x"}
+    assert {r["verdict"] for r in rows} == {"PASS"}
