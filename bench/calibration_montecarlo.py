@@ -30,24 +30,19 @@ from __future__ import annotations
 
 import argparse
 import gc
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import _checkout  # noqa: F401  (this checkout first on sys.path)
+from resumable import ResultCsv, join_list, run_resumable, split_list
 from statsmodels.stats.proportion import proportion_confint
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))  # its sibling modules, also when a test imports it
-
-from resumable import ResultCsv, join_list, run_resumable, split_list  # noqa: E402
-
-from specconform.adapters.kernel import load_kernel  # noqa: E402
-from specconform.kinds.registry import kind_of  # noqa: E402
-from specconform.protocol.load import load_protocol  # noqa: E402
-from specconform.results import RawData  # noqa: E402
-from specconform.util.progress import silent  # noqa: E402
+from specconform.adapters.kernel import load_kernel
+from specconform.kinds.registry import kind_of
+from specconform.protocol.load import load_protocol
+from specconform.results import RawData
+from specconform.util.progress import silent
 
 
 @dataclass(frozen=True)

@@ -36,30 +36,25 @@ import argparse
 import dataclasses
 import gc
 import io
-import sys
 import time
 from pathlib import Path
 
+import _checkout  # noqa: F401  (this checkout first on sys.path)
 import pandas as pd
+from resumable import ResultCsv, join_list, run_resumable, split_list
 from statsmodels.stats.proportion import proportion_confint
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))  # its sibling modules, also when a test imports it
-
-from resumable import ResultCsv, join_list, run_resumable, split_list  # noqa: E402
-
-from specconform.calibration.tree import (  # noqa: E402
+from specconform.calibration.tree import (
     TreeReplication,
     is_lossy,
     judge,
     law_tables,
     replicate_law,
 )
-from specconform.kinds.registry import kind_of  # noqa: E402
-from specconform.protocol.load import load_protocol  # noqa: E402
-from specconform.runner.context import RunContext  # noqa: E402
-from specconform.util.progress import silent  # noqa: E402
+from specconform.kinds.registry import kind_of
+from specconform.protocol.load import load_protocol
+from specconform.runner.context import RunContext
+from specconform.util.progress import silent
 
 TABLE = ResultCsv[TreeReplication](
     columns=["replication", "verdict", "failed", "tv_rows", "missed", "seconds"],

@@ -5,6 +5,7 @@ module-level state a `python <script>` run would start with."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -21,5 +22,9 @@ def load_script(path: Path, name: str | None = None) -> ModuleType:
 
 
 def load_bench(name: str) -> ModuleType:
-    """``bench/<name>.py``, loaded afresh."""
+    """``bench/<name>.py``, loaded afresh, with bench/ on sys.path as when it runs as a
+    script: its sibling modules (bench/_checkout.py first) import by name."""
+    bench = str(ROOT / "bench")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
     return load_script(ROOT / "bench" / f"{name}.py")
