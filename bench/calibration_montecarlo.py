@@ -29,28 +29,20 @@ every row of the file that belongs to this run's offsets.
 from __future__ import annotations
 
 import argparse
-import csv
 import gc
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import _checkout  # noqa: F401  (this checkout first on sys.path)
+from resumable import ResultCsv, join_list, run_resumable, split_list
 from statsmodels.stats.proportion import proportion_confint
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))  # its sibling modules, also when a test imports it
-
-from resumable import run_resumable  # noqa: E402
-
-from specconform.adapters.kernel import load_kernel  # noqa: E402
-from specconform.kinds.registry import kind_of  # noqa: E402
-from specconform.protocol.load import load_protocol  # noqa: E402
-from specconform.results import RawData  # noqa: E402
-from specconform.util.progress import silent  # noqa: E402
-
-COLUMNS = ["offset", "verdict", "failed", "seconds"]
+from specconform.adapters.kernel import load_kernel
+from specconform.kinds.registry import kind_of
+from specconform.protocol.load import load_protocol
+from specconform.results import RawData
+from specconform.util.progress import silent
 
 
 @dataclass(frozen=True)
@@ -59,6 +51,15 @@ class Replication:
     verdict: str
     failed: tuple[str, ...]
     seconds: float
+
+
+TABLE = ResultCsv[Replication](
+    columns=["offset", "verdict", "failed", "seconds"],
+    row_of=lambda r: [r.offset, r.verdict, join_list(r.failed), f"{r.seconds:.3f}"],
+    parse=lambda r: Replication(int(r["offset"]), r["verdict"], split_list(r["failed"]),
+                                float(r["seconds"])),
+    key_of=lambda r: r.offset,
+)  # fmt: skip
 
 
 _STATE: dict = {}
@@ -91,29 +92,8 @@ def _one(offset: int) -> Replication:
     return Replication(offset, evaluation.verdict.verdict, failed, time.perf_counter() - t0)
 
 
-def _read(out: Path | None) -> dict[int, Replication]:
-    if out is None or not out.exists():
-        return {}
-    with open(out, newline="") as fh:
-        return {
-            int(r["offset"]): Replication(
-                int(r["offset"]),
-                r["verdict"],
-                tuple(x for x in r["failed"].split(";") if x),
-                float(r["seconds"]),
-            )  # fmt: skip
-            for r in csv.DictReader(fh)
-        }
-
-
 def replicate(path: Path, replications: int, base: int, mutant: str | None, *,
               workers: int = 1, out: Path | None = None) -> list[Replication]:  # fmt: skip
-    offsets = [base + r for r in range(replications)]
-    done = _read(out)
-    todo = [o for o in offsets if o not in done]
-    if done:
-        print(f"resuming: {replications - len(todo)} of {replications} already in {out}")
-
     def report(i: int, total: int, rep: Replication) -> None:
         print(
             f"[{i + 1}/{total}] offset {rep.offset}: {rep.verdict}"
@@ -121,14 +101,9 @@ def replicate(path: Path, replications: int, base: int, mutant: str | None, *,
             flush=True,
         )
 
-    for rep in run_resumable(
-        todo, one=_one, init=_init, init_args=(str(path), mutant), workers=workers, out=out,
-        columns=COLUMNS,
-        row_of=lambda r: [r.offset, r.verdict, ";".join(r.failed), f"{r.seconds:.3f}"],
-        report=report,
-    ):  # fmt: skip
-        done[rep.offset] = rep
-    return [done[o] for o in offsets]
+    return run_resumable([base + r for r in range(replications)], one=_one, init=_init,
+                         init_args=(str(path), mutant), workers=workers, out=out, table=TABLE,
+                         report=report)  # fmt: skip
 
 
 def summary(path: Path, runs: list[Replication], stated_alpha: float) -> str:

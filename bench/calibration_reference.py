@@ -30,12 +30,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pandas as pd
+from _checkout import ROOT
 from statsmodels.stats.proportion import proportion_confint
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from specconform.calibration import (  # noqa: E402
+from specconform.calibration import (
     deciding_tests,
     load_reference,
     replicate,

@@ -39,15 +39,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from _checkout import ROOT
 from scipy import stats as sps
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from specconform.calibration.sequence_synthetic import MUTANTS, make_world, simulate  # noqa: E402
-from specconform.kinds.sequence import evaluate_frames  # noqa: E402
-from specconform.kinds.sequence.raw import CHECKS, REQUESTS, TOKENS  # noqa: E402
-from specconform.protocol.load import load_protocol  # noqa: E402
+from specconform.calibration.sequence_synthetic import MUTANTS, make_world, simulate
+from specconform.kinds.sequence import evaluate_frames
+from specconform.kinds.sequence.raw import CHECKS, REQUESTS, TOKENS
+from specconform.protocol.load import load_protocol
 
 LEVEL = 0.99
 _STATE: dict = {}

@@ -21,17 +21,13 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import _checkout  # noqa: F401  (this checkout first on sys.path)
 import numpy as np
+from calibration_reference import load
 from statsmodels.stats.proportion import proportion_confint
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from calibration_reference import load  # noqa: E402
-
-from specconform.calibration import MUTANTS, simulate, world_from_reference  # noqa: E402
-from specconform.stats.eprocess import sequential_test  # noqa: E402
+from specconform.calibration import MUTANTS, simulate, world_from_reference
+from specconform.stats.eprocess import sequential_test
 
 _STATE: dict = {}
 

@@ -33,36 +33,38 @@ finished replication; a rerun with the same `--out` skips those already there.
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import gc
 import io
-import sys
 import time
 from pathlib import Path
 
+import _checkout  # noqa: F401  (this checkout first on sys.path)
 import pandas as pd
+from resumable import ResultCsv, join_list, run_resumable, split_list
 from statsmodels.stats.proportion import proportion_confint
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))  # its sibling modules, also when a test imports it
-
-from resumable import run_resumable  # noqa: E402
-
-from specconform.calibration.tree import (  # noqa: E402
+from specconform.calibration.tree import (
     TreeReplication,
     is_lossy,
     judge,
     law_tables,
     replicate_law,
 )
-from specconform.kinds.registry import kind_of  # noqa: E402
-from specconform.protocol.load import load_protocol  # noqa: E402
-from specconform.runner.context import RunContext  # noqa: E402
-from specconform.util.progress import silent  # noqa: E402
+from specconform.kinds.registry import kind_of
+from specconform.protocol.load import load_protocol
+from specconform.runner.context import RunContext
+from specconform.util.progress import silent
 
-COLUMNS = ["replication", "verdict", "failed", "tv_rows", "missed", "seconds"]
+TABLE = ResultCsv[TreeReplication](
+    columns=["replication", "verdict", "failed", "tv_rows", "missed", "seconds"],
+    row_of=lambda r: [r.replication, r.verdict, join_list(r.failed), r.tv_rows,
+                      join_list(r.missed), f"{r.seconds:.3f}"],
+    parse=lambda r: TreeReplication(int(r["replication"]), r["verdict"], split_list(r["failed"]),
+                                    int(r["tv_rows"]), split_list(r["missed"]),
+                                    float(r["seconds"])),
+    key_of=lambda r: r.replication,
+)  # fmt: skip
 _STATE: dict = {}
 
 
@@ -114,45 +116,17 @@ def _one(r: int) -> TreeReplication:
     return judge(protocol, counts, r, time.perf_counter() - t0)
 
 
-def _read(out: Path | None) -> dict[int, TreeReplication]:
-    if out is None or not out.exists():
-        return {}
-    with open(out, newline="") as fh:
-        return {
-            int(r["replication"]): TreeReplication(
-                int(r["replication"]),
-                r["verdict"],
-                tuple(x for x in r["failed"].split(";") if x),
-                int(r["tv_rows"]),
-                tuple(x for x in r["missed"].split(";") if x),
-                float(r["seconds"]),
-            )  # fmt: skip
-            for r in csv.DictReader(fh)
-        }
-
-
 def run(path: Path, replications: int, *, sampler: str, seed: int, base: int,
         mutant: str | None, workers: int, out: Path | None) -> list[TreeReplication]:  # fmt: skip
-    done = _read(out)
-    todo = [r for r in range(replications) if r not in done]
-    if done:
-        print(f"resuming: {replications - len(todo)} of {replications} already in {out}")
-
     def report(i: int, total: int, rep: TreeReplication) -> None:
         if i % 50 == 0 or rep.failed and not rep.tv_rows or rep.missed:
             print(f"[{i + 1}/{total}] replication {rep.replication}: {rep.verdict}"
                   + (f" failed {', '.join(rep.failed)}" if rep.failed and not rep.tv_rows else "")
                   + (f" missed {', '.join(rep.missed)}" if rep.missed else ""), flush=True)  # fmt: skip
 
-    for rep in run_resumable(
-        todo, one=_one, init=_init, init_args=(str(path), sampler, seed, base, mutant),
-        workers=workers, out=out, columns=COLUMNS,
-        row_of=lambda r: [r.replication, r.verdict, ";".join(r.failed), r.tv_rows,
-                          ";".join(r.missed), f"{r.seconds:.3f}"],
-        report=report,
-    ):  # fmt: skip
-        done[rep.replication] = rep
-    return [done[r] for r in range(replications)]
+    return run_resumable(range(replications), one=_one, init=_init,
+                         init_args=(str(path), sampler, seed, base, mutant), workers=workers,
+                         out=out, table=TABLE, report=report)  # fmt: skip
 
 
 def _ci(k: int, n: int, level: float) -> str:

@@ -28,24 +28,16 @@ remove.
 from __future__ import annotations
 
 import functools
-import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
+import _checkout  # noqa: F401  (this checkout first on sys.path)
 import torch
+from engine_throughput import capture_at_first_use, prompts, sampling
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.engine_args import engine_parser  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "bench"))
-
-from engine_throughput import capture_at_first_use, prompts, sampling  # noqa: E402
-
-from engine_under_test import LLM, ModelConfig, SpeculativeConfig  # noqa: E402
-from engine_under_test.model import build_model  # noqa: E402
+from bench.engine_args import engine_parser
+from engine_under_test import LLM, ModelConfig, SpeculativeConfig
+from engine_under_test.model import build_model
 
 PHASES = ("admit", "prefill", "round", "submit", "wait", "commit", "other")
 # Runner attributes timed as each phase (those a runner lacks are skipped).

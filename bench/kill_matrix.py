@@ -33,24 +33,20 @@ import math
 import sys
 from pathlib import Path
 
+import _checkout  # noqa: F401  (this checkout first on sys.path)
 import pandas as pd
+from calibration_reference import load, run
+from kill_matrix_laws import ENGINE_BUGS, run_engine_bug
 from statsmodels.stats.proportion import proportion_confint
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from calibration_reference import load, run  # noqa: E402
-from kill_matrix_laws import ENGINE_BUGS, run_engine_bug  # noqa: E402
-
-from specconform.calibration import MUTANTS, deciding_tests, world_from_reference  # noqa: E402
-from specconform.planning import (  # noqa: E402
+from specconform.calibration import MUTANTS, deciding_tests, world_from_reference
+from specconform.planning import (
     mutant_power,
     oracle_seeds,
     planning_level,
     support_power,
 )
-from specconform.stats.mutant_laws import EXACT, NEEDS_RAW, one_sequence_statistic  # noqa: E402
+from specconform.stats.mutant_laws import EXACT, NEEDS_RAW, one_sequence_statistic
 
 # The bundled engine's planted bugs and their engine-free equivalent here (None: its law
 # needs the engine's logits or batch layout, not derivable from reference.json).

@@ -27,14 +27,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from _checkout import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from specconform.calibration.replicate import replicate_draws  # noqa: E402
-from specconform.calibration.world import World, _draw, _sample_group, simulate_groups  # noqa: E402
-from specconform.planning import _group_law, raw_laws, t3_laws  # noqa: E402
-from specconform.stats.mutant_laws import affects  # noqa: E402
+from specconform.calibration.replicate import replicate_draws
+from specconform.calibration.world import World, _draw, _sample_group, simulate_groups
+from specconform.planning import _group_law, raw_laws, t3_laws
+from specconform.stats.mutant_laws import affects
 
 ENGINE_BUGS = (
     "target_default_params",

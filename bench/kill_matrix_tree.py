@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import _checkout  # noqa: F401  (this checkout first on sys.path)
 
-from engine_under_test.mutants import list_mutants  # noqa: E402
-from specconform.protocol.schema import SeedPlan  # noqa: E402
-from tests.toolkit.tree_helpers import run_tree  # noqa: E402
+from engine_under_test.mutants import list_mutants
+from specconform.protocol.schema import SeedPlan
+from tests.toolkit.tree_helpers import run_tree
 
 LADDER = (25, 50, 100, 250, 500, 1000, 2000, 5000, 10_000, 20_000, 50_000)
 

@@ -49,28 +49,23 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
+import _checkout  # noqa: F401  (this checkout first on sys.path)
 import numpy as np
 import pandas as pd
+from calibration_reference import load
+from report_out import write_report
 from statsmodels.stats.proportion import proportion_confint
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from calibration_reference import load  # noqa: E402
-from report_out import write_report  # noqa: E402
-
-from specconform.calibration import (  # noqa: E402
+from specconform.calibration import (
     MUTANTS,
     World,
     replicate,
     simulate,
     world_from_reference,
 )
-from specconform.planning import _group_law, oracle_seeds  # noqa: E402
-from specconform.stats.speculative import joint_cells  # noqa: E402
+from specconform.planning import _group_law, oracle_seeds
+from specconform.stats.speculative import joint_cells
 
 ORACLE_ALPHA = 0.01  # the oracle's level in docs/kill-matrix.md
 

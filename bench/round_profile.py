@@ -20,19 +20,16 @@ from __future__ import annotations
 
 import gc
 import json
-import sys
 from collections import defaultdict
 from pathlib import Path
 
+import _checkout  # noqa: F401  (this checkout first on sys.path)
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import engine_under_test as eut  # noqa: E402
-from bench.engine_args import engine_parser  # noqa: E402
-from engine_under_test import DEFAULT_PROMPT  # noqa: E402
-from specconform.runner import performance_worker as worker  # noqa: E402
+import engine_under_test as eut
+from bench.engine_args import engine_parser
+from engine_under_test import DEFAULT_PROMPT
+from specconform.runner import performance_worker as worker
 
 ORDER = ("draft", "draft.sample", "verify", "verify.probabilities", "accept", "collect", "other")
 

@@ -11,17 +11,14 @@ columns), and prints the two side by side with their ratio.
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
+import _checkout  # noqa: F401  (this checkout first on sys.path)
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from specconform.adapters.engine import TokenEvent  # noqa: E402
-from specconform.adapters.sequence import SequenceRecord  # noqa: E402
-from specconform.runner import sequence_laws  # noqa: E402
+from specconform.adapters.engine import TokenEvent
+from specconform.adapters.sequence import SequenceRecord
+from specconform.runner import sequence_laws
 
 V, TOKENS_PER_REQUEST, REQUESTS = 512, 160, 46  # ~7,400 tokens
 

@@ -24,22 +24,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import _checkout  # noqa: F401  (this checkout first on sys.path)
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from specconform.kinds.sequence.numerics import check_tolerance  # noqa: E402
-from specconform.kinds.sequence.raw import CHECKS  # noqa: E402
-from specconform.protocol.load import load_protocol  # noqa: E402
-from specconform.runner import sequence as runner  # noqa: E402
-from specconform.runner.context import RunContext  # noqa: E402
-from specconform.util.progress import progress  # noqa: E402
+from specconform.kinds.sequence.numerics import check_tolerance
+from specconform.kinds.sequence.raw import CHECKS
+from specconform.protocol.load import load_protocol
+from specconform.runner import sequence as runner
+from specconform.runner.context import RunContext
+from specconform.util.progress import progress
 
 COMPARED = ("teacher_forcing", "trace", "oracle")  # the checks that compare two laws
 

@@ -21,16 +21,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import _checkout  # noqa: F401  (this checkout first on sys.path)
+import torch
 
-import torch  # noqa: E402
-
-from engine_under_test import DEFAULT_PROMPT, LLM, SamplingParams, SpeculativeConfig  # noqa: E402
-from engine_under_test.config import ModelConfig  # noqa: E402
-from engine_under_test.model import build_model  # noqa: E402
+from engine_under_test import DEFAULT_PROMPT, LLM, SamplingParams, SpeculativeConfig
+from engine_under_test.config import ModelConfig
+from engine_under_test.model import build_model
 
 N_STEP, KERNELS_PER_PASS = 2333, 575  # H200, small, c = 64 (docs/gpu-runs.md session 6)
 

@@ -25,8 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import _checkout  # noqa: F401  (this checkout first on sys.path)
 
 
 def _digest(text: str) -> str:

@@ -13,15 +13,13 @@ import argparse
 import hashlib
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import _checkout  # noqa: F401  (this checkout first on sys.path)
 
-from engine_under_test.model.weight_cache import _file_digest  # noqa: E402
+from engine_under_test.model.weight_cache import _file_digest
 
 
 def sequential_sha256(path: Path) -> str:

@@ -39,6 +39,7 @@ from specconform.results import (
     NO_EVIDENCE,
     PASS,
     RESULTS_SCHEMA,
+    Decision,
     TestRow,
     Verdict,
 )
@@ -175,37 +176,22 @@ def deterministic_row(
 ) -> TestRow:
     """A primary row decided by a rule a correct engine never breaks (no p-value):
     ``statistic`` offenders, PASS iff ``ok``; ``reason`` is stated only on FAIL."""
-    return TestRow(
-        test,
-        "primary",
-        statistic,
-        None,
-        None,
-        n,
-        alpha,
-        ok,
-        detail,
-        status=PASS if ok else FAIL,
-        pvalue_method=method,
-        reason="" if ok else reason,
-    )
+    decision = Decision(PASS, True) if ok else Decision(FAIL, False, reason)
+    return TestRow.decided(test, "primary", statistic, n, alpha, detail, method, decision)
 
 
 def coverage_info_row(share: float, n: int, alpha: float, detail) -> TestRow:
     """The exploratory ``coverage`` row: the smallest share of eligible samples the
     strata of any stratified test covered. Descriptive, never decides."""
-    return TestRow(
+    return TestRow.decided(
         "coverage",
         "exploratory",
         float(share),
-        None,
-        None,
         n,
         alpha,
-        None,
         detail,
-        status=INFO,
-        pvalue_method="none (descriptive)",
+        "none (descriptive)",
+        Decision(INFO, None),
     )
 
 
@@ -227,28 +213,24 @@ def stochastic_row(
     role = spec["role"]
     evidence = n > 0 and pvalue is not None and bool(np.isfinite(pvalue))
     if not evidence:
-        status, passed, reason = NO_EVIDENCE, False, reason_none
+        # an exploratory row without evidence keeps passed None: it never decides
+        decision = Decision(NO_EVIDENCE, None if role == "exploratory" else False, reason_none)
         detail = detail.replace(no_evidence=detail_none)
     elif role == "exploratory":
-        status, passed, reason = INFO, None, ""
+        decision = Decision(INFO, None)
     else:
-        passed = bool(pvalue >= alpha)
-        status, reason = (PASS if passed else FAIL), ""
-    if role == "exploratory":
-        passed = None
-    return TestRow(
+        decision = Decision(PASS, True) if pvalue >= alpha else Decision(FAIL, False)
+    return TestRow.decided(
         spec["name"],
         role,
         None if statistic is None else float(statistic),
-        df,
-        float(pvalue) if evidence else None,
         int(n),
         alpha,
-        passed,
         detail,
-        status=status,
-        pvalue_method=method,
-        reason=reason,
+        method,
+        decision,
+        df=df,
+        pvalue=float(pvalue) if evidence else None,
     )
 
 

@@ -29,14 +29,6 @@ class FailingCard:
     row: TestRow
     diagnosis: Diagnosis
 
-    @property
-    def role(self) -> str:
-        return self.row.role
-
-    @property
-    def deciding(self) -> bool:
-        return self.row.deciding
-
 
 def failing_cards(views: Sequence[ArchiveView], labels: Sequence[str]) -> list[FailingCard]:
     """The cards of every archive, deciding rows first, archives in the order given."""
@@ -50,7 +42,7 @@ def failing_cards(views: Sequence[ArchiveView], labels: Sequence[str]) -> list[F
         for d in diagnoses:
             named = replace(d, archive=view.path.name)
             cards.append(FailingCard(label, view.path, rows[d.test], named))
-    cards.sort(key=lambda c: not c.deciding)  # stable: archive order kept inside
+    cards.sort(key=lambda c: not c.row.deciding)  # stable: archive order kept inside
     return cards
 
 
@@ -60,9 +52,9 @@ def failing_markdown(cards: Sequence[FailingCard]) -> list[str]:
         return []
     out = ["", "### Failing tests", ""]
     for card in cards:
-        decides = "deciding" if card.deciding else "does not decide"
+        decides = "deciding" if card.row.deciding else "does not decide"
         out += [
-            f"**{card.diagnosis.test}** ({card.role}, {decides}) in `{card.label}`: "
+            f"**{card.diagnosis.test}** ({card.row.role}, {decides}) in `{card.label}`: "
             f"{card.diagnosis.status}"
             + (f" ({card.diagnosis.reason})" if card.diagnosis.reason else ""),
             "",
@@ -83,7 +75,7 @@ def failing_html(cards: Sequence[FailingCard]) -> list[str]:
     out = ["<h2>Failing tests</h2>", '<div class="grid">']
     for index, card in enumerate(cards):
         d = card.diagnosis
-        decides = "deciding" if card.deciding else "does not decide"
+        decides = "deciding" if card.row.deciding else "does not decide"
         why = f" ({d.reason})" if d.reason else ""
         plot = ""
         if d.stratum is not None:
@@ -96,7 +88,7 @@ def failing_html(cards: Sequence[FailingCard]) -> list[str]:
                 )
         out.append(
             f'<div class="card FAIL diagnosis" id="failing-{index}">'
-            f"<h3>{escape(d.test)} <small>({escape(card.role)}, {decides}; "
+            f"<h3>{escape(d.test)} <small>({escape(card.row.role)}, {decides}; "
             f"{escape(card.label)})</small></h3>"
             f"<p><b>{escape(d.status)}</b>{escape(why)}</p>"
             f"<pre>{escape(chr(10).join(d.lines()[1:]))}</pre>{plot}</div>"

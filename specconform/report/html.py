@@ -27,7 +27,7 @@ from specconform.report.model import (
     scope_lines,
 )
 from specconform.report.sequential import html_lines as sequential_html
-from specconform.report.tree import html_lines as tree_html
+from specconform.report.tree import TREE_TV_SECTION
 from specconform.util.extras import require
 
 MAX_DETAIL_PLOTS = 48  # observed-vs-expected plots per report; more are listed, not drawn
@@ -145,7 +145,7 @@ def render_html(
         ]
     body += ["</div>"]
     body += sequential_html(views, _table, escape)
-    body += tree_html(views, _table, escape)
+    body += TREE_TV_SECTION.html_lines(views, _table, escape)
     body += _test_grid(views, facts, tests)
     body += _acceptance(views)
     body += ["<h2>Seed ranges</h2>"]

@@ -29,9 +29,9 @@ from specconform.report.model import (
     role_of,
     scope_lines,
 )
-from specconform.report.numerics import markdown_lines as numerics_markdown
+from specconform.report.numerics import NUMERICS_SECTION
 from specconform.report.sequential import markdown_lines as sequential_markdown
-from specconform.report.tree import markdown_lines as tree_markdown
+from specconform.report.tree import TREE_TV_SECTION
 
 VERIFY_NOTE = (
     "This report reads the archives without verifying them; check each with "
@@ -159,8 +159,8 @@ def render_markdown(
     out += ["", _not_deciding_line(views, facts, deciding)]
     out += mcnemar_sections(views, table)
     out += sequential_markdown(views, table)
-    out += tree_markdown(views, table)
-    out += numerics_markdown(views, table)
+    out += TREE_TV_SECTION.markdown_lines(views, table)
+    out += NUMERICS_SECTION.markdown_lines(views, table)
     tv_line = detectable_tv_line(views, [f.letter for f in facts])
     if tv_line:
         out += ["", tv_line]

@@ -10,32 +10,13 @@ and Markdown.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 from specconform.details.sequence import CheckDetail
-from specconform.report.model import ArchiveView
+from specconform.report.section import DetailSection
 from specconform.results import Evaluation, TestRow
-
-HEADER = ["check", "law bound", "tolerance", "max abs diff", "near-ties", "limit", "decisions",
-          "result"]  # fmt: skip
-
-
-def model_rows(evaluation: Evaluation) -> list[tuple[TestRow, CheckDetail]]:
-    return [
-        (t, t.detail)
-        for t in evaluation.tests
-        if isinstance(t.detail, CheckDetail) and t.detail.numerics is not None
-    ]
 
 
 def _num(x) -> str:
     return "—" if x is None else f"{x:.3g}" if isinstance(x, float) else str(x)
-
-
-def _cells(row: TestRow, d: CheckDetail) -> list[str]:
-    bound = d.numerics.get("law_bound") if isinstance(d.numerics, dict) else None
-    return [row.test, _num(bound), _num(d.tolerance), _num(d.max_abs_diff), _num(d.near_ties),
-            _num(d.near_tie_limit), _num(d.decisions), row.status]  # fmt: skip
 
 
 def _model_line(d: CheckDetail) -> str:
@@ -59,32 +40,40 @@ def _first_ties(rows) -> list[str]:
     return out
 
 
-def terminal_lines(evaluation: Evaluation) -> list[str]:
-    rows = model_rows(evaluation)
-    if not rows:
-        return []
-    out = ["numerics model (law checks: max |dp| vs tolerance; token checks: near-ties):"]
-    for row, d in rows:
+class NumericsSection(DetailSection[CheckDetail]):
+    title = "Numerics of the deterministic checks"
+    header = ["check", "law bound", "tolerance", "max abs diff", "near-ties", "limit",
+              "decisions", "result"]  # fmt: skip
+    intro = "numerics model (law checks: max |dp| vs tolerance; token checks: near-ties):"
+
+    def rows(self, evaluation: Evaluation) -> list[tuple[TestRow, CheckDetail]]:
+        return [
+            (t, t.detail)
+            for t in evaluation.tests
+            if isinstance(t.detail, CheckDetail) and t.detail.numerics is not None
+        ]
+
+    def cells(self, row: TestRow, d: CheckDetail) -> list[str]:
+        bound = d.numerics.get("law_bound") if isinstance(d.numerics, dict) else None
+        return [row.test, _num(bound), _num(d.tolerance), _num(d.max_abs_diff),
+                _num(d.near_ties), _num(d.near_tie_limit), _num(d.decisions), row.status]  # fmt: skip
+
+    def line(self, row: TestRow, d: CheckDetail) -> str:
         if d.near_ties is not None:
-            out.append(
+            return (
                 f"  {row.test}: {d.near_ties} near-tie(s) in {d.decisions} decisions "
                 f"(limit {d.near_tie_limit}), {d.mismatches} mismatch(es)  {row.status}"
             )
-        else:
-            out.append(
-                f"  {row.test}: max |dp| {_num(d.max_abs_diff)} vs tolerance "
-                f"{_num(d.tolerance)} (the model's law bound)  {row.status}"
-            )
-    return out + _first_ties(rows) + [_model_line(rows[0][1])]
+        return (
+            f"  {row.test}: max |dp| {_num(d.max_abs_diff)} vs tolerance "
+            f"{_num(d.tolerance)} (the model's law bound)  {row.status}"
+        )
+
+    def notes(self, rows) -> list[str]:
+        return [_model_line(rows[0][1]), *_first_ties(rows)]
+
+    def terminal_notes(self, rows) -> list[str]:
+        return [*_first_ties(rows), _model_line(rows[0][1])]
 
 
-def markdown_lines(views: Sequence[ArchiveView], table: Callable) -> list[str]:
-    out: list[str] = []
-    for view in views:
-        rows = model_rows(view.evaluation)
-        if not rows:
-            continue
-        out += ["", f"### Numerics of the deterministic checks ({view.label})", ""]
-        out += table(HEADER, [_cells(r, d) for r, d in rows])
-        out += ["", _model_line(rows[0][1]), *_first_ties(rows)]
-    return out
+NUMERICS_SECTION = NumericsSection()

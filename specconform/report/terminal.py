@@ -52,13 +52,14 @@ def print_table(evaluation: Evaluation, file=None, archive: Path | None = None) 
 
     for line in terminal_lines(evaluation):  # sequential runs: E, seeds used, why info
         console.print(line, markup=False)
-    from specconform.report.tree import terminal_lines as tree_lines
+    from specconform.report.tree import TREE_TV_SECTION
 
-    for line in tree_lines(evaluation):  # lossy tree runs: TV with its interval
+    for line in TREE_TV_SECTION.terminal_lines(evaluation):  # lossy tree runs: TV, interval
         console.print(line, markup=False)
-    from specconform.report.numerics import terminal_lines as numerics_lines
+    from specconform.report.numerics import NUMERICS_SECTION
 
-    for line in numerics_lines(evaluation):  # checks held to a numerics model: near-ties
+    # checks held to a numerics model: near-ties
+    for line in NUMERICS_SECTION.terminal_lines(evaluation):
         console.print(line, markup=False, soft_wrap=True)
     if archive is not None:
         print_diagnoses(archive, console)

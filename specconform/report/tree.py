@@ -9,73 +9,47 @@ Markdown and HTML.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 from specconform.details.tree import TreeTVDetail
 from specconform.report.model import ArchiveView
+from specconform.report.section import DetailSection
 from specconform.results import Evaluation, TestRow
 
-HEADER = ["test", "threshold_single", "threshold_acc", "TV estimate", "interval", "max_tv",
-          "result"]  # fmt: skip
 
+class TreeTVSection(DetailSection[TreeTVDetail]):
+    title = "Distance from the target law"
+    header = ["test", "threshold_single", "threshold_acc", "TV estimate", "interval", "max_tv",
+              "result"]  # fmt: skip
+    intro = "TV from the target law (estimate [interval] vs max_tv):"
 
-def tv_rows(evaluation: Evaluation) -> list[tuple[TestRow, TreeTVDetail]]:
-    return [(t, t.detail) for t in evaluation.tests if isinstance(t.detail, TreeTVDetail)]
+    def rows(self, evaluation: Evaluation) -> list[tuple[TestRow, TreeTVDetail]]:
+        return [(t, t.detail) for t in evaluation.tests if isinstance(t.detail, TreeTVDetail)]
 
+    def cells(self, row: TestRow, d: TreeTVDetail) -> list[str]:
+        return [row.test, f"{d.threshold_single:g}", f"{d.threshold_acc:g}", f"{d.estimate:.4f}",
+                f"[{d.lower:.4f}, {d.upper:.4f}]", f"{d.max_tv:g}", row.status]  # fmt: skip
 
-def _cells(row: TestRow, d: TreeTVDetail) -> list[str]:
-    return [row.test, f"{d.threshold_single:g}", f"{d.threshold_acc:g}", f"{d.estimate:.4f}",
-            f"[{d.lower:.4f}, {d.upper:.4f}]", f"{d.max_tv:g}", row.status]  # fmt: skip
-
-
-def _method_line(d: TreeTVDetail) -> str:
-    return (
-        f"TV intervals simultaneous at {d.confidence:.4%} (Bonferroni over the TV rows); "
-        f"method: {d.method}."
-    )
-
-
-def terminal_lines(evaluation: Evaluation) -> list[str]:
-    rows = tv_rows(evaluation)
-    if not rows:
-        return []
-    out = ["TV from the target law (estimate [interval] vs max_tv):"]
-    for row, d in rows:
-        out.append(
+    def line(self, row: TestRow, d: TreeTVDetail) -> str:
+        return (
             f"  {row.test}: ts={d.threshold_single:g} ta={d.threshold_acc:g}  "
             f"{d.estimate:.4f} [{d.lower:.4f}, {d.upper:.4f}] vs {d.max_tv:g}  {row.status}"
         )
-    out.append(_method_line(rows[0][1]))
-    return out
 
+    def notes(self, rows) -> list[str]:
+        d = rows[0][1]
+        return [
+            f"TV intervals simultaneous at {d.confidence:.4%} (Bonferroni over the TV rows); "
+            f"method: {d.method}."
+        ]
 
-def markdown_lines(views: Sequence[ArchiveView], table: Callable) -> list[str]:
-    out: list[str] = []
-    for view in views:
-        rows = tv_rows(view.evaluation)
-        if not rows:
-            continue
-        out += ["", f"### Distance from the target law ({view.label})", ""]
-        out += table(HEADER, [_cells(r, d) for r, d in rows])
-        out += ["", _method_line(rows[0][1])]
-    return out
-
-
-def html_lines(views: Sequence[ArchiveView], html_table: Callable, escape: Callable) -> list[str]:
-    out: list[str] = []
-    for view in views:
-        rows = tv_rows(view.evaluation)
-        if not rows:
-            continue
-        out += [f"<h2>Distance from the target law ({escape(view.label)})</h2>"]
-        out += html_table(HEADER, [_cells(r, d) for r, d in rows])
-        out += [f"<p>{escape(_method_line(rows[0][1]))}</p>"]
+    def figure(self, view: ArchiveView, rows) -> list[str]:
         svg = tv_plot(rows, plot_id=f"tree-tv-{view.run_id[:8]}")
-        if svg:
-            out += ["<figure>", svg, "<figcaption>TV estimate (interval) per threshold "
-                    "setting, one line per case and position; dashed: max_tv.</figcaption>",
-                    "</figure>"]  # fmt: skip
-    return out
+        if not svg:
+            return []
+        return ["<figure>", svg, "<figcaption>TV estimate (interval) per threshold setting, "
+                "one line per case and position; dashed: max_tv.</figcaption>", "</figure>"]  # fmt: skip
+
+
+TREE_TV_SECTION = TreeTVSection()
 
 
 def tv_plot(rows: list[tuple[TestRow, TreeTVDetail]], *, plot_id: str) -> str | None:

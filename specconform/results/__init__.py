@@ -22,7 +22,17 @@ Imports no torch: a reviewer recomputes verdicts from raw data with numpy/scipy/
 """
 
 from .raw import RawData
-from .rows import FAIL, INFO, NO_EVIDENCE, PASS, ROLES, STATUSES, TestRow, json_number
+from .rows import (
+    FAIL,
+    INFO,
+    NO_EVIDENCE,
+    PASS,
+    ROLES,
+    STATUSES,
+    Decision,
+    TestRow,
+    json_number,
+)
 from .verdict import INCONCLUSIVE, RESULTS_SCHEMA, VERDICTS, Evaluation, Verdict, decide
 
 __all__ = [
@@ -35,6 +45,7 @@ __all__ = [
     "ROLES",
     "STATUSES",
     "VERDICTS",
+    "Decision",
     "Evaluation",
     "RawData",
     "TestRow",

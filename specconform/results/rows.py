@@ -37,6 +37,18 @@ STATUSES = (PASS, FAIL, NO_EVIDENCE, INFO)
 
 
 @dataclass(frozen=True)
+class Decision:
+    """How one row came out: its ``status``, the schema-1 ``passed`` flag (None for a row
+    that does not decide) and ``reason`` (why it failed or had no evidence; "" else).
+    Kinds decide this triple in their own words; :meth:`TestRow.decided` then builds the
+    row, so the field order of TestRow is written once."""
+
+    status: str
+    passed: bool | None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class TestRow:
     """One test's outcome (see the module docstring for ``status``)."""
 
@@ -71,6 +83,38 @@ class TestRow:
             object.__setattr__(self, "status", derived)
         if self.status not in STATUSES:
             raise ValueError(f"test {self.test}: status {self.status!r} not in {STATUSES}")
+
+    @classmethod
+    def decided(
+        cls,
+        test: str,
+        role: str,
+        statistic: float | None,
+        n: int,
+        alpha: float,
+        detail: Detail,
+        method: str,
+        decision: Decision,
+        *,
+        df: float | None = None,
+        pvalue: float | None = None,
+    ) -> TestRow:
+        """A row as its kind decided it: ``decision``'s status, passed and reason, with
+        ``method`` naming what ``pvalue`` is (or why there is none)."""
+        return cls(
+            test,
+            role,
+            statistic,
+            df,
+            pvalue,
+            n,
+            alpha,
+            decision.passed,
+            detail,
+            status=decision.status,
+            pvalue_method=method,
+            reason=decision.reason,
+        )
 
     def to_json(self) -> dict[str, Any]:
         row = {f.name: getattr(self, f.name) for f in fields(self)}

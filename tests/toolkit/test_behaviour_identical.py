@@ -38,7 +38,6 @@ never to make this test pass after a refactor.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import zipfile
 from pathlib import Path
@@ -46,12 +45,11 @@ from pathlib import Path
 import pytest
 
 from tests.toolkit.cli_helpers import ROOT, run_cli
+from tests.toolkit.script_loader import load_script
 
 DATA = ROOT / "tests" / "data" / "behaviour"
 
-_spec = importlib.util.spec_from_file_location("behaviour_record", DATA / "record.py")
-record = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(record)
+record = load_script(DATA / "record.py", "behaviour_record")
 
 # The runs as the recorder makes them: one thread, seeded weights, plain progress.
 ENV = {"OMP_NUM_THREADS": "1", "ENGINE_UNDER_TEST_WEIGHT_CACHE": ""}

@@ -5,7 +5,6 @@ the real collector with planted tree bugs. Full tables: docs/tree.md."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -23,25 +22,34 @@ from specconform.calibration.tree import (
 )
 from specconform.kinds.tree.laws import target_law, tree_of
 from specconform.protocol.load import load_protocol
+from tests.toolkit.script_loader import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLED = ROOT / "protocols/tree_sampled.yaml"
 LOSSY = ROOT / "protocols/tree_lossy.yaml"
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "calibration_tree", ROOT / "bench" / "calibration_tree.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _state(path: Path, sampler: str = "law", mutant: str | None = None):
-    bench = _bench()
+    bench = load_bench("calibration_tree")
     bench._init(str(path), sampler, 7, 10**6, mutant)
     return bench
+
+
+def _law_replications(path: Path, count: int) -> list:
+    """``count`` replications of a shipped file on its exact law (the bench's law
+    sampler), seed 7."""
+    bench = _state(path)
+    state = bench._STATE
+    return replicate_law(state["protocol"], state["edges"], count, seed=7, tables=state["tables"])
+
+
+def _count_bound(runs: int, rate: float, *, detects: float) -> float:
+    """The 99.9 % quantile of Binomial(runs, rate): a count of events of probability
+    ``rate`` exceeds it with probability <= 0.001 (the check's error); checked here to
+    be exceeded with probability >= 0.96 when the events' rate is ``detects`` (power)."""
+    bound = sps.binom.ppf(0.999, runs, rate)
+    assert sps.binom.sf(bound, runs, detects) >= 0.96
+    return bound
 
 
 def test_exact_tv_is_zero_at_thresholds_one_and_positive_when_lossy():
@@ -92,11 +100,9 @@ def test_small_calibration_of_tree_sampled():
     # its alpha; the bound is that law's 99.9 % quantile (4), so this check errs with
     # probability <= 0.001. It detects a verdict false-fail rate >= 0.18 with probability
     # >= 0.96; finer miscalibration is the 600-replication bench's job (docs/tree.md).
-    bench = _state(SAMPLED)
-    runs = replicate_law(bench._STATE["protocol"], bench._STATE["edges"], 50, seed=7,
-                         tables=bench._STATE["tables"])  # fmt: skip
-    bound = sps.binom.ppf(0.999, 50, 0.01)
-    assert bound == 4 and sps.binom.sf(bound, 50, 0.18) >= 0.96
+    runs = _law_replications(SAMPLED, 50)
+    bound = _count_bound(50, 0.01, detects=0.18)
+    assert bound == 4
     assert sum(r.verdict != "PASS" for r in runs) <= bound
     # the structure rows are deterministic: never one of the failures
     assert not any("structure" in t for r in runs for t in r.failed)
@@ -110,11 +116,9 @@ def test_small_coverage_of_tree_lossy():
     # file holds its confidence; the bound is the 99.9 % quantile of Binomial(30, 0.05)
     # (6): errs with probability <= 0.001, detects a miss rate >= 0.45 with probability
     # >= 0.96. (The Weissman interval is conservative: no miss is expected at all.)
-    bench = _state(LOSSY)
-    runs = replicate_law(bench._STATE["protocol"], bench._STATE["edges"], 30, seed=7,
-                         tables=bench._STATE["tables"])  # fmt: skip
-    bound = sps.binom.ppf(0.999, 30, 0.05)
-    assert bound == 6 and sps.binom.sf(bound, 30, 0.45) >= 0.96
+    runs = _law_replications(LOSSY, 30)
+    bound = _count_bound(30, 0.05, detects=0.45)
+    assert bound == 6
     assert sum(not r.covered_all for r in runs) <= bound
     assert all(r.tv_rows == 40 for r in runs)
     # The lossy settings exceed max_tv by design: every verdict FAILs on their rows only.

@@ -25,7 +25,7 @@ from specconform.kinds.sequence import evaluate_frames
 from specconform.kinds.sequence.numerics import check_tolerance, model_at
 from specconform.protocol.load import load_protocol
 from specconform.protocol.schema_sequence import SequenceProtocol
-from specconform.report.numerics import terminal_lines
+from specconform.report.numerics import NUMERICS_SECTION
 from specconform.results import FAIL, PASS
 from specconform.runner.near_ties import classify, inverse_cdf, round_decisions
 from specconform.runner.sequence_checks import CheckTally
@@ -218,7 +218,7 @@ def test_a_near_tie_is_counted_apart_and_passes_and_a_far_divergence_fails(numer
     assert row.detail.near_ties == 1 and row.detail.near_tie_examples[0]["decision"] == "target"
     assert ev.verdict.verdict == "PASS"
     # reported apart, never silently: the terminal lines name the count and the limit
-    lines = terminal_lines(ev)
+    lines = NUMERICS_SECTION.terminal_lines(ev)
     assert any(f"{name}: 1 near-tie(s) in 4 decisions" in line for line in lines)
     assert any("near-tie: {" in line and "'decision': 'target'" in line for line in lines)
     name, rec = _isolation(numeric_protocol, near=False)  # negative control

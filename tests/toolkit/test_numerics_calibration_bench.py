@@ -7,21 +7,12 @@ here (the numbers are deterministic functions of the counts)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "calibration_real_engine", ROOT / "bench" / "calibration_real_engine.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.toolkit.cli_helpers import ROOT
+from tests.toolkit.script_loader import load_bench
 
 
 def _csv(tmp_path: Path, fails: int, runs: int) -> Path:
@@ -35,7 +26,7 @@ def _csv(tmp_path: Path, fails: int, runs: int) -> Path:
 
 
 def test_upper_bound_matches_the_issue_figures(tmp_path):
-    bench = _bench()
+    bench = load_bench("calibration_real_engine")
     text = bench.render(_csv(tmp_path, 4, 219), Path("protocols/ci_gate.yaml"), 0.01, True)
     assert "| verdict FAIL | 4 / 219 | 0.0183 | 0.0461 |" in text
     assert "| isolation_async failed | 4 / 219 |" in text
@@ -43,7 +34,7 @@ def test_upper_bound_matches_the_issue_figures(tmp_path):
 
 
 def test_zero_fails_bound_and_the_alpha_statement(tmp_path):
-    bench = _bench()
+    bench = load_bench("calibration_real_engine")
     rows = bench.summary(__import__("pandas").read_csv(_csv(tmp_path, 0, 500)), 0.01)
     what, k, n, rate, upper = rows[0]
     assert (what, k, n, rate) == ("verdict FAIL", 0, 500, 0.0)
@@ -54,7 +45,7 @@ def test_zero_fails_bound_and_the_alpha_statement(tmp_path):
 
 
 def test_seed_span_makes_runs_disjoint():
-    bench = _bench()
+    bench = load_bench("calibration_real_engine")
     # ci_gate: groups at offset + [0, 2000) and nospec at offset + 1,000,000 + [0, 2000)
     assert bench.seed_span(ROOT / "protocols" / "ci_gate.yaml") == 1_002_000
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from specconform.kinds.tree.laws import position_cells, target_law, threshold_law, tree_of
-from specconform.report.tree import terminal_lines
+from specconform.report.tree import TREE_TV_SECTION
 from specconform.stats.tv import tv_interval, weissman_eps
 from tests.toolkit.cli_helpers import ROOT
 from tests.toolkit.tree_helpers import run_tree
@@ -120,7 +120,7 @@ def test_lossy_protocol_on_the_reference_sampler_covers_every_exact_distance():
     assert all(r.passed for r in rows if r.detail.setting == 0)
     assert evaluation.verdict.verdict == "FAIL"
     # The run's table shows each estimate with its interval and the tolerance.
-    lines = terminal_lines(evaluation)
+    lines = TREE_TV_SECTION.terminal_lines(evaluation)
     assert len(lines) == len(rows) + 2 and "simultaneous" in lines[-1]
     d = rows[0].detail
     assert f"{d.estimate:.4f} [{d.lower:.4f}, {d.upper:.4f}] vs 0.25" in lines[1]

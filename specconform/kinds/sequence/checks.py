@@ -30,7 +30,7 @@ from specconform.kinds.verdict import (
     coverage_info_row,
     deterministic_row,
 )
-from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, TestRow
+from specconform.results import FAIL, INFO, NO_EVIDENCE, PASS, Decision, TestRow
 
 from .context import Context
 from .numerics import check_model, check_tolerance, model_json, numerics_block, tie_limit
@@ -86,40 +86,28 @@ def check_row(ctx: Context, spec: dict, checks: dict, protocol: dict | None = No
         **({} if ties is None else ties.fields()),
     )
     over = tolerance is not None and max_diff is not None and float(max_diff) > float(tolerance)
-    passed: bool | None
     if not applicable:
-        status, passed, reason = NO_EVIDENCE, False, f"not applicable: {rec.get('why', '')}"
+        decision = Decision(NO_EVIDENCE, False, f"not applicable: {rec.get('why', '')}")
     elif checked == 0:
-        status, passed, reason = NO_EVIDENCE, False, "no evidence: nothing checked"
+        decision = Decision(NO_EVIDENCE, False, "no evidence: nothing checked")
     elif mismatches or over:
         first = examples[0] if examples else {}
         what = f"first mismatch {first}" if first else f"max |diff| {max_diff} > {tolerance}"
-        status, passed = FAIL, False
         reason = f"{mismatches} of {checked} mismatched; {what}"
         if ties is not None and ties.count:
             reason += f"; {ties.text()}"
+        decision = Decision(FAIL, False, reason)
     elif ties is not None and ties.count > ties.limit:
-        status, passed = FAIL, False
         reason = f"{ties.text()}: more than the numerics model allows (model refuted)"
+        decision = Decision(FAIL, False, reason)
     else:
-        status, passed = PASS, True
-        reason = ties.text() if ties is not None and ties.count else ""
-    if spec["role"] == "exploratory" and status in (PASS, FAIL):
-        status, passed = INFO, None
+        decision = Decision(PASS, True, ties.text() if ties is not None and ties.count else "")
+    if spec["role"] == "exploratory" and decision.status in (PASS, FAIL):
+        # reported, never decides; the reason (e.g. the mismatches) stays
+        decision = Decision(INFO, None, decision.reason)
     statistic = float(mismatches) if applicable else None
-    return TestRow(
-        name,
-        spec["role"],
-        statistic,
-        None,
-        None,
-        checked,
-        ctx.alpha,
-        passed,
-        detail,
-        status=status,
-        pvalue_method=CHECK_METHOD,
-        reason=reason,
+    return TestRow.decided(
+        name, spec["role"], statistic, checked, ctx.alpha, detail, CHECK_METHOD, decision
     )
 
 
