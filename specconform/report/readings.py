@@ -68,6 +68,10 @@ def count_pairs(obj: Any) -> list[tuple[float, float]]:
     if not isinstance(obj, Counts):
         return []
     observed, expected = obj.observed, obj.expected
+    # Some records count one cell (crossing_count: an observed and an expected number):
+    # no per-cell pairs to draw.
+    if not (hasattr(observed, "__len__") and hasattr(expected, "__len__")):
+        return []
     if len(observed) != len(expected) or not observed:
         return []
     if not all(_number(o) and _number(e) for o, e in zip(observed, expected, strict=True)):

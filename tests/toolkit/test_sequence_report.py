@@ -89,3 +89,17 @@ def test_junit_fails_only_deciding_sequence_rows(archives):
     # An informational row is a passed testcase that says it does not decide.
     assert cases["coverage"].find("skipped") is None and cases["coverage"].find("failure") is None
     assert "does not decide" in cases["coverage"].find("system-out").text
+
+
+def test_a_one_cell_count_record_draws_no_cell_pairs():
+    """crossing_count's record holds one observed and one expected number (not per-cell
+    lists): the report's count reader skips it instead of taking len() of an int (the
+    HTML report of a ci_sequence archive crashed on it)."""
+    from specconform.details.sequence import CrossingDetail
+    from specconform.report.readings import count_pairs
+
+    detail = CrossingDetail(
+        groups=("async_mixed",), n=400, observed=7, expected=5.5, variance=5.0, z=0.67,
+        min_expected=5.0, statistic_text="O 7 vs E 5.5",
+    )  # fmt: skip
+    assert count_pairs(detail) == []
