@@ -191,6 +191,16 @@ def render(csv_path: Path, protocol: Path, alpha: float, markdown: bool) -> str:
     return head + "\n" + console.export_text()
 
 
+def append_rows(path: Path, fieldnames: list[str], rows: list[dict]) -> None:
+    """Append rows (the header first when the file is new), in the file's own columns."""
+    new = not path.exists()
+    with path.open("a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fieldnames, extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+
+
 def carry(args, digest: str, done: set[int], fieldnames: list[str]) -> None:
     """Append --carry-from's PASS rows (bench/calibration_carry.py) to --out."""
     from calibration_carry import carried_rows, carry_reason
@@ -201,12 +211,7 @@ def carry(args, digest: str, done: set[int], fieldnames: list[str]) -> None:
     rows = carried_rows(args.carry_from, source, digest, done)
     if "source" not in fieldnames:
         raise SystemExit(f"{args.out} has no source column: carry into a new CSV")
-    new = not args.out.exists()
-    with args.out.open("a", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fieldnames, extrasaction="ignore")
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
+    append_rows(args.out, fieldnames, rows)
     print(f"carried {len(rows)} PASS row(s) from {args.carry_from} ({source})", file=sys.stderr)
 
 
@@ -282,12 +287,7 @@ def main(argv=None) -> int:
             continue
         row, _ = one_run(args.protocol, offset, args.device)
         row["protocol_hash"], row["source"] = digest, "run"
-        new = not args.out.exists()
-        with args.out.open("a", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=fieldnames, extrasaction="ignore")
-            if new:
-                writer.writeheader()
-            writer.writerow(row)
+        append_rows(args.out, fieldnames, [row])
         print(
             f"run {i + 1}/{len(offsets)} offset {offset}: {row['verdict']} "
             f"{row['failed'] or ''} ({row['seconds']} s; {time.perf_counter() - t0:.0f} s in all)",
