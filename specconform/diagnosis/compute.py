@@ -31,6 +31,7 @@ from specconform.details.distribution import (
 from specconform.details.runs import EqualityDetail
 from specconform.details.sequence import CheckDetail, SequenceSupportDetail
 from specconform.results import INFO, PASS, Evaluation, RawData, TestRow
+from specconform.util.errors import EvidenceError
 
 from .cells import worst_stratum
 from .model import STREAM_TOKENS, Diagnosis, Divergence
@@ -122,14 +123,17 @@ def _diagnose_row(row: TestRow, inputs: _Inputs, decode) -> Diagnosis:
     if isinstance(d, SupportDetail) and inputs.has("raw/samples.csv", "raw/reference.json"):
         from .support import first_offenders
 
-        ctx = inputs.context
-        q_t3 = inputs.raw.json("raw/reference.json").get("q_t3_offenders")
-        offenders, total = first_offenders(ctx.data, ctx.plans, ctx.ref, decode, q_t3=q_t3)
         where = ", ".join(
             f"{g}: t1 {c.t1} t2 {c.t2} t3 {c.t3}"
             for g, c in d.per_group.items()
             if c.t1 + c.t2 + c.t3
         )
+        try:
+            ctx = inputs.context
+        except EvidenceError as exc:  # samples.csv too large to read whole (issue 38)
+            return _with(base, note=f"per group and position: {where}; offenders not listed: {exc}")
+        q_t3 = inputs.raw.json("raw/reference.json").get("q_t3_offenders")
+        offenders, total = first_offenders(ctx.data, ctx.plans, ctx.ref, decode, q_t3=q_t3)
         return _with(
             base,
             offenders=offenders,
@@ -140,7 +144,11 @@ def _diagnose_row(row: TestRow, inputs: _Inputs, decode) -> Diagnosis:
     if isinstance(d, EngineErrorsDetail) and inputs.has("raw/samples.csv", "raw/reference.json"):
         from .support import first_errors
 
-        return _with(base, note="; ".join(first_errors(inputs.context.data)) or d.rule)
+        try:
+            data = inputs.context.data
+        except EvidenceError as exc:  # samples.csv too large to read whole (issue 38)
+            return _with(base, note=f"{d.rule}; first errors not listed: {exc}")
+        return _with(base, note="; ".join(first_errors(data)) or d.rule)
     if isinstance(d, EqualityDetail):
         return _with(base, divergences=_divergences(d, inputs), note=d.first or "")
     if isinstance(d, SequenceSupportDetail):

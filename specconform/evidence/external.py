@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from specconform.evidence.jsonio import canonical_json_bytes
-from specconform.evidence.sha256sums import check_member_name, sha256_file, sha256_hex
+from specconform.evidence.sha256sums import check_member_name, sha256_file
 from specconform.util.errors import EvidenceError, UsageError
 
 MANIFEST_NAME = "external/MANIFEST.json"
@@ -96,10 +96,11 @@ def manifest_bytes(run_id: str, max_size: int, entries: list[dict]) -> bytes:
 
 @dataclass(frozen=True)
 class ExternalCheck:
-    """What verify found beside the archive: the files present (checked) and absent."""
+    """What verify found beside the archive: the files present (checked; read from disk
+    again when a kind asks, never held here) and absent."""
 
     directory: Path
-    present: dict[str, bytes]
+    present: dict[str, tuple[Path, int, str]]  # name -> (path, size, sha256)
     absent: tuple[str, ...]
 
     def lines(self) -> list[str]:
@@ -124,17 +125,18 @@ def check_external(zip_path: Path, top: str, manifest: bytes) -> ExternalCheck:
         zip_path.with_name(top + EXTERNAL_SUFFIX),
     ]
     directory = next((d for d in candidates if d.is_dir()), candidates[0])
-    present: dict[str, bytes] = {}
+    present: dict[str, tuple[Path, int, str]] = {}
     absent = []
     for entry in entries:
         path = directory / entry["path"]
         if not path.is_file():
             absent.append(entry["path"])
             continue
-        data = path.read_bytes()
-        if len(data) != entry["size"] or sha256_hex(data) != entry["sha256"]:
+        # Size first (a stat), then the digest in chunks: an external samples.csv can be
+        # hundreds of MB (issue 38).
+        if path.stat().st_size != entry["size"] or sha256_file(path) != entry["sha256"]:
             raise EvidenceError(f"{path}: does not match its size and sha256 in {MANIFEST_NAME}")
-        present[entry["path"]] = data
+        present[entry["path"]] = (path, entry["size"], entry["sha256"])
     return ExternalCheck(directory, present, tuple(absent))
 
 

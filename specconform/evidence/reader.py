@@ -6,10 +6,17 @@ input: the raw zip structure is checked first, byte by byte (`zipcheck`: every z
 feature the writer does not use is refused), then the central directory (regular files
 only: no directory, symlink, device, fifo or socket entries; no duplicates, not even by
 case; safe names under one top folder; no encryption; stored or deflate; declared sizes
-and compression ratio within the bounds below), then every member is inflated in chunks, counting the bytes actually
-produced against the same bounds (declared sizes can lie), so a zip bomb is refused
-after at most MAX_TOTAL_BYTES of output and usually before inflating anything. A
-corrupted entry fails its CRC here; JSON is parsed with a message naming the file.
+and compression ratio within the bounds below), then every member is inflated in
+chunks, counting the bytes actually produced against the same bounds and against its
+declared size (declared sizes can lie), so a zip bomb is refused after at most
+MAX_TOTAL_BYTES of output and usually before inflating anything. A corrupted entry
+fails its CRC here; JSON is parsed with a message naming the file.
+
+Memory does not grow with the archive (issue 38): members of at most
+`members.HELD_MEMBER_BYTES` are held (together within `members.MAX_HELD_BYTES`), larger
+ones are hashed on this first pass and left in the zip, streamed again, checked, by
+whoever reads them (`members.Member`; the distribution kind reduces raw/samples.csv
+in chunks); a whole read of one is charged to the same held bound.
 """
 
 from __future__ import annotations
@@ -20,33 +27,49 @@ import stat
 import struct
 import zipfile
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from specconform.details import SCHEMA1_RECORDS
+from specconform.evidence import members
+from specconform.evidence.members import (
+    ArchiveFiles,
+    EntryData,
+    HeldBudget,
+    Member,
+    archive_stamp,
+    inflate,
+)
 from specconform.evidence.sha256sums import check_member_name, sha256_file, sha256_hex
 from specconform.evidence.zipcheck import check_structure, one_line, shown
 from specconform.results import Evaluation, RawData, TestRow, Verdict
 from specconform.util.errors import EvidenceError, SpecconformError, UsageError
 
 # Bounds that keep `verify` and `report` under MEMORY_BOUND_BYTES of RSS for any input.
-# Members are held in memory and recomputation parses them (pandas, json: several times
-# their size), so the total actually inflated is capped. Measured peak RSS of `verify`
-# (2 shared CPU cores, CPython 3.11): the 4 GB bomb 140 MiB (refused by ratio); an
-# unsigned archive with a 45 MiB samples.csv, fully recomputed, 441 MiB; with a 44 MiB
-# reference.json, 417 MiB (a 119 MiB samples.csv took 932 MiB: hence 48, not 128).
-# Real archives are far smaller: fp32_t2 at 5,000 seeds x 5 groups inflates to 1.7 MiB,
-# so the cap admits about 140,000 seeds per group.
+# Members read whole are held in memory and parsed (pandas, json: several times their
+# size), so what is held is capped at members.MAX_HELD_BYTES (48 MiB). Measured peak RSS
+# of `verify` (2 shared CPU cores, CPython 3.11) when everything was held: the 4 GB bomb
+# 140 MiB (refused by ratio); an unsigned archive with a 45 MiB samples.csv, fully
+# recomputed, 441 MiB; with a 44 MiB reference.json, 417 MiB (a 119 MiB samples.csv took
+# 932 MiB: hence 48, not 128). Streamed members cost one chunk at a time whatever their
+# size (docs/gpu-runs.md, "Streamed reduction": verify of fp32_t2 at 10^5 and 10^6 seeds).
 MEMORY_BOUND_BYTES = 512 << 20
-MAX_TOTAL_BYTES = 48 << 20  # bytes inflated from all entries together
+# Bytes inflated from all entries together (declared, then counted while inflating): a
+# bound on the work a hostile archive can cause (inflating and hashing 4 GiB twice takes
+# about a minute), not on memory. fp32_t2 carries ~300 bytes of raw/samples.csv a seed
+# (5 groups; 1,474,830 bytes at 5,000 seeds in the committed archive; 8-digit seeds add
+# ~5), so 10^7 seeds is ~3.0 GB, in one entry with zip64 sizes (zipcheck); 4 GiB
+# (4.29 GB) admits it with 40 % to spare.
+MAX_TOTAL_BYTES = 4 << 30
 MAX_ENTRIES = 10_000
 # Deflate reaches ~1030:1 on zeros; CSV and JSON evidence compresses 3-20:1. Entries
 # smaller than RATIO_FREE_BYTES cannot exhaust anything and are not ratio-checked.
-MAX_RATIO = 200
-RATIO_FREE_BYTES = 1 << 20
-CHUNK_BYTES = 1 << 20
+MAX_RATIO = members.MAX_RATIO
+RATIO_FREE_BYTES = members.RATIO_FREE_BYTES
+CHUNK_BYTES = members.CHUNK_BYTES
 
 
 @dataclass(frozen=True)
@@ -55,7 +78,9 @@ class ArchiveContents:
 
     path: Path
     top: str
-    files: dict[str, bytes]
+    # bytes by name; an ArchiveFiles from read_archive (large members streamed from the
+    # zip, read whole only on indexing, within the held bound), or any mapping (tests)
+    files: Mapping[str, bytes]
     # sha256 hex of each member, computed while inflating it (same keys as `files`)
     digests: dict[str, str] = field(default_factory=dict)
 
@@ -85,8 +110,21 @@ class ArchiveContents:
         return value
 
     def raw_data(self) -> RawData:
-        """Every member under raw/, keyed 'raw/...', for a kind's re-evaluation."""
-        return RawData({n: b for n, b in self.files.items() if n.startswith("raw/")})
+        """Every member under raw/, keyed 'raw/...', for a kind's re-evaluation: large
+        members as streams from the zip (or files kept beside it), not bytes."""
+        files = self.files
+        if isinstance(files, ArchiveFiles):
+            return RawData({n: files.source(n) for n in files if n.startswith("raw/")})
+        return RawData({n: files[n] for n in files if n.startswith("raw/")})
+
+    def with_external(self, present: Mapping[str, tuple[Path, int, str]]) -> ArchiveContents:
+        """These contents plus files kept beside the archive (name -> (path, size,
+        sha256), checked by `external.check_external`), streamed from disk and checked
+        again as they are read."""
+        files = self.files
+        budget = files.budget if isinstance(files, ArchiveFiles) else HeldBudget()
+        held = files if isinstance(files, ArchiveFiles) else ArchiveFiles(files, budget)
+        return ArchiveContents(self.path, self.top, held.with_kept(present), self.digests)
 
     def stated_rows(self) -> list[dict]:
         """results/tests.json rows as stored (a list, or an object with 'tests')."""
@@ -140,19 +178,30 @@ def _read_archive(zip_path: Path) -> ArchiveContents:
             # which reads the central directory into memory.
             size = fh.seek(0, 2)
             entries = check_structure(fh, size, shown(str(zip_path)), MAX_ENTRIES)
+            stamp = archive_stamp(fh)
             with zipfile.ZipFile(fh) as zf:
                 infos = zf.infolist()
-                if [i.header_offset for i in infos] != [e.offset for e in entries]:
+                if [_declared(i) for i in infos] != [_declared(e) for e in entries]:
                     raise EvidenceError(f"{zip_path}: the central directory reads two ways")
                 top = _check_layout(zip_path, infos)
-                files: dict[str, bytes] = {}
-                digests: dict[str, str] = {}
-                budget = MAX_TOTAL_BYTES
-                for info in infos:
-                    data, digest = _read_entry(zf, info, budget)
-                    budget -= len(data)
-                    rel = info.filename.split("/", 1)[1]
-                    files[rel], digests[rel] = data, digest
+            budget = HeldBudget()
+            sources: dict[str, bytes | Member] = {}
+            digests: dict[str, str] = {}
+            left = MAX_TOTAL_BYTES
+            for info, entry in zip(infos, entries, strict=True):
+                rel = info.filename.split("/", 1)[1]
+                data = EntryData(
+                    shown(info.filename),
+                    entry.data_offset,
+                    *(entry.method, entry.compressed, entry.size, entry.crc),
+                )
+                held = entry.size <= members.HELD_MEMBER_BYTES
+                if held:
+                    budget.charge(rel, entry.size)
+                body, digest = _read_entry(fh, data, left, keep=held)
+                left -= entry.size
+                digests[rel] = digest
+                sources[rel] = body if held else Member(zip_path, rel, data, digest, stamp, budget)
     # zlib.error: corrupt compressed data; NotImplementedError: unknown compression;
     # RuntimeError: an encrypted entry. All mean the archive is not what was sealed.
     except (
@@ -167,7 +216,7 @@ def _read_archive(zip_path: Path) -> ArchiveContents:
         struct.error,
     ) as exc:
         raise EvidenceError(f"{zip_path}: not a readable zip archive ({_one_line(exc)})") from None
-    return ArchiveContents(zip_path, top, files, digests)
+    return ArchiveContents(zip_path, top, ArchiveFiles(sources, budget), digests)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -243,29 +292,31 @@ def _entry_type(info: zipfile.ZipInfo) -> str:
 
 
 def _check_ratio(name: str, produced: int, compressed: int) -> None:
-    if produced > RATIO_FREE_BYTES and produced > MAX_RATIO * max(compressed, 1):
-        raise EvidenceError(
-            f"{name}: compression ratio above {MAX_RATIO}:1 (a zip bomb, not evidence)"
-        )
+    members.check_ratio(name, produced, compressed)
 
 
-def _read_entry(zf: zipfile.ZipFile, info: zipfile.ZipInfo, budget: int) -> tuple[bytes, str]:
-    """Inflate one entry in chunks, counting the bytes actually produced: the sizes a
-    zip declares are not trusted, so the bounds are enforced on what comes out. The
-    CRC is checked by zipfile at the end of the stream. Returns (bytes, sha256 hex)."""
+def _declared(entry) -> tuple[int, int, int, int]:
+    """An entry's offset, sizes and CRC, from zipfile's ZipInfo or zipcheck's Entry."""
+    if isinstance(entry, zipfile.ZipInfo):
+        return (entry.header_offset, entry.compress_size, entry.file_size, entry.CRC)
+    return (entry.offset, entry.compressed, entry.size, entry.crc)
+
+
+def _read_entry(fh, data: EntryData, budget: int, *, keep: bool) -> tuple[bytes, str]:
+    """Inflate one entry in chunks (`members.inflate`: its declared size, ratio and CRC
+    checked on what comes out, since declared sizes can lie), within `budget` bytes of
+    the total bound. Returns (its bytes if `keep` else b"", sha256 hex)."""
     chunks: list[bytes] = []
     produced = 0
     digest = hashlib.sha256()
-    with zf.open(info) as stream:
-        while chunk := stream.read(CHUNK_BYTES):
-            produced += len(chunk)
-            if produced > budget:
-                raise EvidenceError(
-                    f"{info.filename}: archive expands past the "
-                    f"{MAX_TOTAL_BYTES >> 20} MiB evidence bound"
-                )
-            _check_ratio(info.filename, produced, info.compress_size)
-            digest.update(chunk)
+    for chunk in inflate(fh, data):
+        produced += len(chunk)
+        if produced > budget:
+            raise EvidenceError(
+                f"{data.name}: archive expands past the {MAX_TOTAL_BYTES >> 20} MiB evidence bound"
+            )
+        digest.update(chunk)
+        if keep:
             chunks.append(chunk)
     return b"".join(chunks), digest.hexdigest()
 

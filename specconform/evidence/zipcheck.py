@@ -10,14 +10,24 @@ uses none of that, so the reader refuses all of it:
 - one end-of-central-directory record, last in the file, without comment, for disk 0 of
   one disk, counting every entry; no zip64 records;
 - a central directory that ends where the end record starts, at most MAX_CENTRAL_BYTES;
-- central entries on disk 0, without extra field or comment, with general-purpose flags
+- central entries on disk 0, without comment, and without extra field but the zip64
+  sizes of an entry larger than 2 GiB (below), with general-purpose flags
   within ALLOWED_FLAGS (no encryption, 0x1 and 0x40; no data descriptor, 0x8; no masked
   directory, 0x2000), compressed with deflate (what the writer uses) or stored (what
   re-zipping tools and hand-made test archives use; reading it is a copy);
 - local headers that repeat the central entry exactly (flags, method, time, CRC, sizes,
-  name), without extra field, laid end to end from offset 0 to the central directory:
-  no gap, no overlap (overlapping entries are how non-recursive zip bombs multiply), no
-  prepended or appended bytes.
+  name), without extra field but zip64 sizes, laid end to end from offset 0 to the
+  central directory: no gap, no overlap (overlapping entries are how non-recursive zip
+  bombs multiply), no prepended or appended bytes.
+
+Zip64 sizes (issue 38: raw/samples.csv of a fp32_t2 run passes 2 GiB near 10^7 seeds).
+Python's writer gives an entry it expects to pass ZIP64_LIMIT (2^31 - 1 bytes, with 5 %
+to spare) a local zip64 field of its two sizes, and the central entry one when they do
+pass it; the 32-bit fields then read 0xFFFFFFFF. Exactly that is accepted: one extra
+field, id 0x0001, holding the 0xFFFFFFFF fields in order (size, compressed size, then
+offset for the central entry), nothing else; its values replace those fields, and local
+and central must then agree. Zip64 end records (an archive past 2 GiB compressed, or
+65,535 entries) are still refused.
 
 Every refusal is an EvidenceError with one line (exit 3). Names in messages are escaped.
 """
@@ -25,7 +35,7 @@ Every refusal is an EvidenceError with one line (exit 3). Names in messages are 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import BinaryIO
 
 from specconform.util.errors import EvidenceError
@@ -35,6 +45,8 @@ CENTRAL = struct.Struct("<IBBBBHHHHIIIHHHHHII")  # central file header, 46 bytes
 LOCAL = struct.Struct("<IHHHHHIIIHH")  # local file header, 30 bytes
 EOCD_SIG, CENTRAL_SIG, LOCAL_SIG = 0x06054B50, 0x02014B50, 0x04034B50
 ZIP64_LOCATOR_SIG = 0x07064B50
+ZIP64_EXTRA_ID = 0x0001
+FULL = 0xFFFFFFFF  # a 32-bit field whose value is in the zip64 extra field
 STORED, DEFLATED = 0, 8
 # UTF-8 names (0x800) and deflate's speed hints (0x2, 0x4) are harmless; every other bit
 # is a feature the writer never uses (encryption 0x1/0x40, data descriptor 0x8, ...).
@@ -62,6 +74,7 @@ class Entry:
     compressed: int
     size: int
     offset: int
+    data_offset: int = 0  # where its compressed data starts (after the local header)
 
 
 def shown(name: str | bytes) -> str:
@@ -98,7 +111,7 @@ def check_structure(fh: BinaryIO, size: int, where: str, max_entries: int) -> li
         raise EvidenceError(f"{where}: archive comment; evidence archives have none")
     if disk or cd_disk or here != total:
         raise EvidenceError(f"{where}: a multi-disk (spanned) zip; evidence is one file")
-    if total == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF or _zip64(fh, size):
+    if total == 0xFFFF or cd_size == 0xFFFFFFFF or cd_offset == 0xFFFFFFFF or _zip64_end(fh, size):
         raise EvidenceError(f"{where}: a zip64 archive; evidence archives are never zip64")
     if total > max_entries:
         raise EvidenceError(f"{where}: {total} entries, more than {max_entries}")
@@ -113,11 +126,11 @@ def check_structure(fh: BinaryIO, size: int, where: str, max_entries: int) -> li
         )
     fh.seek(cd_offset)
     entries = _central_entries(fh.read(cd_size), total, where)
-    _check_locals(fh, entries, cd_offset, where)
-    return entries
+    data_offsets = _check_locals(fh, entries, cd_offset, where)
+    return [replace(e, data_offset=data_offsets[e.offset]) for e in entries]
 
 
-def _zip64(fh: BinaryIO, size: int) -> bool:
+def _zip64_end(fh: BinaryIO, size: int) -> bool:
     at = size - EOCD.size - 20
     if at < 0:
         return False
@@ -137,6 +150,7 @@ def _central_entries(data: bytes, total: int, where: str) -> list[Entry]:
         if sig != CENTRAL_SIG:
             raise EvidenceError(f"{where}: corrupt central directory (bad signature)")
         name = data[pos + CENTRAL.size : pos + CENTRAL.size + name_len]
+        extra = data[pos + CENTRAL.size + name_len : pos + CENTRAL.size + name_len + extra_len]
         pos += CENTRAL.size + name_len + extra_len + comment_len
         if pos > len(data):
             raise EvidenceError(f"{where}: truncated central directory entry")
@@ -145,11 +159,13 @@ def _central_entries(data: bytes, total: int, where: str) -> list[Entry]:
         _check_flags(flags, name, "central directory")
         if disk:
             raise EvidenceError(f"{shown(name)}: entry on disk {disk}; evidence is one file")
-        if extra_len or comment_len:
-            what = "an extra field" if extra_len else "a comment"
+        if comment_len:
             raise EvidenceError(
-                f"{shown(name)}: {what} in the central directory; the writer adds none"
+                f"{shown(name)}: a comment in the central directory; the writer adds none"
             )
+        size, compressed, offset = _zip64(
+            name, extra, (size, compressed, offset), "the central directory"
+        )
         if method not in (STORED, DEFLATED):
             raise EvidenceError(
                 f"{shown(name)}: compression method {method} is not stored or deflate"
@@ -162,6 +178,23 @@ def _central_entries(data: bytes, total: int, where: str) -> list[Entry]:
     return entries
 
 
+def _zip64(name: bytes, extra: bytes, values: tuple[int, ...], header: str) -> tuple[int, ...]:
+    """`values` (size, compressed size[, offset]) with every FULL field read from the
+    zip64 extra field, the only extra field allowed, and only when some field is FULL."""
+    full = [i for i, v in enumerate(values) if v == FULL]
+    if not extra and not full:
+        return values
+    want = struct.pack("<HH", ZIP64_EXTRA_ID, 8 * len(full))
+    if not full or len(extra) != 4 + 8 * len(full) or extra[:4] != want:
+        raise EvidenceError(
+            f"{shown(name)}: an extra field in {header}; the writer adds none but zip64 sizes"
+        )
+    out = list(values)
+    for i, value in zip(full, struct.unpack(f"<{len(full)}Q", extra[4:]), strict=True):
+        out[i] = value
+    return tuple(out)
+
+
 def _check_flags(flags: int, name: bytes, header: str) -> None:
     extra = flags & ~ALLOWED_FLAGS
     if extra:
@@ -172,8 +205,11 @@ def _check_flags(flags: int, name: bytes, header: str) -> None:
         )
 
 
-def _check_locals(fh: BinaryIO, entries: list[Entry], cd_offset: int, where: str) -> None:
+def _check_locals(fh: BinaryIO, entries: list[Entry], cd_offset: int, where: str) -> dict[int, int]:
+    """Check the local headers against `entries`; return each entry's data offset by its
+    header offset."""
     expected = 0
+    data_offsets: dict[int, int] = {}
     for entry in sorted(entries, key=lambda e: e.offset):
         if entry.offset != expected:
             raise EvidenceError(
@@ -191,6 +227,8 @@ def _check_locals(fh: BinaryIO, entries: list[Entry], cd_offset: int, where: str
             raise EvidenceError(f"{shown(entry.name)}: no local header at its offset")
         _check_flags(flags, entry.name, "local header")
         name = fh.read(name_len)
+        extra = fh.read(extra_len)
+        size, compressed = _zip64(entry.name, extra, (size, compressed), "the local header")
         local = (name, flags, method, time, date, crc, compressed, size)
         central = (
             *(entry.name, entry.flags, entry.method, entry.time, entry.date, entry.crc),
@@ -203,11 +241,8 @@ def _check_locals(fh: BinaryIO, entries: list[Entry], cd_offset: int, where: str
             raise EvidenceError(
                 f"{shown(entry.name)}: local header and central directory differ ({field})"
             )
-        if extra_len:
-            raise EvidenceError(
-                f"{shown(entry.name)}: an extra field in the local header; the writer adds none"
-            )
-        expected = entry.offset + LOCAL.size + name_len + entry.compressed
+        data_offsets[entry.offset] = entry.offset + LOCAL.size + name_len + extra_len
+        expected = data_offsets[entry.offset] + entry.compressed
     if expected != cd_offset:
         raise EvidenceError(
             f"{where}: {cd_offset - expected} bytes between the last entry and the central "
@@ -215,6 +250,7 @@ def _check_locals(fh: BinaryIO, entries: list[Entry], cd_offset: int, where: str
             if expected < cd_offset
             else f"{where}: the last entry runs into the central directory"
         )
+    return data_offsets
 
 
 _FIELDS = (

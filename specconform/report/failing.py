@@ -18,6 +18,7 @@ from specconform.diagnosis import Diagnosis, diagnose_archive
 from specconform.evidence.reader import read_archive
 from specconform.report.model import ArchiveView
 from specconform.results import TestRow
+from specconform.util.errors import SpecconformError
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ def failing_cards(views: Sequence[ArchiveView], labels: Sequence[str]) -> list[F
         rows = {r.test: r for r in view.evaluation.tests}
         try:
             diagnoses = diagnose_archive(read_archive(view.path))
-        except (KeyError, ValueError):  # raw files kept outside the archive
+        except (KeyError, ValueError, SpecconformError):  # raw files kept outside the archive
             continue
         for d in diagnoses:
             named = replace(d, archive=view.path.name)

@@ -145,9 +145,7 @@ def _verify_archive(zip_path: Path, pubkey: Path | None, *, skip_external: bool)
     found = None
     if MANIFEST_NAME in contents.files:
         found = check_external(Path(zip_path), contents.top, contents.files[MANIFEST_NAME])
-        contents = ArchiveContents(
-            contents.path, contents.top, {**contents.files, **found.present}, contents.digests
-        )
+        contents = contents.with_external(found.present)
     needed = tuple(n for n in (found.absent if found else ()) if n.startswith("raw/"))
     if needed and not skip_external:
         raise EvidenceError(
