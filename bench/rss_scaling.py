@@ -16,6 +16,9 @@ CPU (engine cost aside: the toy numpy engine of examples/):
 CPU, the toolkit's share alone (synthetic fp32_t2 batches, 5 groups: join, statistics,
 archive), one checkout's code against another's (e.g. a worktree of the commit before):
     python3 bench/rss_scaling.py --toolkit-only --seeds 1e4,1e5,4e5 --root OLD --root .
+and `verify` of the sealed (unsigned) archive, in a fresh process per checkout under
+/usr/bin/time -v (peak RSS, wall time, exit code; --keep DIR keeps the archives):
+    python3 bench/rss_scaling.py --toolkit-only --verify --seeds 1e5,1e6 --root OLD --root .
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ import time
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from verify_rss import seal_run, verify_rss  # noqa: E402  (a sibling of this file)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -189,10 +195,12 @@ def _write_world_batches(folder: Path, protocol: dict, seeds: int, batch: int = 
     return [b for g in protocol["groups"] for b in plan[g["name"]]]
 
 
-def _toolkit_child(folder: str, plan_json: str, protocol_json: str) -> None:
+def _toolkit_child(folder: str, plan_json: str, protocol_json: str, sealed: str = "") -> None:
     """In a fresh process, with whichever checkout's code is first on sys.path: the
     runner's join, the evaluation of the raw files, the archive of them; prints the
-    phases' seconds and a digest of the results (old and new code must agree)."""
+    phases' seconds and a digest of the results (old and new code must agree). With
+    ``sealed`` "1", also seals the run with its results (unsigned) into
+    FOLDER/sealed.zip, an archive `specconform verify` recomputes."""
     import hashlib
     import shutil
 
@@ -219,6 +227,8 @@ def _toolkit_child(folder: str, plan_json: str, protocol_json: str) -> None:
     (run / "raw" / "reference.json").write_bytes(ref)
     write_reproducible_zip(run, root / "run.zip", top="run")
     t3 = time.perf_counter()
+    if sealed == "1":
+        seal_run(run, root / "sealed.zip", protocol, ev)
     body = canonical_json_bytes([t.to_json() for t in ev.tests])
     body += canonical_json_bytes(ev.verdict.to_json())
     print(
@@ -234,7 +244,9 @@ def _toolkit_child(folder: str, plan_json: str, protocol_json: str) -> None:
     )
 
 
-def toolkit_only(seeds: int, roots: list[Path]) -> dict:
+def toolkit_only(
+    seeds: int, roots: list[Path], *, verify: bool = False, keep: Path | None = None
+) -> dict:
     """Peak RSS of the toolkit's share of a fp32_t2 run at ``seeds`` seeds, per checkout."""
     from specconform.protocol.load import load_protocol
 
@@ -243,7 +255,7 @@ def toolkit_only(seeds: int, roots: list[Path]) -> dict:
     with tempfile.TemporaryDirectory(prefix="rss-toolkit-") as tmp:
         plan = _write_world_batches(Path(tmp), protocol, seeds)
         for root in roots:
-            for stale in ("samples.csv", "run", "run.zip"):
+            for stale in ("samples.csv", "run", "run.zip", "sealed.zip"):
                 path = Path(tmp) / stale
                 if path.is_dir():
                     import shutil
@@ -257,7 +269,10 @@ def toolkit_only(seeds: int, roots: list[Path]) -> dict:
             )
             env = {**os.environ, "PYTHONPATH": str(root)}
             proc = subprocess.Popen(
-                [sys.executable, "-c", code, tmp, json.dumps(plan), json.dumps(protocol)],
+                [
+                    *(sys.executable, "-c", code, tmp, json.dumps(plan)),
+                    *(json.dumps(protocol), "1" if verify else ""),
+                ],
                 cwd=root,
                 env=env,
                 stdout=subprocess.PIPE,
@@ -275,6 +290,28 @@ def toolkit_only(seeds: int, roots: list[Path]) -> dict:
                 f"archive {row.get('archive_s', 0):.1f}s  {row.get('results_sha256', '')[:12]}",
                 flush=True,
             )
+            if verify:
+                import hashlib
+
+                archive = Path(tmp) / "sealed.zip"
+                row["archive_sha256"] = hashlib.sha256(archive.read_bytes()).hexdigest()
+                row["archive_mb"] = archive.stat().st_size / 1e6
+        if verify:  # every checkout verifies the archive the last one sealed
+            archive = Path(tmp) / "sealed.zip"
+            for root in roots:
+                res = verify_rss(archive, root)
+                out[str(root)]["verify"] = res
+                print(
+                    f"  verify {root.name}: {seeds:,} seeds  exit {res['exit']}  peak RSS "
+                    f"{res['peak_rss_mb']:8.1f} MB  wall {res['wall_s']:.1f}s  "
+                    f"archive {archive.stat().st_size / 1e6:.1f} MB  {res['lines'][-1][:90]}",
+                    flush=True,
+                )
+            if keep is not None:
+                import shutil
+
+                keep.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(archive, keep / f"fp32_t2-synthetic-{seeds}.zip")
     return out
 
 
@@ -297,11 +334,18 @@ def main(argv=None) -> int:
         "batches, no engine; --root names the checkouts whose code runs (default: this one)",
     )
     ap.add_argument("--root", action="append", type=Path, default=None)
+    ap.add_argument(
+        "--verify",
+        action="store_true",
+        help="with --toolkit-only: seal the run (unsigned) and measure `specconform verify "
+        "--skip-signature` of it per checkout in a fresh process (/usr/bin/time -v)",
+    )
+    ap.add_argument("--keep", type=Path, default=None, help="with --verify: keep the archives here")
     args = ap.parse_args(argv)
     counts = sorted(int(float(s)) for s in args.seeds.split(","))
     if args.toolkit_only:
         roots = [r.resolve() for r in (args.root or [ROOT])]
-        res = {n: toolkit_only(n, roots) for n in counts}
+        res = {n: toolkit_only(n, roots, verify=args.verify, keep=args.keep) for n in counts}
         for root in roots:
             a, b = (res[n][str(root)] for n in counts[-2:]) if len(counts) > 1 else (None, None)
             if a is not None:
@@ -310,6 +354,13 @@ def main(argv=None) -> int:
                     f"{root.name}: growth {per:,.0f} bytes of peak RSS per seed (5 groups) "
                     f"between {counts[-2]:,} and {counts[-1]:,}"
                 )
+                if args.verify:
+                    va, vb = a["verify"], b["verify"]
+                    per = (vb["peak_rss_mb"] - va["peak_rss_mb"]) * 1e6 / (counts[-1] - counts[-2])
+                    print(
+                        f"{root.name}: verify growth {per:,.0f} bytes of peak RSS per seed "
+                        f"(exit {va['exit']} and {vb['exit']})"
+                    )
         if args.json:
             args.json.write_text(json.dumps(res, indent=2) + "\n")
         return 0
