@@ -90,7 +90,7 @@ def test_fixture_archives_verify_and_state_their_verdicts(primary, disjoint):
         assert done.returncode == 0, done.stdout + done.stderr
         assert read_archive(path).evaluation().verdict.verdict == verdict
     reasons = dict(read_archive(disjoint).evaluation().verdict.reasons)
-    assert reasons["t2_async"] == "p_Holm < 0.01" and reasons["engine_errors"] == "engine errors"
+    assert reasons["t2_async"] == "p_Holm < 0.005" and reasons["engine_errors"] == "engine errors"
 
 
 # --- Markdown ------------------------------------------------------------------------
@@ -147,7 +147,7 @@ def test_coverage_scope_and_archive_digests(primary, disjoint):
         line.startswith("- primary, t2_async: ") and "strata cover" in line
         for line in markdown.splitlines()
     )
-    assert "false-fail rate ≤ 0.01 over 10 tests (Holm)" in markdown
+    assert "false-fail rate ≤ 0.01: Holm at 0.005 over 10 tests, 0.005 reserved for real numerics" in markdown
     archives = _section(markdown, "### Archives")
     for line, path in zip(archives[2:], (primary, disjoint), strict=True):
         assert f"`{hashlib.sha256(path.read_bytes()).hexdigest()}`" in line
@@ -267,9 +267,9 @@ def test_junit_no_evidence_deciding_test_is_an_inconclusive_error_never_pass():
 
 def test_step_summary_and_append(tmp_path, disjoint):
     summary = step_summary_markdown(disjoint)
-    assert "**FAIL**" in summary and "t2_async (p_Holm < 0.01)" in summary
+    assert "**FAIL**" in summary and "t2_async (p_Holm < 0.005)" in summary
     assert "engine_errors (engine errors)" in summary
-    assert "false-fail rate ≤ 0.01 over 10 tests (Holm)" in summary
+    assert "false-fail rate ≤ 0.01: Holm at 0.005 over 10 tests, 0.005 reserved for real numerics" in summary
     assert hashlib.sha256(disjoint.read_bytes()).hexdigest() in summary
     target = tmp_path / "summary.md"
     target.write_text("earlier step\n")
