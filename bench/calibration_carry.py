@@ -10,7 +10,10 @@ was). The engine is deterministic for a given offset (bench/calibration_real_eng
 are marked ``source = carried <old hash>`` so that a reader can re-run them to check.
 
 The two protocol files are compared on their canonical JSON (what their hashes cover)
-with ``verdict.numerics_reserve`` set aside; any other difference refuses the carry.
+with ``verdict.numerics_reserve`` set aside; any other difference refuses the carry. A
+p-value that itself depends on the family level breaks the premise: the score test's
+Monte Carlo draws follow the level (specconform.stats.score.replications_for), so a file
+with ``joint_score`` tests whose draws differ at the two levels refuses the carry too.
 """
 
 from __future__ import annotations
@@ -44,12 +47,30 @@ def carry_reason(old_protocol: Path, new_protocol: Path) -> str:
             f"cannot carry runs of {old_protocol} to {new_protocol}: they differ in "
             f"{', '.join(keys)}, not only in verdict.numerics_reserve"
         )
+    _same_draws(old_data, old_reserve, new_reserve)
     if new_reserve < old_reserve:
         raise SystemExit(
             f"cannot carry runs: the new numerics_reserve {new_reserve:g} is below the old "
             f"{old_reserve:g} (a PASS at a lower level does not imply one at a higher)"
         )
     return f"carried {old.hash[:12]}"
+
+
+def _same_draws(data: dict, old_reserve: float, new_reserve: float) -> None:
+    from specconform.kinds.verdict import FamilyRule
+    from specconform.stats.score import replications_for
+
+    if not any(t.get("type") == "joint_score" for t in data.get("tests", [])):
+        return
+    rule = FamilyRule.from_protocol(data, data.get("decision_roles") or ("primary",))
+    m = max(1, sum(t["role"] in rule.roles for t in data["tests"]))
+    old = replications_for(rule.alpha - old_reserve, m)
+    new = replications_for(rule.alpha - new_reserve, m)
+    if old != new:
+        raise SystemExit(
+            f"cannot carry runs: the joint_score tests draw {old} Monte Carlo samples at the "
+            f"old family level and {new} at the new one (their p-values differ): re-run"
+        )
 
 
 def carried_rows(old_csv: Path, source: str, digest: str, done: set[int]) -> list[dict]:

@@ -66,12 +66,25 @@ def test_carry_only_across_a_larger_numerics_reserve(tmp_path):
     """PASS rows carry from the file before the reserve (only verdict.numerics_reserve
     differs, and it grew); any other difference, or a smaller reserve, refuses."""
     carry = _carry()
+    # ci_gate's score tests draw 1,999 Monte Carlo samples at 0.01 and 3,999 at 0.005:
+    # their p-values differ, so its runs never carry (the premise is the same p-values)
     new = ROOT / "protocols" / "ci_gate.yaml"
-    assert carry.carry_reason(OLD_GATE, new) == "carried 25ebee167f55"
+    with pytest.raises(SystemExit, match="1999 Monte Carlo samples .* 3999"):
+        carry.carry_reason(OLD_GATE, new)
+    without_score = OLD_GATE.read_text().replace("type: joint_score", "type: joint")
+    old, new = tmp_path / "old.yaml", tmp_path / "new.yaml"
+    old.write_text(without_score)
+    new.write_text(
+        without_score.replace(
+            "verdict: {combine: holm, alpha: 0.01}",
+            "verdict: {combine: holm, alpha: 0.01, numerics_reserve: 0.005}",
+        )
+    )
+    assert carry.carry_reason(old, new).startswith("carried ")
     with pytest.raises(SystemExit, match="below the old"):
-        carry.carry_reason(new, OLD_GATE)  # backwards: a PASS at 0.005 says nothing at 0.01
+        carry.carry_reason(new, old)  # backwards: a PASS at 0.005 says nothing at 0.01
     other = tmp_path / "other.yaml"
-    other.write_text(OLD_GATE.read_text().replace("count: 2000", "count: 1999"))
+    other.write_text(without_score.replace("count: 2000", "count: 1999"))
     with pytest.raises(SystemExit, match="differ in seeds"):
         carry.carry_reason(other, new)
 

@@ -66,7 +66,9 @@ def test_joint_score_in_the_evaluator(gate):
     # ci_gate at 1,000 seeds per group, fixed seed: the correct sampler passes
     # score_async_d1; shared_uniform fails it (exact-law power of score_async_d1 at
     # 1,000 seeds and the Holm first-step level 0.001: 0.95; the omnibus joint_async_d1's
-    # 0.11: specconform.planning.mutant_power).
+    # 0.11: specconform.planning.mutant_power). At the family level 0.005 (the numerics
+    # reserve) the first step is 0.0005, which a p-value of 1,999 draws (>= 0.0005) never
+    # passes: the draws follow the level (3,999 here; stats.score.replications_for).
     protocol, w = gate
     rows = {}
     for mutant in (None, "shared_uniform"):
@@ -77,6 +79,7 @@ def test_joint_score_in_the_evaluator(gate):
     assert clean.passed and clean.df == 5 and clean.pvalue > 0.01
     assert clean.detail.strata_count >= 5  # every observed t1, no min_samples
     assert bug.passed is False and bug.pvalue <= 0.001
+    assert bug.detail.mc_replications == 3999 and bug.pvalue < 0.005 / 10
     assert rows["shared_uniform"]["joint_async_d1"].passed is not False
     # Deterministic: the Monte Carlo seed is the test's name (verify recomputes it).
     again = evaluate_frames(
@@ -97,3 +100,15 @@ def test_joint_score_needs_a_speculative_group(gate):
 
     with pytest.raises(ValueError, match="needs a speculative group"):
         DistributionProtocol.model_validate(bad)
+
+
+def test_draws_follow_the_family_level():
+    """The smallest Monte Carlo p-value stays at most half of Holm's first step; files
+    without a reserve (level/m >= 0.001) keep their 1,999 draws and so their p-values."""
+    from specconform.stats.score import DEFAULT_REPLICATIONS, replications_for
+
+    assert replications_for(0.01, 10) == DEFAULT_REPLICATIONS == 1999  # ci_gate before
+    assert replications_for(0.01, 6) == 1999  # fp32_t2
+    assert replications_for(0.005, 10) == 3999  # ci_gate with the reserve
+    for level, m in ((0.005, 10), (0.001, 7), (0.01, 40)):
+        assert 1 / (replications_for(level, m) + 1) <= level / m / 2

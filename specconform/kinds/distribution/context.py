@@ -70,6 +70,7 @@ class Context:
     plans: Mapping[str, GroupPlan]
     ref: Reference
     data: Mapping[str, GroupTally]
+    family_size: int = 1  # deciding tests the protocol lists (Holm's m at its first step)
 
     @property
     def width(self) -> int:
@@ -82,16 +83,18 @@ class Context:
         strata_rule = protocol.get("strata") or {}
         batch = (protocol.get("engine") or {}).get("batch_size")
         tolerance = (protocol.get("engine_errors") or {}).get("tolerance", 0)
+        rule = FamilyRule.from_protocol(protocol, DECIDING_ROLES)
         return cls(
             alpha=float(protocol["alpha"]),
             min_samples=int(strata_rule.get("min_samples", 200)),
             min_expected=float(strata_rule.get("min_expected", 5.0)),
             batch_size=None if batch is None else int(batch),
             error_tolerance=int(tolerance),
-            rule=FamilyRule.from_protocol(protocol, DECIDING_ROLES),
+            rule=rule,
             plans=group_plans(protocol),
             ref=ref,
             data=MappingProxyType(dict(data)),
+            family_size=max(1, sum(t["role"] in rule.roles for t in protocol["tests"])),
         )
 
     def group(self, name: str) -> GroupTally:

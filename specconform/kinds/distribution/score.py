@@ -19,7 +19,7 @@ from specconform.details.distribution import ScoreDetail, ScoreStratumRecord
 from specconform.evidence.jsonio import json_number
 from specconform.stats.cells import dense_on
 from specconform.stats.mutant_laws import score_directions
-from specconform.stats.score import DEFAULT_REPLICATIONS, ScoreStratum, score_test
+from specconform.stats.score import ScoreStratum, replications_for, score_test
 from specconform.stats.speculative import joint_cells
 
 from .context import Context
@@ -62,7 +62,8 @@ def joint_score(ctx: Context, spec: dict):
         cells.append(ScoreStratum(joint_counts(s, tokens), joint_cells(pp, qq), dirs))
         per.append(ScoreStratumRecord(t1=int(t1), n=s.n))
     seed = mc_seed(spec["name"], cells)
-    res = score_test(cells, replications=DEFAULT_REPLICATIONS, seed=seed)
+    draws = replications_for(ctx.rule.level, ctx.family_size)
+    res = score_test(cells, replications=draws, seed=seed)
     detail = ScoreDetail(
         group=name,
         draft_loops=d,
