@@ -147,7 +147,10 @@ def test_coverage_scope_and_archive_digests(primary, disjoint):
         line.startswith("- primary, t2_async: ") and "strata cover" in line
         for line in markdown.splitlines()
     )
-    assert "false-fail rate ≤ 0.01: Holm at 0.005 over 10 tests, 0.005 reserved for real numerics" in markdown
+    assert (
+        "false-fail rate ≤ 0.01: Holm at 0.005 over 10 tests, 0.005 reserved for real numerics"
+        in markdown
+    )
     archives = _section(markdown, "### Archives")
     for line, path in zip(archives[2:], (primary, disjoint), strict=True):
         assert f"`{hashlib.sha256(path.read_bytes()).hexdigest()}`" in line
@@ -269,7 +272,10 @@ def test_step_summary_and_append(tmp_path, disjoint):
     summary = step_summary_markdown(disjoint)
     assert "**FAIL**" in summary and "t2_async (p_Holm < 0.005)" in summary
     assert "engine_errors (engine errors)" in summary
-    assert "false-fail rate ≤ 0.01: Holm at 0.005 over 10 tests, 0.005 reserved for real numerics" in summary
+    assert (
+        "false-fail rate ≤ 0.01: Holm at 0.005 over 10 tests, 0.005 reserved for real numerics"
+        in summary
+    )
     assert hashlib.sha256(disjoint.read_bytes()).hexdigest() in summary
     target = tmp_path / "summary.md"
     target.write_text("earlier step\n")
