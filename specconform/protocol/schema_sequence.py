@@ -327,7 +327,8 @@ class SequenceProtocol(Strict):
             return
         roles = set(self.decision_roles)
         limited = [t.name for t in self.tests if t.type in TOKEN_TYPES and t.role in roles]
-        reserve = self.verdict.numerics_reserve or 0.0  # _with_verdict has set verdict
+        verdict = self.verdict  # _with_verdict has set it; None only before validation
+        reserve = (verdict.numerics_reserve or 0.0) if verdict is not None else 0.0
         spent = self.numerics.alpha * len(limited)
         if limited and spent > reserve * (1 + 1e-9):
             raise ValueError(
