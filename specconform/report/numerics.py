@@ -28,7 +28,7 @@ def _model_line(d: CheckDetail) -> str:
         "logit gap lies within the model's error: counted, never a mismatch; more than "
         "the limit refutes the model (FAIL: under the model a correct engine exceeds it "
         "with chance at most the protocol's numerics.alpha per token check, a level "
-        "outside the verdict's family-wise statement)."
+        "charged to the verdict's numerics reserve)."
     )
 
 
