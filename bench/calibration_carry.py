@@ -47,7 +47,7 @@ def carry_reason(old_protocol: Path, new_protocol: Path) -> str:
             f"cannot carry runs of {old_protocol} to {new_protocol}: they differ in "
             f"{', '.join(keys)}, not only in verdict.numerics_reserve"
         )
-    _same_draws(old_data, old_reserve, new_reserve)
+    _same_draws(old.data, new.data)
     if new_reserve < old_reserve:
         raise SystemExit(
             f"cannot carry runs: the new numerics_reserve {new_reserve:g} is below the old "
@@ -56,20 +56,16 @@ def carry_reason(old_protocol: Path, new_protocol: Path) -> str:
     return f"carried {old.hash[:12]}"
 
 
-def _same_draws(data: dict, old_reserve: float, new_reserve: float) -> None:
-    from specconform.kinds.verdict import FamilyRule
-    from specconform.stats.score import replications_for
+def _same_draws(old: dict, new: dict) -> None:
+    from specconform.kinds.distribution.score import score_draws
 
-    if not any(t.get("type") == "joint_score" for t in data.get("tests", [])):
+    if not any(t.get("type") == "joint_score" for t in old.get("tests", [])):
         return
-    rule = FamilyRule.from_protocol(data, data.get("decision_roles") or ("primary",))
-    m = max(1, sum(t["role"] in rule.roles for t in data["tests"]))
-    old = replications_for(rule.alpha - old_reserve, m)
-    new = replications_for(rule.alpha - new_reserve, m)
-    if old != new:
+    before, after = score_draws(old), score_draws(new)
+    if before != after:
         raise SystemExit(
-            f"cannot carry runs: the joint_score tests draw {old} Monte Carlo samples at the "
-            f"old family level and {new} at the new one (their p-values differ): re-run"
+            f"cannot carry runs: the joint_score tests draw {before} Monte Carlo samples at "
+            f"the old family level and {after} at the new one (their p-values differ): re-run"
         )
 
 

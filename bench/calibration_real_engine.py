@@ -201,8 +201,9 @@ def append_rows(path: Path, fieldnames: list[str], rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
-def carry(args, digest: str, done: set[int], fieldnames: list[str]) -> None:
-    """Append --carry-from's PASS rows (bench/calibration_carry.py) to --out."""
+def carry(args, digest: str, done: set[int], fieldnames: list[str]) -> set[int]:
+    """Append --carry-from's PASS rows (bench/calibration_carry.py) to --out; their
+    offsets."""
     from calibration_carry import carried_rows, carry_reason
 
     if args.carry_protocol is None:
@@ -213,6 +214,7 @@ def carry(args, digest: str, done: set[int], fieldnames: list[str]) -> None:
         raise SystemExit(f"{args.out} has no source column: carry into a new CSV")
     append_rows(args.out, fieldnames, rows)
     print(f"carried {len(rows)} PASS row(s) from {args.carry_from} ({source})", file=sys.stderr)
+    return {row["offset"] for row in rows}
 
 
 def main(argv=None) -> int:
@@ -245,15 +247,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from specconform.protocol.load import load_protocol
 
-    data = load_protocol(args.protocol).data
+    loaded = load_protocol(args.protocol)
+    data, digest = loaded.data, loaded.hash[:12]
     alpha = float((data.get("verdict") or {}).get("alpha", data.get("alpha", 0.01)))
     stride = args.stride or seed_span(args.protocol)
     if args.out.exists() and not args.resume:
         raise SystemExit(f"{args.out} exists: pass --resume to continue it")
     done, fieldnames = set(), list(COLUMNS)
-    from specconform.protocol.load import load_protocol as _load
-
-    digest = _load(args.protocol).hash[:12]
     if args.out.exists():
         old = pd.read_csv(args.out, dtype={"protocol_hash": "string"})
         done = set(old["offset"].astype(int))
@@ -263,8 +263,7 @@ def main(argv=None) -> int:
             raise SystemExit(f"{args.out} holds runs of protocol {sorted(hashes)}, not {digest}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.carry_from is not None:
-        carry(args, digest, done, fieldnames)
-        done = set(pd.read_csv(args.out)["offset"].astype(int))
+        done |= carry(args, digest, done, fieldnames)
     cache = EngineCache()
     shard, shards = (int(x) for x in args.shard.split("/"))
     if args.offsets:

@@ -65,11 +65,7 @@ MEMORY_BOUND_BYTES = 512 << 20
 # (4.29 GB) admits it with 40 % to spare.
 MAX_TOTAL_BYTES = 4 << 30
 MAX_ENTRIES = 10_000
-# Deflate reaches ~1030:1 on zeros; CSV and JSON evidence compresses 3-20:1. Entries
-# smaller than RATIO_FREE_BYTES cannot exhaust anything and are not ratio-checked.
-MAX_RATIO = members.MAX_RATIO
-RATIO_FREE_BYTES = members.RATIO_FREE_BYTES
-CHUNK_BYTES = members.CHUNK_BYTES
+# The compression ratio bound and the chunk size: members.MAX_RATIO, members.CHUNK_BYTES.
 
 
 @dataclass(frozen=True)
@@ -257,7 +253,7 @@ def _check_layout(zip_path: Path, infos: list[zipfile.ZipInfo]) -> str:
             raise EvidenceError(
                 f"{shown(name)}: compression method {info.compress_type} is not stored or deflate"
             )
-        _check_ratio(name, info.file_size, info.compress_size)
+        members.check_ratio(name, info.file_size, info.compress_size)
         declared += info.file_size
         if info.file_size > MAX_TOTAL_BYTES or declared > MAX_TOTAL_BYTES:
             raise EvidenceError(
@@ -289,10 +285,6 @@ def _entry_type(info: zipfile.ZipInfo) -> str:
         stat.S_IFIFO: "fifo",
         stat.S_IFSOCK: "socket",
     }.get(file_type, f"type-{file_type:o}")
-
-
-def _check_ratio(name: str, produced: int, compressed: int) -> None:
-    members.check_ratio(name, produced, compressed)
 
 
 def _declared(entry) -> tuple[int, int, int, int]:

@@ -30,6 +30,7 @@ from functools import partial
 import numpy as np
 
 from specconform.calibration import World, deciding_tests, world_from_reference
+from specconform.kinds.verdict import FamilyRule
 from specconform.stats.pooling import pool_cells
 from specconform.stats.power import DEFAULT_POWER, chi2_power, required_noncentrality
 from specconform.stats.speculative import joint_cells, total_variation
@@ -116,8 +117,8 @@ def planning_level(protocol: dict) -> tuple[float, str]:
     block = protocol.get("verdict") if isinstance(protocol.get("verdict"), dict) else {}
     rule = str(block.get("rule") or block.get("method") or block.get("combine") or "").lower()
     if rule in ("holm", "bonferroni"):
-        # The family's level: the stated alpha less the numerics reserve (schema.py).
-        fam = float(block.get("alpha", alpha)) - float(block.get("numerics_reserve") or 0.0)
+        # The family's level: the stated alpha less the numerics reserve.
+        fam = FamilyRule.from_protocol(protocol, ()).level
         return fam / m, (
             f"{rule.capitalize()} over {m} deciding tests at family-wise "
             f"alpha {fam:g}: planned at alpha/m = {fam / m:.4g}"

@@ -171,11 +171,6 @@ class FamilyVerdict(Strict):
             )
         return self
 
-    @property
-    def family_level(self) -> float:
-        """The level the p-value family is adjusted at: alpha less the reserve."""
-        return self.alpha - (self.numerics_reserve or 0.0)
-
     @model_serializer(mode="wrap")
     def _canonical(self, handler):
         return omit_unset(handler(self), "inconclusive", "numerics_reserve")

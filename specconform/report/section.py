@@ -6,6 +6,7 @@ layout is written here once (report/numerics.py, report/tree.py)."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -15,24 +16,26 @@ from specconform.results import Evaluation, TestRow
 D = TypeVar("D")
 
 
-class DetailSection(Generic[D]):
+class DetailSection(ABC, Generic[D]):
     title: str  # the Markdown/HTML heading, before "(<archive label>)"
     header: Sequence[str]  # the table's columns
     intro: str  # the terminal's first line
 
+    @abstractmethod
     def rows(self, evaluation: Evaluation) -> list[tuple[TestRow, D]]:
-        raise NotImplementedError
+        """The evaluation's rows that carry this section's detail, with it."""
 
+    @abstractmethod
     def cells(self, row: TestRow, detail: D) -> list[str]:
-        raise NotImplementedError
+        """One row of the Markdown/HTML table."""
 
+    @abstractmethod
     def line(self, row: TestRow, detail: D) -> str:
         """One row in the terminal."""
-        raise NotImplementedError
 
+    @abstractmethod
     def notes(self, rows: list[tuple[TestRow, D]]) -> list[str]:
         """Below the table (Markdown/HTML: paragraphs)."""
-        raise NotImplementedError
 
     def terminal_notes(self, rows: list[tuple[TestRow, D]]) -> list[str]:
         """Below the terminal lines; by default the table's notes."""

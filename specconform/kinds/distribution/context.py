@@ -59,6 +59,11 @@ class GroupPlan:
     seed_start: int | None  # first seed of the group (offset + seed_offset); None: unknown
 
 
+def family_size(protocol: dict, rule: FamilyRule) -> int:
+    """Deciding tests the protocol lists: Holm's m at its first step."""
+    return max(1, sum(t["role"] in rule.roles for t in protocol["tests"]))
+
+
 @dataclass(frozen=True)
 class Context:
     alpha: float  # per-test level of the rows that do not decide
@@ -94,7 +99,7 @@ class Context:
             plans=group_plans(protocol),
             ref=ref,
             data=MappingProxyType(dict(data)),
-            family_size=max(1, sum(t["role"] in rule.roles for t in protocol["tests"])),
+            family_size=family_size(protocol, rule),
         )
 
     def group(self, name: str) -> GroupTally:

@@ -17,12 +17,13 @@ import numpy as np
 
 from specconform.details.distribution import ScoreDetail, ScoreStratumRecord
 from specconform.evidence.jsonio import json_number
+from specconform.kinds.verdict import FamilyRule
 from specconform.stats.cells import dense_on
 from specconform.stats.mutant_laws import score_directions
 from specconform.stats.score import ScoreStratum, replications_for, score_test
 from specconform.stats.speculative import joint_cells
 
-from .context import Context
+from .context import DECIDING_ROLES, Context, family_size
 from .mechanism import _speculative, joint_counts
 from .rows import Coverage
 
@@ -37,6 +38,13 @@ def mc_seed(test_name: str, cells: list[ScoreStratum]) -> list[int]:
         b"".join(np.ascontiguousarray(c.counts, dtype=np.int64).tobytes() for c in cells)
     )
     return [zlib.crc32(test_name.encode()), digest]
+
+
+def score_draws(protocol: dict) -> int:
+    """The Monte Carlo draws of the protocol's joint_score tests (they follow its family
+    level: stats.score.replications_for)."""
+    rule = FamilyRule.from_protocol(protocol, DECIDING_ROLES)
+    return replications_for(rule.level, family_size(protocol, rule))
 
 
 def joint_score(ctx: Context, spec: dict):
