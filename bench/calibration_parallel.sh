@@ -16,7 +16,7 @@ mkdir -p "$(dirname "$out")"
 [ -e "$out" ] || $py -c "import sys; sys.path.insert(0, 'bench'); from calibration_real_engine import COLUMNS; print(','.join(COLUMNS))" > "$out"
 for k in $(seq 0 $((procs - 1))); do
   OMP_NUM_THREADS=1 timeout "$seconds" $py bench/calibration_real_engine.py "$protocol" \
-    --runs 0 --offset-base 0 --offsets "$offsets" --shard "$k/$procs" --resume --out "$out" \
+    --runs 0 --offset-base 0 --offsets "$offsets" --shard "$k/$procs" --resume --out "$out" --keep-failing "${KEEP_FAILING:-$out.failing}" \
     > "$out.shard$k.log" 2>&1 &
 done
 wait

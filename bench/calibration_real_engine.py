@@ -95,7 +95,11 @@ class EngineCache:
             close()
 
 
-def one_run(protocol: Path, offset: int, device: str | None) -> tuple[dict, dict[str, bytes]]:
+def one_run(
+    protocol: Path, offset: int, device: str | None, keep: Path | None = None
+) -> tuple[dict, dict[str, bytes]]:
+    """One run; its archive is deleted unless ``keep`` names a folder and the verdict is
+    not PASS (a calibration FAIL must be readable afterwards: which check, which token)."""
     import specconform
 
     scratch = Path(tempfile.mkdtemp(prefix="calib-real-"))
@@ -122,6 +126,9 @@ def one_run(protocol: Path, offset: int, device: str | None) -> tuple[dict, dict
             "device": env.get("device", device or ""),
             "min_p_adjusted": f"{min(adjusted):.6g}" if adjusted else "",
         }
+        if keep is not None and verdict.verdict != "PASS":
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(run.archive, keep / Path(run.archive).name)
         return row, kept
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -240,6 +247,9 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--carry-protocol", type=Path, default=None)
     ap.add_argument(
+        "--keep-failing", type=Path, default=None, help="folder for the archives of runs not PASS"
+    )
+    ap.add_argument(
         "--shard",
         default="0/1",
         help="K/N: run only offsets r with r %% N == K (parallel processes appending to one CSV)",
@@ -284,7 +294,7 @@ def main(argv=None) -> int:
     for i, offset in enumerate(offsets):
         if offset in done:
             continue
-        row, _ = one_run(args.protocol, offset, args.device)
+        row, _ = one_run(args.protocol, offset, args.device, args.keep_failing)
         row["protocol_hash"], row["source"] = digest, "run"
         append_rows(args.out, fieldnames, [row])
         print(

@@ -6,7 +6,11 @@
 # offsets 70,000,000 + r x span from r = CALIB_SEQ_FIRST) and ci_gate (CALIB_GATE_PROCS, default 10,
 # from r = CALIB_GATE_FIRST, default 1000: this machine runs r < 1000 on its own CPU). Carry: [.whl, .peers-gpu/flashinfer.tar.xz,
 # .peers-gpu/sglang-tree.tar.xz, .peers-gpu/repo.tar.xz]. Results: $OUT/fi, $OUT/st,
-# $OUT/calib/*.csv (+ shard logs).
+# $OUT/calib/*.csv (+ shard logs; archives of runs not PASS in *.failing/).
+# Also: REPRO="PROTOCOL:OFFSET ..." reruns those cases on the CPU keeping their archives
+# ($OUT/repro: how a calibration FAIL looks on this host's kernels); GPU_TESTS=1 runs the
+# engine's GPU tests and the refill bits check after the peers (issue 38). Everything
+# comes back as ONE file, $OUT/results.tar.xz (the device returns at most 8 files).
 set -u
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT/calib"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
@@ -20,6 +24,22 @@ if [ "${CALIB_GATE_PROCS:-10}" -gt 0 ]; then
   bash bench/calibration_parallel.sh protocols/ci_gate.yaml "$OUT/calib/ci_gate_real.csv" \
     50000000 "${CALIB_GATE_FIRST:-1000}" 3000 "${CALIB_GATE_PROCS:-10}" "$limit" > "$OUT/calib/gate.txt" 2>&1 &
 fi
+for case in ${REPRO:-}; do
+  mkdir -p "$OUT/repro"
+  OMP_NUM_THREADS=1 python3 -m specconform run "${case%%:*}" --offset "${case##*:}" --no-sign \
+    --out "$OUT/repro" > "$OUT/repro/${case##*:}.txt" 2>&1 &
+done
 PYTHONPATH= bash bench/peers_gpu_combo.sh
+if [ "${GPU_TESTS:-0}" = 1 ]; then
+  mkdir -p "$OUT/gpu"
+  timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider -rfE tests/engine/test_refill_early.py \
+    tests/engine/test_engine_trace.py > "$OUT/gpu/tests.txt" 2>&1; echo "gpu tests rc=$?"
+  timeout 120 python3 bench/refill_packing_bits.py --device cuda --dtype bfloat16 \
+    > "$OUT/gpu/refill_bits.txt" 2>&1; echo "refill bits rc=$?"
+  tail -5 "$OUT/gpu/tests.txt" "$OUT/gpu/refill_bits.txt"
+fi
 wait
 cat "$OUT"/calib/*.txt
+tail -3 "$OUT"/repro/*.txt 2>/dev/null
+(cd "$OUT" && tar -cJf /tmp/results.tar.xz --exclude=results.tar.xz . && find . -mindepth 1 -delete \
+  && mv /tmp/results.tar.xz results.tar.xz && ls -la)

@@ -3,8 +3,10 @@ flashinfer-python 0.7.2.post1, the version vLLM 0.33.0 pins; CUDA only: its kern
 JIT-compiled CUDA).
 
 ``flashinfer.sampling.chain_speculative_sampling(draft_probs [B, K, V], draft_token_ids
-[B, K], target_probs [B, K+1, V], ..., deterministic=True, generator=...)`` returns the
-committed tokens ``[B, K+1]`` padded with -1. It draws its own uniforms (Philox, from the
+[B, K], target_probs [B, K+1, V], ..., deterministic=True, generator=...)`` returns
+``(output_token_ids [B, K+1] padded with -1, output_accepted_token_num [B],
+output_emitted_draft_token_num [B])``: the committed tokens and the number of drafts among
+them (the middle count ignores the stop at the first rejection; unused here). It draws its own uniforms (Philox, from the
 ``generator``'s seed and offset) and takes none as input, so the adapter is black-box:
 Monte Carlo only (``protocols/peers/flashinfer.yaml``).
 
@@ -53,9 +55,10 @@ def tempered(q: np.ndarray, T: float) -> np.ndarray:
 
 
 class FlashinferChain:
-    def __init__(self, sampling, mutant, version):
+    def __init__(self, sampling, mutant, version, device: str = "cuda"):
         import torch
 
+        self._device = device  # "cuda"; the CPU tests pass a stand-in sampling module
         self._torch = torch
         self._fn = sampling.chain_speculative_sampling
         self._gen = None
@@ -70,12 +73,14 @@ class FlashinferChain:
         torch = self._torch
         B, K1, V = p.shape
         K = K1 - 1
+        dev = self._device
         if self._gen is None:
-            self._gen = torch.Generator(device="cuda").manual_seed(row_seeds(uniforms, 0xF1))
+            self._gen = torch.Generator(device=dev).manual_seed(row_seeds(uniforms, 0xF1))
         if self.mutant == "wrong_draft_temperature":
             q = tempered(q, 0.5)
         lens = np.asarray(draft_lens, np.int64)
         tokens = np.full((B, K + 1), -1, np.int64)
+        num_accepted = np.zeros(B, np.int64)
         for L in np.unique(lens):
             rows = np.flatnonzero(lens == L)
             L = int(L)
@@ -84,19 +89,19 @@ class FlashinferChain:
                 # drafts is plain sampling from p_0, outside this kernel.
                 tokens[rows, 0] = self._plain(p[rows, 0])
                 continue
-            cuda = lambda a, dt: torch.as_tensor(np.ascontiguousarray(a), dtype=dt, device="cuda")  # noqa: E731
-            out = self._fn(
-                cuda(q[rows, :L], torch.float32),
-                cuda(drafts[rows, :L], torch.int32),
-                cuda(p[rows, : L + 1], torch.float32),
+            on_device = lambda a, dt: torch.as_tensor(np.ascontiguousarray(a), dtype=dt, device=dev)  # noqa: E731
+            token_ids, _, emitted = self._fn(
+                on_device(q[rows, :L], torch.float32),
+                on_device(drafts[rows, :L], torch.int32),
+                on_device(p[rows, : L + 1], torch.float32),
                 deterministic=True,
                 generator=self._gen,
             )
-            tokens[rows, : L + 1] = out.cpu().numpy().astype(np.int64)
-        num_accepted = np.maximum((tokens >= 0).sum(axis=1) - 1, 0)
+            tokens[rows, : L + 1] = token_ids.cpu().numpy().astype(np.int64)
+            num_accepted[rows] = emitted.cpu().numpy().astype(np.int64)
         return KernelOutput(tokens, num_accepted, np.zeros(B, bool))
 
     def _plain(self, p0: np.ndarray) -> np.ndarray:
         torch = self._torch
-        probs = torch.as_tensor(p0, dtype=torch.float32, device="cuda")
+        probs = torch.as_tensor(p0, dtype=torch.float32, device=self._device)
         return torch.multinomial(probs, 1, generator=self._gen)[:, 0].cpu().numpy()
