@@ -10,7 +10,9 @@
 # Also: REPRO="PROTOCOL:OFFSET ..." reruns those cases on the CPU keeping their archives
 # ($OUT/repro: how a calibration FAIL looks on this host's kernels); GPU_TESTS=1 runs the
 # engine's GPU tests and the refill bits check after the peers (issue 38). Everything
-# comes back as ONE file, $OUT/results.tar.xz (the device returns at most 8 files).
+# SPEED_PARTS="engine,kernels" runs bench/speed_at_bound.py's parts after them ($OUT/speed).
+# Everything but large archives comes back as ONE file, $OUT/results.tar.xz (the device
+# returns at most 8 files of at most 16 MiB; the FlashInfer archive alone passed that).
 set -u
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT/calib"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
@@ -38,8 +40,14 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
     > "$OUT/gpu/refill_bits.txt" 2>&1; echo "refill bits rc=$?"
   tail -5 "$OUT/gpu/tests.txt" "$OUT/gpu/refill_bits.txt"
 fi
+if [ -n "${SPEED_PARTS:-}" ]; then
+  mkdir -p "$OUT/speed"
+  python3 bench/speed_at_bound.py --parts "$SPEED_PARTS" --json "$OUT/speed/speed.json" \
+    > "$OUT/speed/speed.txt" 2>&1; echo "speed rc=$?"; tail -30 "$OUT/speed/speed.txt"
+fi
 wait
 cat "$OUT"/calib/*.txt
-tail -3 "$OUT"/repro/*.txt 2>/dev/null
-(cd "$OUT" && tar -cJf /tmp/results.tar.xz --exclude=results.tar.xz . && find . -mindepth 1 -delete \
+for f in "$OUT"/repro/*.txt; do [ -e "$f" ] && tail -n 12 "$f"; done
+(cd "$OUT" && find . -name '*.zip' -size +4M -delete \
+  && tar -cJf /tmp/results.tar.xz --exclude=results.tar.xz . && find . -mindepth 1 -delete \
   && mv /tmp/results.tar.xz results.tar.xz && ls -la)

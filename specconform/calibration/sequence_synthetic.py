@@ -402,6 +402,7 @@ def clean_checks(protocol: dict) -> dict:
         TOKEN_TYPES,
         check_model,
         check_tolerance,
+        counts_near_ties,
         model_json,
     )
     from specconform.protocol.schema_sequence import DETERMINISTIC_TYPES
@@ -425,7 +426,7 @@ def clean_checks(protocol: dict) -> dict:
         token = t["type"] in TOKEN_TYPES
         if model is not None and (t.get("tolerance") == "model" or token):
             rec["numerics"] = model_json(model)
-        if model is not None and token:
+        if model is not None and counts_near_ties(t):
             rec.update(near_ties=0, decisions=checked, near_tie_examples=[])
         out[t["name"]] = rec
     return out

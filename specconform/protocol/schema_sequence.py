@@ -167,6 +167,16 @@ LAW_TYPES = ("oracle", "teacher_forcing", "trace")  # deterministic law comparis
 # numerics.alpha (kinds/sequence/numerics.py): stochastic, so their levels are charged
 # to the verdict's numerics reserve.
 TOKEN_TYPES = ("isolation", "greedy_equality")
+
+
+def limits_near_ties(test_type: str, tolerance: object) -> bool:
+    """Whether a deterministic test counts near-ties under a numerics model, with a
+    limit at numerics.alpha charged to the reserve: the token comparisons, and the law
+    comparisons held to the model (``tolerance: model``), whose supports may differ at
+    a top-k/top-p threshold inside the error (runner/filter_ties.py)."""
+    return test_type in TOKEN_TYPES or (test_type in LAW_TYPES and tolerance == "model")
+
+
 DETERMINISTIC_TYPES: tuple[str, ...] = get_args(DeterministicType)
 
 
@@ -326,7 +336,11 @@ class SequenceProtocol(Strict):
         if self.numerics is None:
             return
         roles = set(self.decision_roles)
-        limited = [t.name for t in self.tests if t.type in TOKEN_TYPES and t.role in roles]
+        limited = [
+            t.name
+            for t in self.tests
+            if limits_near_ties(t.type, t.tolerance) and t.role in roles
+        ]
         verdict = self.verdict  # _with_verdict has set it; None only before validation
         reserve = (verdict.numerics_reserve or 0.0) if verdict is not None else 0.0
         spent = self.numerics.alpha * len(limited)

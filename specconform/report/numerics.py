@@ -1,6 +1,6 @@
 """Numerics of the deterministic checks in reports (issue 32, part 1): each check held
-to the protocol's numerics model, with its tolerance (law checks) or its near-ties
-against the model's limit (token checks). A near-tie is a divergence inside the model's
+to the protocol's numerics model, with its tolerance and its filter near-ties (law
+checks) or its near-ties (token checks) against the model's limit. A near-tie is a divergence inside the model's
 error: counted and shown here, never silently excused (a passing row keeps no reason).
 
 Reads the ``CheckDetail`` rows that carry a model (:mod:`specconform.kinds.sequence`);
@@ -25,10 +25,11 @@ def _model_line(d: CheckDetail) -> str:
         f"Numerics model: {m.get('dtype')}, {m.get('reduction_length')}-term reductions, "
         f"{m.get('kernels')} kernels, scale {_num(m.get('scale'))} ({m.get('growth')} "
         "growth; docs/contracts.md). A near-tie is a divergence whose deciding uniform or "
-        "logit gap lies within the model's error: counted, never a mismatch; more than "
-        "the limit refutes the model (FAIL: under the model a correct engine exceeds it "
-        "with chance at most the protocol's numerics.alpha per token check, a level "
-        "charged to the verdict's numerics reserve)."
+        "logit gap lies within the model's error, or a support difference at a top-k/top-p "
+        "threshold within it: counted, never a mismatch; more than the limit refutes the "
+        "model (FAIL: under the model a correct engine exceeds it with chance at most the "
+        "protocol's numerics.alpha per limited check, a level charged to the verdict's "
+        "numerics reserve)."
     )
 
 
@@ -44,7 +45,10 @@ class NumericsSection(DetailSection[CheckDetail]):
     title = "Numerics of the deterministic checks"
     header = ["check", "law bound", "tolerance", "max abs diff", "near-ties", "limit",
               "decisions", "result"]  # fmt: skip
-    intro = "numerics model (law checks: max |dp| vs tolerance; token checks: near-ties):"
+    intro = (
+        "numerics model (law checks: max |dp| vs tolerance, filter near-ties; "
+        "token checks: near-ties):"
+    )
 
     def rows(self, evaluation: Evaluation) -> list[tuple[TestRow, CheckDetail]]:
         return [
@@ -59,6 +63,13 @@ class NumericsSection(DetailSection[CheckDetail]):
                 _num(d.near_ties), _num(d.near_tie_limit), _num(d.decisions), row.status]  # fmt: skip
 
     def line(self, row: TestRow, d: CheckDetail) -> str:
+        if d.near_ties is not None and d.max_abs_diff is not None:  # a law check
+            return (
+                f"  {row.test}: max |dp| {_num(d.max_abs_diff)} vs tolerance "
+                f"{_num(d.tolerance)} (the model's law bound); {d.near_ties} filter "
+                f"near-tie(s) in {d.decisions} filtered comparisons (limit "
+                f"{d.near_tie_limit})  {row.status}"
+            )
         if d.near_ties is not None:
             return (
                 f"  {row.test}: {d.near_ties} near-tie(s) in {d.decisions} decisions "

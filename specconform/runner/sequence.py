@@ -169,11 +169,21 @@ def law_pass(engine, protocol, specs, records, tf_tests, tallies, *, teacher, pr
                     prefix = list(req.prompt) + list(rec.tokens[:t])
                     at = {"group": group.name, "request": i, "step": t}
                     tallies[name].add_laws(
-                        engine.target_law_for(prefix, req), laws.p[t], {**at, "law": "p"}
+                        engine.target_law_for(prefix, req),
+                        laws.p[t],
+                        {**at, "law": "p"},
+                        sc.filters_of(req, lambda r, x=prefix: engine.target_law_for(x, r)),
                     )
                     if depth is not None and has_q and laws.q_at(t) is not None:
                         q = engine.draft_law_for(prefix, req, depth)
-                        tallies[name].add_laws(q, laws.q_at(t), {**at, "law": "q"})
+                        tallies[name].add_laws(
+                            q,
+                            laws.q_at(t),
+                            {**at, "law": "q"},
+                            sc.filters_of(
+                                req, lambda r, x=prefix: engine.draft_law_for(x, r, depth)
+                            ),
+                        )
                 top_p = 0.0 < req.top_p < 1.0 and not req.greedy
                 rows += token_rows(group.name, i, rec, laws, top_p=top_p)
                 bar.advance(1)

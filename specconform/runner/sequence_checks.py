@@ -26,8 +26,10 @@ from specconform.kinds.sequence.numerics import (
     TOKEN_TYPES,
     check_model,
     check_tolerance,
+    counts_near_ties,
     model_json,
 )
+from specconform.runner.filter_ties import FilterParams, classify_support
 from specconform.runner.near_ties import Divergence
 from specconform.stats.oracle import SamplingSemantics, compare_laws, oracle_law
 
@@ -72,8 +74,13 @@ class CheckTally:
             if len(self.examples) < MAX_EXAMPLES:
                 self.examples.append(example)
 
-    def add_laws(self, a: np.ndarray, b: np.ndarray, example: dict) -> bool:
-        """Compare two [V] laws; returns whether they agree."""
+    def add_laws(
+        self, a: np.ndarray, b: np.ndarray, example: dict, filters: FilterParams | None = None
+    ) -> bool:
+        """Compare two [V] laws (a: the reference's); returns whether they agree. With
+        the request's ``filters`` and a law check that counts near-ties, a support
+        difference at a top-k/top-p threshold inside the model's error is a near-tie
+        (runner/filter_ties.py): counted apart, never a mismatch."""
         c = compare_laws(a, b)
         tol = self.tolerance if self.tolerance is not None else 0.0
         ok = c.same_support and c.max_abs_diff <= tol
@@ -84,8 +91,37 @@ class CheckTally:
             "max_abs_diff": c.max_abs_diff,
             "support": [c.support_reference, c.support_oracle],
         }
+        counted = filters is not None and filters.active and self._counts_filter_ties()
+        if counted:
+            self.decisions += 1
+        if counted and not c.same_support:
+            assert filters is not None and self.numerics is not None
+            tie = classify_support(
+                a,
+                b,
+                filters,
+                logit_bound=self.numerics["logit_bound"],
+                law_bound=self.numerics["law_bound"],
+                tolerance=tol,
+            )
+            detail.update(tie.to_json())
+            if tie.near_tie:
+                self.checked += 1
+                self.near_ties = (self.near_ties or 0) + 1
+                self.max_abs_diff = max(self.max_abs_diff or 0.0, tie.common_diff)
+                if len(self.near_tie_examples) < MAX_EXAMPLES:
+                    self.near_tie_examples.append(detail)
+                return True
+            detail["outside_error"] = tie.why
         self.add(ok, detail, c.max_abs_diff)
         return ok
+
+    def _counts_filter_ties(self) -> bool:
+        return (
+            self.near_ties is not None
+            and self.numerics is not None
+            and (self.type not in TOKEN_TYPES)
+        )
 
     def add_divergence(self, div: Divergence, example: dict) -> None:
         """One token comparison held to the numerics model: equal, a near-tie (counted
@@ -165,10 +201,11 @@ def new_tally(test, protocol: dict) -> CheckTally:
     """A test's tally; with the protocol's numerics block it records the model, and the
     token comparisons (isolation, greedy_equality) count near-ties."""
     tally = CheckTally(test.type, tolerance_of(test, protocol))
-    model = check_model(protocol, test.model_dump(mode="json"))
+    spec = test.model_dump(mode="json")
+    model = check_model(protocol, spec)
     if model is not None and (test.tolerance == "model" or test.type in TOKEN_TYPES):
         tally.numerics = model_json(model)
-        if test.type in TOKEN_TYPES:
+        if counts_near_ties(spec):
             tally.near_ties = 0
     return tally
 
@@ -204,6 +241,17 @@ def oracle_check(
 # --- trace ----------------------------------------------------------------------------
 
 
+def filters_of(
+    req: RequestSpec, law_for: Callable[[RequestSpec], np.ndarray | None]
+) -> FilterParams | None:
+    """The request's filters for a law comparison, with the reference's unfiltered law
+    (``law_for`` of the request without top-k/top-p) as a thunk; None for greedy."""
+    if req.greedy:
+        return None
+    bare = replace(req, top_k=0, top_p=1.0)
+    return FilterParams(int(req.top_k), float(req.top_p), lambda: law_for(bare))
+
+
 def trace_check(
     tally: CheckTally,
     requests: Sequence[RequestSpec],
@@ -222,11 +270,21 @@ def trace_check(
             for j in range(len(tr.drafts) + 1):
                 prefix = base + list(tr.drafts[:j])
                 at = {**w, "round": tr.round, "position": j}
-                tally.add_laws(target_law_for(prefix, req), tr.p[j], {**at, "law": "p"})
+                tally.add_laws(
+                    target_law_for(prefix, req),
+                    tr.p[j],
+                    {**at, "law": "p"},
+                    filters_of(req, lambda r, x=prefix: target_law_for(x, r)),
+                )
                 if j < len(tr.drafts):
                     q = draft_law_for(prefix, req, draft_depth)
                     if q is not None:
-                        tally.add_laws(q, tr.q[j], {**at, "law": "q"})
+                        tally.add_laws(
+                            q,
+                            tr.q[j],
+                            {**at, "law": "q"},
+                            filters_of(req, lambda r, x=prefix: draft_law_for(x, r, draft_depth)),
+                        )
     return tally
 
 

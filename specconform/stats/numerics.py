@@ -141,6 +141,15 @@ def token_near_tie_rate(model: NumericsModel, boundaries: int) -> float:
     return min(1.0, 2.0 * eps * b + coin + 24.0 * eps * b)
 
 
+def filter_near_tie_rate(model: NumericsModel, boundaries: int) -> float:
+    """Upper bound on the chance that one filtered law comparison (top-k and/or top-p)
+    shows a support near-tie (runner/filter_ties.py): each of its two filter thresholds
+    (the k-th largest logit, the top-p mass) is a fixed point that the law's CDF values
+    or log-probabilities fall near within the error, stated as a uniform falling near one
+    of ``boundaries`` boundaries (:func:`near_tie_rate`), once per filter."""
+    return min(1.0, 2.0 * near_tie_rate(model, boundaries))
+
+
 def residual_bound(law_bound: float, tv: float) -> float:
     """How far a CDF value of the normalised residual (p - q)+ / TV moves when p and q
     each move within law_bound: an unnormalised partial sum moves by at most

@@ -39,9 +39,10 @@ from specconform.stats.numerics import (
 from tests.toolkit.fixtures.sequence_run import PROTOCOL_PATH
 
 # ci_sequence's stated model (protocols/ci_sequence.yaml), boundaries cut to 1 so that a
-# handful of near-ties already exceeds the limit in the limit test; alpha 0.0025 per
-# limit, so that the fixture's two limits (isolation, greedy equality) fill the verdict's
-# numerics reserve of 0.005 (RESERVE; the schema refuses limits that do not fit).
+# handful of near-ties already exceeds the limit in the limit test; alpha 0.0015 per
+# limit, so that the fixture's three limits (isolation, greedy equality, and trace_async
+# held to the model: filter near-ties) fit the verdict's numerics reserve of 0.005
+# (RESERVE; the schema refuses limits that do not fit).
 NUMERICS = {
     "dtype": "float32",
     "reduction_length": 128,
@@ -49,7 +50,7 @@ NUMERICS = {
     "logit_scale": 32.0,
     "growth": "random",
     "boundaries": 1,
-    "alpha": 0.0025,
+    "alpha": 0.0015,
 }
 RESERVE = {"combine": "holm", "alpha": 0.01, "numerics_reserve": 0.005}
 MODEL = model_at(NUMERICS, 1.0)
@@ -262,11 +263,12 @@ def test_tolerance_model_needs_a_numerics_block_and_a_law_check():
     with pytest.raises(ValidationError, match="needs the protocol's numerics block"):
         SequenceProtocol.model_validate(data)
     data["numerics"] = dict(NUMERICS)
-    # the two near-tie limits' levels (2 x 0.0025) must fit in the verdict's reserve
-    with pytest.raises(ValidationError, match=r"= 0.005 exceeds verdict.numerics_reserve 0\b"):
+    # the three near-tie limits' levels (3 x 0.0015: trace_async held to the model counts
+    # filter near-ties) must fit in the verdict's reserve
+    with pytest.raises(ValidationError, match=r"= 0.0045 exceeds verdict.numerics_reserve 0\b"):
         SequenceProtocol.model_validate(data)
     data["verdict"] = {**RESERVE, "numerics_reserve": 0.004}
-    with pytest.raises(ValidationError, match="isolation_async, greedy_async"):
+    with pytest.raises(ValidationError, match="trace_async, isolation_async, greedy_async"):
         SequenceProtocol.model_validate(data)
     data["verdict"] = dict(RESERVE)
     SequenceProtocol.model_validate(data)
@@ -312,3 +314,26 @@ def test_a_bf16_rounded_q_fails_the_model_tolerance_and_numerical_noise_passes()
         noise.add_laws(q, _softmax(z + e).astype(np.float32), {})
     assert bug.mismatches > 0 and bug.max_abs_diff > bug.tolerance
     assert noise.mismatches == 0
+
+
+def test_a_law_check_bounds_its_filter_near_ties(numeric_protocol, clean):
+    """trace held to the model counts support differences at a top-k/top-p threshold
+    inside the error (runner/filter_ties.py) against a limit recomputed from the protocol
+    (filter_near_tie_rate at numerics.alpha): at the limit PASS, one above it FAIL."""
+    from specconform.kinds.sequence.numerics import tie_limit
+
+    spec = next(t for t in numeric_protocol["tests"] if t["name"] == "trace_async")
+    rec = copy.deepcopy(clean[2]["trace_async"])
+    rec.update(checked=40, decisions=40)
+    limit = tie_limit(numeric_protocol, spec, 40)
+    assert 0 < limit < 40
+    rec["near_ties"] = limit
+    row, ev = _row(numeric_protocol, clean, {**clean[2], "trace_async": rec}, "trace_async")
+    assert row.status == PASS and row.detail.near_tie_limit == limit
+    assert any(
+        "filter near-tie(s) in 40 filtered comparisons" in x
+        for x in NUMERICS_SECTION.terminal_lines(ev)
+    )
+    rec["near_ties"] = limit + 1
+    row, ev = _row(numeric_protocol, clean, {**clean[2], "trace_async": rec}, "trace_async")
+    assert row.status == FAIL and "model refuted" in row.reason and ev.verdict.verdict == "FAIL"

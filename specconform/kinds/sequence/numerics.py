@@ -17,8 +17,10 @@ Torch-free: numpy/scipy through specconform.stats.numerics.
 from __future__ import annotations
 
 from specconform.protocol.schema_sequence import TOKEN_TYPES as SCHEMA_TOKEN_TYPES
+from specconform.protocol.schema_sequence import limits_near_ties
 from specconform.stats.numerics import (
     NumericsModel,
+    filter_near_tie_rate,
     law_tolerance,
     near_tie_limit,
     token_near_tie_rate,
@@ -107,12 +109,19 @@ def check_tolerance(protocol: dict, spec: dict) -> float | None:
     return None if tol is None else float(tol)
 
 
+def counts_near_ties(spec: dict) -> bool:
+    """Whether the test ``spec`` counts near-ties (the schema's limits_near_ties)."""
+    return limits_near_ties(spec["type"], spec.get("tolerance"))
+
+
 def tie_limit(protocol: dict, spec: dict, decisions: int) -> int | None:
-    """The most near-ties a token comparison of ``spec`` may show over ``decisions``
-    before the model is refuted at numerics.alpha; None without a numerics block."""
+    """The most near-ties a check of ``spec`` may show over ``decisions`` (tokens of a
+    token comparison; filtered law comparisons of a law check) before the model is
+    refuted at numerics.alpha; None without a numerics block."""
     block = numerics_block(protocol)
     model = check_model(protocol, spec)
     if block is None or model is None:
         return None
-    rate = token_near_tie_rate(model, int(block["boundaries"]))
+    per = token_near_tie_rate if spec["type"] in TOKEN_TYPES else filter_near_tie_rate
+    rate = per(model, int(block["boundaries"]))
     return near_tie_limit(int(decisions), rate, float(block["alpha"]))
