@@ -337,9 +337,7 @@ class SequenceProtocol(Strict):
             return
         roles = set(self.decision_roles)
         limited = [
-            t.name
-            for t in self.tests
-            if limits_near_ties(t.type, t.tolerance) and t.role in roles
+            t.name for t in self.tests if limits_near_ties(t.type, t.tolerance) and t.role in roles
         ]
         verdict = self.verdict  # _with_verdict has set it; None only before validation
         reserve = (verdict.numerics_reserve or 0.0) if verdict is not None else 0.0

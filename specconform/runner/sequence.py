@@ -181,7 +181,7 @@ def law_pass(engine, protocol, specs, records, tf_tests, tallies, *, teacher, pr
                             laws.q_at(t),
                             {**at, "law": "q"},
                             sc.filters_of(
-                                req, lambda r, x=prefix: engine.draft_law_for(x, r, depth)
+                                req, lambda r, x=prefix, d=depth: engine.draft_law_for(x, r, d)
                             ),
                         )
                 top_p = 0.0 < req.top_p < 1.0 and not req.greedy
