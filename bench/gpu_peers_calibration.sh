@@ -48,6 +48,8 @@ fi
 wait
 cat "$OUT"/calib/*.txt
 for f in "$OUT"/repro/*.txt; do [ -e "$f" ] && tail -n 12 "$f"; done
-(cd "$OUT" && find . -name '*.zip' -size +4M -delete \
-  && tar -cJf /tmp/results.tar.xz --exclude=results.tar.xz . && find . -mindepth 1 -delete \
+# Pack the results (text, tables, archives) and drop the rest (build trees, wheels).
+(cd "$OUT" && find . -type f \( -name '*.txt' -o -name '*.csv' -o -name '*.log' -o -name '*.json' \
+    -o -name '*.md' -o \( -name '*.zip' -size -4M \) \) -print0 \
+  | tar -cJf /tmp/results.tar.xz --null -T - && find . -mindepth 1 -delete \
   && mv /tmp/results.tar.xz results.tar.xz && ls -la)
