@@ -168,22 +168,11 @@ def law_pass(engine, protocol, specs, records, tf_tests, tallies, *, teacher, pr
                 for name, t in wanted.get((group.name, i), []) if teacher else []:
                     prefix = list(req.prompt) + list(rec.tokens[:t])
                     at = {"group": group.name, "request": i, "step": t}
-                    tallies[name].add_laws(
-                        engine.target_law_for(prefix, req),
-                        laws.p[t],
-                        {**at, "law": "p"},
-                        sc.filters_of(req, lambda r, x=prefix: engine.target_law_for(x, r)),
-                    )
-                    if depth is not None and has_q and laws.q_at(t) is not None:
-                        q = engine.draft_law_for(prefix, req, depth)
-                        tallies[name].add_laws(
-                            q,
-                            laws.q_at(t),
-                            {**at, "law": "q"},
-                            sc.filters_of(
-                                req, lambda r, x=prefix, d=depth: engine.draft_law_for(x, r, d)
-                            ),
-                        )
+                    q_engine = laws.q_at(t) if has_q else None
+                    sc.compare_step(
+                        tallies[name], req, prefix, at, laws.p[t], q_engine,
+                        engine.target_law_for, engine.draft_law_for, depth,
+                    )  # fmt: skip
                 top_p = 0.0 < req.top_p < 1.0 and not req.greedy
                 rows += token_rows(group.name, i, rec, laws, top_p=top_p)
                 bar.advance(1)

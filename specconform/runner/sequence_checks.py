@@ -242,7 +242,7 @@ def oracle_check(
 
 
 def filters_of(
-    req: RequestSpec, law_for: Callable[[RequestSpec], np.ndarray | None]
+    req: RequestSpec, law_for: Callable[[RequestSpec], np.ndarray]
 ) -> FilterParams | None:
     """The request's filters for a law comparison, with the reference's unfiltered law
     (``law_for`` of the request without top-k/top-p) as a thunk; None for greedy."""
@@ -250,6 +250,40 @@ def filters_of(
         return None
     bare = replace(req, top_k=0, top_p=1.0)
     return FilterParams(int(req.top_k), float(req.top_p), lambda: law_for(bare))
+
+
+def compare_step(
+    tally: CheckTally,
+    req: RequestSpec,
+    prefix: list[int],
+    at: dict,
+    p_engine: np.ndarray,
+    q_engine: np.ndarray | None,
+    target_law_for: LawFn,
+    draft_law_for: DraftLawFn,
+    draft_depth: int | None,
+) -> None:
+    """One step of a law check: the engine's p ([V]) against the serial reference's at
+    ``prefix``, and its q when given (and the reference has one), each with the
+    request's filters (a support difference at a threshold may be a near-tie)."""
+
+    def target_at(r: RequestSpec) -> np.ndarray:
+        return target_law_for(prefix, r)
+
+    tally.add_laws(target_at(req), p_engine, {**at, "law": "p"}, filters_of(req, target_at))
+    if q_engine is None or draft_depth is None:
+        return
+    depth: int = draft_depth
+
+    def draft_at(r: RequestSpec) -> np.ndarray:
+        q = draft_law_for(prefix, r, depth)
+        # The unfiltered draft law exists whenever the filtered one does (same model).
+        assert q is not None, "draft law missing for the unfiltered request"
+        return q
+
+    q = draft_law_for(prefix, req, depth)
+    if q is not None:
+        tally.add_laws(q, q_engine, {**at, "law": "q"}, filters_of(req, draft_at))
 
 
 def trace_check(
@@ -270,21 +304,11 @@ def trace_check(
             for j in range(len(tr.drafts) + 1):
                 prefix = base + list(tr.drafts[:j])
                 at = {**w, "round": tr.round, "position": j}
-                tally.add_laws(
-                    target_law_for(prefix, req),
-                    tr.p[j],
-                    {**at, "law": "p"},
-                    filters_of(req, lambda r, x=prefix: target_law_for(x, r)),
-                )
-                if j < len(tr.drafts):
-                    q = draft_law_for(prefix, req, draft_depth)
-                    if q is not None:
-                        tally.add_laws(
-                            q,
-                            tr.q[j],
-                            {**at, "law": "q"},
-                            filters_of(req, lambda r, x=prefix: draft_law_for(x, r, draft_depth)),
-                        )
+                q_engine = tr.q[j] if j < len(tr.drafts) else None
+                compare_step(
+                    tally, req, prefix, at, tr.p[j], q_engine, target_law_for, draft_law_for,
+                    draft_depth,
+                )  # fmt: skip
     return tally
 
 
