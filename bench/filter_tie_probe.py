@@ -9,29 +9,20 @@ top_p) and its neighbours, beside the numerics model's law bound.
 
     python bench/filter_tie_probe.py ARCHIVE.zip --group async_mixed --request 28 --step 86
 
-The offset is the archive's (run.json `overrides`); the protocol is its own copy.
+The protocol is the archive's own protocol.json (its seed offset applied), read as
+`specconform replay` reads it.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
-import json
-import tempfile
-import zipfile
 from dataclasses import replace
 from pathlib import Path
 
 import _checkout  # noqa: F401
 import numpy as np
 import pandas as pd
-
-
-def archive_member(z: zipfile.ZipFile, suffix: str) -> bytes:
-    names = [n for n in z.namelist() if n.endswith(suffix)]
-    if not names:
-        raise SystemExit(f"archive has no {suffix}")
-    return z.read(names[0])
 
 
 def main(argv=None) -> int:
@@ -43,25 +34,27 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     from specconform.adapters.engine import load_engine
-    from specconform.protocol.load import apply_overrides, load_protocol
+    from specconform.evidence.reader import read_archive
+    from specconform.protocol.load import validate
     from specconform.runner.sequence_requests import build_requests, resolve_prompts
 
-    with zipfile.ZipFile(a.archive) as z:
-        run = json.loads(archive_member(z, "/run.json"))
-        protocol_yaml = archive_member(z, "/protocol.yaml")
-        tokens = pd.read_csv(io.BytesIO(archive_member(z, "raw/sequence/tokens.csv")))
-    offset = run.get("overrides", {}).get("seeds.offset", 0)  # absent: the file's own
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "protocol.yaml"
-        path.write_bytes(protocol_yaml)
-        protocol = apply_overrides(load_protocol(path), {"--offset": int(offset)}).model
+    contents = read_archive(a.archive)
+    protocol = validate(contents.json_object("protocol.json"), f"{a.archive}: protocol.json")
+    tokens = pd.read_csv(io.BytesIO(contents.files["raw/sequence/tokens.csv"]))
     engine = load_engine(protocol.engine, mutant=None, log=lambda *_a, **_k: None)
     try:
         prompts = resolve_prompts(protocol, engine)
-        group = next(g for g in protocol.groups if g.name == a.group)
-        req = build_requests(protocol, group, prompts)[a.request]
+        group = next((g for g in protocol.groups if g.name == a.group), None)
+        if group is None:
+            raise SystemExit(f"--group {a.group}: not a group of {protocol.name}")
+        requests = build_requests(protocol, group, prompts)
+        if not 0 <= a.request < len(requests):
+            raise SystemExit(f"--request {a.request}: {a.group} has {len(requests)} requests")
+        req = requests[a.request]
         rows = tokens[(tokens.group == a.group) & (tokens.request == a.request)]
         committed = rows.sort_values("step").token.tolist()
+        if not 0 <= a.step < len(committed):
+            raise SystemExit(f"--step {a.step}: the request committed {len(committed)} tokens")
         token = int(committed[a.step])
         prefix = list(req.prompt) + committed[: a.step]
         filtered = engine.target_law_for(prefix, req)

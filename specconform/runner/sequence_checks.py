@@ -273,7 +273,7 @@ def compare_step(
     tally.add_laws(target_at(req), p_engine, {**at, "law": "p"}, filters_of(req, target_at))
     if q_engine is None or draft_depth is None:
         return
-    depth: int = draft_depth
+    depth = draft_depth  # narrowed to int for the closure below
 
     def draft_at(r: RequestSpec) -> np.ndarray:
         q = draft_law_for(prefix, r, depth)
