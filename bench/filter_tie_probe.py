@@ -58,7 +58,9 @@ def main(argv=None) -> int:
         token = int(committed[a.step])
         prefix = list(req.prompt) + committed[: a.step]
         filtered = engine.target_law_for(prefix, req)
-        bare = engine.target_law_for(prefix, replace(req, top_k=0, top_p=1.0))
+        bare = engine.target_law_for(
+            prefix, replace(req, temperature=req.temperature or 1.0, top_k=0, top_p=1.0)
+        )
     finally:
         engine.close()
     order = np.argsort(-bare.astype(np.float64), kind="stable")
@@ -78,7 +80,19 @@ def main(argv=None) -> int:
         print(f"  rank {i}: token {int(order[i])} p {float(bare[order[i]]):.6g}")
     numerics = protocol.model_dump(mode="json").get("numerics")
     if numerics:
+        from specconform.kinds.sequence.numerics import model_at
+        from specconform.runner.filter_ties import token_margin
+
+        model = model_at(numerics, req.temperature)
+        top_k, top_p = (1, 1.0) if req.greedy else (req.top_k, req.top_p)
+        margin = token_margin(
+            bare, token, top_k, top_p, logit_bound=model.logit_bound, law_bound=model.law_bound
+        )
         print(f"protocol numerics block: {numerics}")
+        print(
+            f"filter_margin = {margin:.4g} (law bound {model.law_bound:.3g}, logit bound "
+            f"{model.logit_bound:.3g} at T {req.temperature}; <= 1: a near-tie)"
+        )
     return 0
 
 

@@ -255,6 +255,14 @@ class SequenceSupportDetail(Record):
     mechanism_per_group: dict[str, int] | None = optional()
     mechanism_first: dict[str, Offender] | None = optional()
     mechanism_rule: str | None = optional()
+    # Under the protocol's numerics block (issue 32): zero-probability tokens whose filter
+    # decision (top-k, top-p, greedy argmax) lies inside the model's error (tokens.csv
+    # filter_margin <= 1), counted apart from the offenders above, against the most the
+    # model allows over ``decisions`` (tokens of filtered or greedy requests).
+    decisions: int | None = optional()
+    near_ties: int | None = optional()
+    near_tie_limit: int | None = optional()
+    near_tie_examples: tuple[Json, ...] | None = optional()
 
 
 class SequenceEngineErrorsDetail(EngineErrorCounts):

@@ -339,6 +339,9 @@ class SequenceProtocol(Strict):
         limited = [
             t.name for t in self.tests if limits_near_ties(t.type, t.tolerance) and t.role in roles
         ]
+        # Every sequence evaluation adds out_of_support, which under a numerics block
+        # counts filter near-ties within a limit of its own (kinds/sequence/checks.py).
+        limited.append("out_of_support")
         verdict = self.verdict  # _with_verdict has set it; None only before validation
         reserve = (verdict.numerics_reserve or 0.0) if verdict is not None else 0.0
         spent = self.numerics.alpha * len(limited)

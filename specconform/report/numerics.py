@@ -3,14 +3,15 @@ to the protocol's numerics model, with its tolerance and its filter near-ties (l
 checks) or its near-ties (token checks) against the model's limit. A near-tie is a divergence inside the model's
 error: counted and shown here, never silently excused (a passing row keeps no reason).
 
-Reads the ``CheckDetail`` rows that carry a model (:mod:`specconform.kinds.sequence`);
-archives without one contribute nothing. One set of lines for the terminal table (`run`)
+Reads the ``CheckDetail`` rows that carry a model (:mod:`specconform.kinds.sequence`),
+and out_of_support's near-ties (``SequenceSupportDetail``: zero-probability tokens at a
+filter threshold inside the error); archives without one contribute nothing. One set of lines for the terminal table (`run`)
 and Markdown.
 """
 
 from __future__ import annotations
 
-from specconform.details.sequence import CheckDetail
+from specconform.details.sequence import CheckDetail, SequenceSupportDetail
 from specconform.report.section import DetailSection
 from specconform.results import Evaluation, TestRow
 
@@ -19,8 +20,12 @@ def _num(x) -> str:
     return "—" if x is None else f"{x:.3g}" if isinstance(x, float) else str(x)
 
 
-def _model_line(d: CheckDetail) -> str:
-    m = d.numerics if isinstance(d.numerics, dict) else {}
+Numbered = CheckDetail | SequenceSupportDetail
+
+
+def _model_line(rows) -> str:
+    first = next((d for _, d in rows if isinstance(d, CheckDetail)), None)
+    m = first.numerics if first is not None and isinstance(first.numerics, dict) else {}
     return (
         f"Numerics model: {m.get('dtype')}, {m.get('reduction_length')}-term reductions, "
         f"{m.get('kernels')} kernels, scale {_num(m.get('scale'))} ({m.get('growth')} "
@@ -41,7 +46,7 @@ def _first_ties(rows) -> list[str]:
     return out
 
 
-class NumericsSection(DetailSection[CheckDetail]):
+class NumericsSection(DetailSection[Numbered]):
     title = "Numerics of the deterministic checks"
     header = ["check", "law bound", "tolerance", "max abs diff", "near-ties", "limit",
               "decisions", "result"]  # fmt: skip
@@ -50,19 +55,34 @@ class NumericsSection(DetailSection[CheckDetail]):
         "token checks: near-ties):"
     )
 
-    def rows(self, evaluation: Evaluation) -> list[tuple[TestRow, CheckDetail]]:
-        return [
+    def rows(self, evaluation: Evaluation) -> list[tuple[TestRow, Numbered]]:
+        checks: list[tuple[TestRow, Numbered]] = [
             (t, t.detail)
             for t in evaluation.tests
             if isinstance(t.detail, CheckDetail) and t.detail.numerics is not None
         ]
+        support: list[tuple[TestRow, Numbered]] = [
+            (t, t.detail)
+            for t in evaluation.tests
+            if isinstance(t.detail, SequenceSupportDetail) and t.detail.near_ties is not None
+        ]
+        return checks + support if checks else []
 
-    def cells(self, row: TestRow, d: CheckDetail) -> list[str]:
+    def cells(self, row: TestRow, d: Numbered) -> list[str]:
+        if isinstance(d, SequenceSupportDetail):
+            return [row.test, "—", "—", "—", _num(d.near_ties), _num(d.near_tie_limit),
+                    _num(d.decisions), row.status]  # fmt: skip
         bound = d.numerics.get("law_bound") if isinstance(d.numerics, dict) else None
         return [row.test, _num(bound), _num(d.tolerance), _num(d.max_abs_diff),
                 _num(d.near_ties), _num(d.near_tie_limit), _num(d.decisions), row.status]  # fmt: skip
 
-    def line(self, row: TestRow, d: CheckDetail) -> str:
+    def line(self, row: TestRow, d: Numbered) -> str:
+        if isinstance(d, SequenceSupportDetail):
+            return (
+                f"  {row.test}: {d.near_ties} zero-probability token(s) at a filter "
+                f"threshold inside the error (filter_margin <= 1) in {d.decisions} "
+                f"filtered or greedy tokens (limit {d.near_tie_limit})  {row.status}"
+            )
         if d.near_ties is not None and d.max_abs_diff is not None:  # a law check
             return (
                 f"  {row.test}: max |dp| {_num(d.max_abs_diff)} vs tolerance "
@@ -81,10 +101,10 @@ class NumericsSection(DetailSection[CheckDetail]):
         )
 
     def notes(self, rows) -> list[str]:
-        return [_model_line(rows[0][1]), *_first_ties(rows)]
+        return [_model_line(rows), *_first_ties(rows)]
 
     def terminal_notes(self, rows) -> list[str]:
-        return [*_first_ties(rows), _model_line(rows[0][1])]
+        return [*_first_ties(rows), _model_line(rows)]
 
 
 NUMERICS_SECTION = NumericsSection()

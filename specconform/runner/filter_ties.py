@@ -24,11 +24,18 @@ And the two laws restricted to their common support and renormalised must still 
 within the check's tolerance. Anything else stays a mismatch. Near-ties are counted
 apart, never excused: the evaluator bounds their count (kinds/sequence/numerics.py).
 
+The same tests, as a **margin** (the distance from flipping in units of the error; <= 1
+a near-tie), judge a committed token of reference probability 0 (tokens.csv
+filter_margin, read by out_of_support): :func:`token_margin` for the token's own
+decision (greedy is top-k 1), :func:`law_margin` for any decision of a law (a mechanism
+zero: the conditional law moves with the supports of p and q).
+
 Numbers only (numpy): the runner passes the laws in.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -62,27 +69,96 @@ class SupportTie:
         return {"filter_tokens": list(self.tokens), "common_max_abs_diff": self.common_diff}
 
 
-def _top_k_near(log_u: np.ndarray, t: int, k: int, logit_bound: float) -> bool:
+def _scaled(distance: float, bound: float) -> float:
+    """distance / bound, the margin's unit (<= 1: inside the error); a zero bound makes
+    only a zero distance a tie."""
+    if not np.isfinite(distance):
+        return math.inf
+    if bound <= 0.0:
+        return 0.0 if distance <= 0.0 else math.inf
+    return distance / bound
+
+
+def _kept_top_k(log_u: np.ndarray, k: int) -> np.ndarray:
+    """The reference's top-k set (ties at the k-th kept); everything when k is off."""
     if not 0 < k < log_u.size:
-        return False
+        return np.ones(log_u.size, bool)
+    return log_u >= np.sort(log_u)[::-1][k - 1]
+
+
+def _top_k_margin(log_u: np.ndarray, t: int, k: int, logit_bound: float) -> float:
+    """|log u_t - log u_(k)| in units of 2 logit bounds (each logit, the k-th largest
+    too, moves by at most one bound); inf when top-k is off."""
+    if not 0 < k < log_u.size:
+        return math.inf
     kth = np.sort(log_u)[::-1][k - 1]
-    return abs(float(log_u[t] - kth)) <= 2.0 * logit_bound
+    return _scaled(abs(float(log_u[t] - kth)), 2.0 * logit_bound)
 
 
-def _top_p_near(
+def _top_p_margin(
     u: np.ndarray, log_u: np.ndarray, kept_k: np.ndarray, t: int, top_p: float, model: tuple
-) -> bool:
+) -> float:
+    """How far top_p lies from the masses that can rank above t (those surely above it,
+    up to those possibly above it: within 2 logit bounds, which may swap with t), in law
+    bounds; inf when top-p is off or t is outside the top-k set."""
     logit_bound, law_bound = model
-    if not top_p < 1.0:
-        return False
+    if not top_p < 1.0 or not kept_k[t]:
+        return math.inf
     z = float(u[kept_k].sum())
     others = kept_k.copy()
     others[t] = False
-    surely = others & (log_u > log_u[t] + 2.0 * logit_bound)
-    possibly = others & (log_u >= log_u[t] - 2.0 * logit_bound)
-    lo = float(u[surely].sum()) / z - law_bound
-    hi = float(u[possibly].sum()) / z + law_bound
-    return lo <= top_p <= hi
+    surely = float(u[others & (log_u > log_u[t] + 2.0 * logit_bound)].sum()) / z
+    possibly = float(u[others & (log_u >= log_u[t] - 2.0 * logit_bound)].sum()) / z
+    return _scaled(max(0.0, surely - top_p, top_p - possibly), law_bound)
+
+
+def _log(u: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.log(u)
+
+
+def token_margin(
+    unfiltered: np.ndarray,
+    token: int,
+    top_k: int,
+    top_p: float,
+    *,
+    logit_bound: float,
+    law_bound: float,
+) -> float:
+    """How far ``token``'s keep-or-drop decision under the filters lies from flipping, in
+    units of the numerics model's error (<= 1: a near-tie, the decision can flip on a
+    correct engine; inf: no filter decides it). ``unfiltered``: the reference's law at the
+    request's temperature with no filter, [V] float64. Greedy is top-k 1."""
+    u = np.asarray(unfiltered, np.float64)
+    log_u = _log(u)
+    kept_k = _kept_top_k(log_u, top_k)
+    return min(
+        _top_k_margin(log_u, token, top_k, logit_bound),
+        _top_p_margin(u, log_u, kept_k, token, top_p, (logit_bound, law_bound)),
+    )
+
+
+def law_margin(
+    unfiltered: np.ndarray, top_k: int, top_p: float, *, logit_bound: float, law_bound: float
+) -> float:
+    """The smallest margin of any filter decision of the law (:func:`token_margin`
+    over the tokens whose decision can flip: the top-k boundary pair, every token of the
+    top-k set under top-p): <= 1 when the engine's filtered law may keep another support
+    than the reference's, and so renormalise every kept token differently."""
+    u = np.asarray(unfiltered, np.float64)
+    log_u = _log(u)
+    margins = [math.inf]
+    if 0 < top_k < u.size:
+        ranked = np.sort(log_u)[::-1]
+        margins.append(_scaled(float(ranked[top_k - 1] - ranked[top_k]), 2.0 * logit_bound))
+    if top_p < 1.0:
+        kept_k = _kept_top_k(log_u, top_k)
+        model = (logit_bound, law_bound)
+        margins += [
+            _top_p_margin(u, log_u, kept_k, int(t), top_p, model) for t in np.flatnonzero(kept_k)
+        ]
+    return min(margins)
 
 
 def classify_support(
@@ -104,19 +180,9 @@ def classify_support(
     ra, rb = a[common] / a[common].sum(), b[common] / b[common].sum()
     diff = float(np.max(np.abs(ra - rb)))
     u = np.asarray(params.unfiltered(), np.float64)
-    with np.errstate(divide="ignore"):
-        log_u = np.log(u)
-    kept_k = np.ones(u.size, bool)  # the reference's top-k set (ties at the k-th kept)
-    if 0 < params.top_k < u.size:
-        kept_k = log_u >= np.sort(log_u)[::-1][params.top_k - 1]
+    bounds = {"logit_bound": logit_bound, "law_bound": law_bound}
     for t in tokens:
-        if not (
-            _top_k_near(log_u, t, params.top_k, logit_bound)
-            or (
-                kept_k[t]
-                and _top_p_near(u, log_u, kept_k, t, params.top_p, (logit_bound, law_bound))
-            )
-        ):
+        if token_margin(u, t, params.top_k, params.top_p, **bounds) > 1.0:
             return SupportTie(False, tokens, diff, f"token {t} is outside the filters' error")
     if diff > tolerance:
         return SupportTie(False, tokens, diff, f"common support differs by {diff:.3g}")

@@ -24,6 +24,7 @@ from specconform.kinds.sequence.numerics import model_at
 from specconform.kinds.sequence.raw import (
     CHECKS,
     CROSS_COLUMNS,
+    FILTER_COLUMNS,
     MECH_COLUMNS,
     REQUEST_COLUMNS,
     REQUESTS,
@@ -36,6 +37,7 @@ from specconform.runner.near_ties import classify
 from specconform.runner.sequence_laws import (
     drafted_steps,
     incremental_laws,
+    support_margins,
     teacher_forced_laws,
     token_rows,
 )
@@ -154,6 +156,11 @@ def law_pass(engine, protocol, specs, records, tf_tests, tallies, *, teacher, pr
             g, i, t = flat[k]
             wanted.setdefault((g, i), []).append((test.name, t))
     has_q = engine.info.capabilities.draft_law
+    block = None if protocol.numerics is None else protocol.numerics.model_dump(mode="json")
+
+    def model_for(temperature: float):
+        return None if block is None else model_at(block, temperature)
+
     rows: list[tuple] = []
     total = sum(len(r) for r in records.values())
     with progress("reference" if not teacher else "reference (teacher forced)", total) as bar:
@@ -174,7 +181,11 @@ def law_pass(engine, protocol, specs, records, tf_tests, tallies, *, teacher, pr
                         engine.target_law_for, engine.draft_law_for, depth,
                     )  # fmt: skip
                 top_p = 0.0 < req.top_p < 1.0 and not req.greedy
-                rows += token_rows(group.name, i, rec, laws, top_p=top_p)
+                mine = token_rows(group.name, i, rec, laws, top_p=top_p)
+                margins = support_margins(
+                    engine, req, rec.tokens, mine, depth if has_q else None, model_for
+                )
+                rows += [row + (m,) for row, m in zip(mine, margins, strict=True)]
                 bar.advance(1)
     return rows
 
@@ -380,7 +391,8 @@ def _requests_csv(protocol, specs, records) -> bytes:
 
 
 def _tokens_csv(rows: list[tuple]) -> bytes:
-    frame = pd.DataFrame(rows, columns=list(TOKEN_COLUMNS + MECH_COLUMNS + CROSS_COLUMNS))
+    columns = TOKEN_COLUMNS + MECH_COLUMNS + CROSS_COLUMNS + FILTER_COLUMNS
+    frame = pd.DataFrame(rows, columns=list(columns))
     frame = frame.sort_values(["group", "request", "step"], kind="stable")
     return _csv(frame)
 

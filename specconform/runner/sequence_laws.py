@@ -18,17 +18,22 @@ serial replay (`target_law_for` / `draft_law_for`, one forward per prefix) other
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from specconform.adapters.sequence import RequestSpec, SequenceRecord
-from specconform.kinds.sequence.raw import NO_EVENTS
+from specconform.kinds.sequence.raw import MECH_COLUMNS, NO_EVENTS, TOKEN_COLUMNS
+from specconform.runner.filter_ties import law_margin, token_margin
 from specconform.stats.crossing import crossing_columns
 from specconform.stats.mechanism import mechanism_columns
+from specconform.stats.numerics import NumericsModel
 
 DRAFTED_KINDS = ("accepted", "correction")  # tokens that sat at a drafted position
+P_TOKEN_AT = TOKEN_COLUMNS.index("p_token")  # where token_rows puts p_token ...
+MECH_P_AT = len(TOKEN_COLUMNS) + MECH_COLUMNS.index("mech_p_token")  # ... and mech_p_token
 
 
 @dataclass(frozen=True)
@@ -143,3 +148,48 @@ def token_rows(
 
 def drafted_steps(record: SequenceRecord) -> list[int]:
     return [t for t, s in enumerate(token_slots(record)) if s.kind in DRAFTED_KINDS]
+
+
+def support_margins(
+    engine,
+    req: RequestSpec,
+    tokens: Sequence[int],
+    rows: Sequence[tuple],
+    depth: int | None,
+    model_for,
+) -> list[float]:
+    """The filter_margin column of one request's token_rows (raw.FILTER_COLUMNS): at a
+    token of reference probability 0 (p_token 0, or mech_p_token 0), how far the filter
+    decision that dropped it lies from flipping, in units of the numerics model's error
+    (``model_for(temperature)``, None: no numerics block, the column stays empty).
+
+    p_token 0: the token's own decision under the request's top-k/top-p (greedy: top-k
+    1 at T 1) on the reference's unfiltered law at its prefix. mech_p_token 0 with
+    p_token > 0: the conditional law (p - q)+ / TV or min(p, q) moves with the *supports*
+    of p and q, so the smallest margin of any decision of either law. Only these rare
+    tokens cost a replay (one or two forwards each)."""
+    out = [math.nan] * len(rows)
+    model: NumericsModel | None = model_for(req.temperature)
+    if model is None:
+        return out
+    top_k, top_p = (1, 1.0) if req.greedy else (int(req.top_k), float(req.top_p))
+    bare = replace(req, temperature=req.temperature or 1.0, top_k=0, top_p=1.0)
+    bounds = {"logit_bound": model.logit_bound, "law_bound": model.law_bound}
+    for t, row in enumerate(rows):
+        marginal = row[P_TOKEN_AT] == 0.0
+        if not (marginal or row[MECH_P_AT] == 0.0):  # NaN compares False
+            continue
+        if top_k == 0 and top_p >= 1.0:
+            out[t] = math.inf  # no filter decides it: a real out-of-support token
+            continue
+        prefix = list(req.prompt) + list(tokens[:t])
+        u = engine.target_law_for(prefix, bare)
+        if marginal:
+            out[t] = token_margin(u, int(tokens[t]), top_k, top_p, **bounds)
+            continue
+        margins = [law_margin(u, top_k, top_p, **bounds)]
+        q = None if depth is None else engine.draft_law_for(prefix, bare, depth)
+        if q is not None:
+            margins.append(law_margin(q, top_k, top_p, **bounds))
+        out[t] = min(margins)
+    return out

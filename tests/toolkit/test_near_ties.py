@@ -39,10 +39,10 @@ from specconform.stats.numerics import (
 from tests.toolkit.fixtures.sequence_run import PROTOCOL_PATH
 
 # ci_sequence's stated model (protocols/ci_sequence.yaml), boundaries cut to 1 so that a
-# handful of near-ties already exceeds the limit in the limit test; alpha 0.0015 per
-# limit, so that the fixture's three limits (isolation, greedy equality, and trace_async
-# held to the model: filter near-ties) fit the verdict's numerics reserve of 0.005
-# (RESERVE; the schema refuses limits that do not fit).
+# handful of near-ties already exceeds the limit in the limit test; alpha 0.00125 per
+# limit, so that the fixture's four limits (isolation, greedy equality, trace_async
+# held to the model: filter near-ties, and out_of_support's filter near-ties) fit the
+# verdict's numerics reserve of 0.005 (RESERVE; the schema refuses limits that do not fit).
 NUMERICS = {
     "dtype": "float32",
     "reduction_length": 128,
@@ -50,7 +50,7 @@ NUMERICS = {
     "logit_scale": 32.0,
     "growth": "random",
     "boundaries": 1,
-    "alpha": 0.0015,
+    "alpha": 0.00125,
 }
 RESERVE = {"combine": "holm", "alpha": 0.01, "numerics_reserve": 0.005}
 MODEL = model_at(NUMERICS, 1.0)
@@ -263,12 +263,13 @@ def test_tolerance_model_needs_a_numerics_block_and_a_law_check():
     with pytest.raises(ValidationError, match="needs the protocol's numerics block"):
         SequenceProtocol.model_validate(data)
     data["numerics"] = dict(NUMERICS)
-    # the three near-tie limits' levels (3 x 0.0015: trace_async held to the model counts
-    # filter near-ties) must fit in the verdict's reserve
-    with pytest.raises(ValidationError, match=r"= 0.0045 exceeds verdict.numerics_reserve 0\b"):
+    # the four near-tie limits' levels (4 x 0.00125: trace_async held to the model counts
+    # filter near-ties, and so does out_of_support) must fit in the verdict's reserve
+    with pytest.raises(ValidationError, match=r"= 0.005 exceeds verdict.numerics_reserve 0\b"):
         SequenceProtocol.model_validate(data)
     data["verdict"] = {**RESERVE, "numerics_reserve": 0.004}
-    with pytest.raises(ValidationError, match="trace_async, isolation_async, greedy_async"):
+    match = "trace_async, isolation_async, greedy_async, out_of_support"
+    with pytest.raises(ValidationError, match=match):
         SequenceProtocol.model_validate(data)
     data["verdict"] = dict(RESERVE)
     SequenceProtocol.model_validate(data)

@@ -160,25 +160,37 @@ def _near_ties(name: str, spec: dict, rec: dict, protocol: dict, checked: int) -
     return NearTies(count, decisions, limit, float(block["alpha"]), examples)
 
 
-def support_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
+def support_row(ctx: Context, deciding_groups: set[str], protocol: dict | None = None) -> TestRow:
     """Tokens of reference probability 0 (random or greedy requests), and, when the
     archive has the mechanism columns, drafted tokens of conditional probability 0 given
     the accept decision (specconform/stats/mechanism.py: beyond its rounding tolerance):
-    one in a group a deciding test reads is fatal."""
+    one in a group a deciding test reads is fatal. Under the protocol's numerics block a
+    zero-probability token whose filter decision lies inside the model's error
+    (tokens.csv filter_margin <= 1: a top-k/top-p threshold or a greedy argmax that float
+    rounding can move) is a near-tie instead: counted apart and bounded at numerics.alpha
+    (its level is charged to the verdict's reserve, protocol/schema_sequence.py)."""
     tok = ctx.tokens
+    block = numerics_block(protocol or {})
+    deciding = np.isin(tok.group, [tok.groups.index(g) for g in deciding_groups])
+    near = (tok.filter_margin <= 1.0) if block is not None else np.zeros(tok.group.size, bool)
     marginal = ~tok.in_support
-    mech = tok.mech_p == 0  # NaN (empty, boundary, old archive) compares False
-    per, first = _offenders(tok, marginal, deciding_groups)
+    mech = (tok.mech_p == 0) & ~marginal  # NaN (empty, boundary, old archive) compares False
+    per, first = _offenders(tok, marginal & ~near, deciding_groups)
     total = sum(per[g] for g in deciding_groups if g in per)
+    ties = None
+    if block is not None:
+        ties = _support_ties(tok, (marginal | mech) & near & deciding, deciding, protocol or {})
     detail = SequenceSupportDetail(
         per_group=per,
         deciding_groups=tuple(sorted(deciding_groups)),
         first=first,
-        rule="any committed token with reference probability 0 in a deciding group fails",
+        rule="any committed token with reference probability 0 in a deciding group fails"
+        + ("" if ties is None else "; near-ties (filter_margin <= 1) count apart, within a limit"),
+        **({} if ties is None else ties.fields()),
     )
     reason = "out of support" if total else ""
     if tok.has_mech:
-        mech_per, mech_first = _offenders(tok, mech & ~marginal, deciding_groups)
+        mech_per, mech_first = _offenders(tok, mech & ~near, deciding_groups)
         mech_total = sum(mech_per[g] for g in deciding_groups if g in mech_per)
         detail = detail.replace(
             mechanism_per_group=mech_per,
@@ -190,11 +202,40 @@ def support_row(ctx: Context, deciding_groups: set[str]) -> TestRow:
         if mech_total and not total:
             reason = "mechanism out of support"
         total += mech_total
-    ok = total == 0
     n = int(tok.p_token.size)
-    return deterministic_row(
-        "out_of_support", float(total), n, ctx.alpha, ok, detail, SUPPORT_METHOD, reason
+    if total:
+        decision = Decision(
+            FAIL, False, reason + (f"; {ties.text()}" if ties and ties.count else "")
+        )
+    elif ties is not None and ties.count > ties.limit:
+        decision = Decision(FAIL, False, f"{ties.text()}: more than the numerics model allows")
+    else:  # near-ties within the limit: shown in the detail and the numerics section
+        decision = Decision(PASS, True)
+    return TestRow.decided(
+        "out_of_support", "primary", float(total), n, ctx.alpha, detail, SUPPORT_METHOD, decision
     )
+
+
+def _support_ties(tok, ties: np.ndarray, deciding: np.ndarray, protocol: dict) -> NearTies:
+    """The near-ties of out_of_support against the limit over the deciding groups'
+    tokens of filtered or greedy requests, at the model of their smallest temperature."""
+    groups = sorted({tok.groups[int(g)] for g in np.unique(tok.group[deciding])})
+    spec = {"name": "out_of_support", "type": "out_of_support", "groups": groups}
+    decisions = int((deciding & tok.filtered).sum())
+    limit = tie_limit(protocol, spec, decisions)
+    assert limit is not None  # a block exists
+    examples = tuple(
+        {
+            "group": tok.groups[int(tok.group[i])],
+            "request": int(tok.request[i]),
+            "step": int(tok.step[i]),
+            "law": "marginal" if tok.p_token[i] == 0 else "mechanism",
+            "filter_margin": float(tok.filter_margin[i]),
+        }
+        for i in np.flatnonzero(ties)[:5]
+    )
+    alpha = float(protocol["numerics"]["alpha"])
+    return NearTies(int(ties.sum()), decisions, limit, alpha, examples)
 
 
 def _offenders(

@@ -44,7 +44,7 @@ def evaluate_frames(protocol: dict, requests_df, tokens_df, checks: dict) -> Eva
     deciding = deciding_groups(ctx, protocol)
     rows += [
         coverage_row(ctx, coverage),
-        support_row(ctx, deciding),
+        support_row(ctx, deciding, protocol),
         engine_errors_row(ctx, deciding),
     ]
     decided, verdict = family_verdict(rows, ctx.rule)

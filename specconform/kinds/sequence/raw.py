@@ -45,8 +45,15 @@ prompt + tokens[:step]:
                           token of smallest mass, highest index among equals), float64;
                           empty unless 0 < top_p < 1, T > 0 and p_t keeps >= 2 tokens
     cross_hit       1 if x_t = c_t, else 0; empty as cross_p
+    filter_margin   float only at a token of reference probability 0 (p_token 0, or
+                          mech_p_token 0) and under the protocol's numerics block: how
+                          far the filter decision that dropped it lies from flipping, in
+                          units of the model's error at the request's temperature
+                          (runner/filter_ties.py; <= 1: a near-tie, a top-k/top-p
+                          threshold or a greedy argmax that float rounding can move; inf:
+                          no filter decides it); empty elsewhere
 
-The two mech_* columns, and the two cross_* columns, are optional for the evaluator: archives written before they
+The two mech_* columns, the two cross_* columns and filter_margin are optional for the evaluator: archives written before they
 existed verify unchanged (their protocols have no mechanism_pit test; a mechanism_pit
 test run on such an archive reads NO_EVIDENCE "archive predates the column").
 
@@ -115,6 +122,9 @@ MECH_COLUMNS: tuple[str, ...] = ("mech_cdf_below", "mech_p_token")
 # the top-p crossing token c_t of the reference law, and 1/0 whether x_t = c_t; empty
 # unless the request has 0 < top_p < 1, temperature > 0 and its law keeps >= 2 tokens.
 CROSS_COLUMNS: tuple[str, ...] = ("cross_p", "cross_hit")
+# Optional, since out_of_support counts filter near-ties (issue 32): the margin of a
+# zero-probability token's filter decision (empty elsewhere, and without numerics).
+FILTER_COLUMNS: tuple[str, ...] = ("filter_margin",)
 MECH_STREAM = 0x6D656368  # "mech": the second SeedSequence word of the W_t stream
 TOKEN_KINDS: tuple[str, ...] = ("accepted", "correction", "bonus", "target", "unknown")
 NO_EVENTS = -2  # round/position of a token whose engine gives no events

@@ -18,6 +18,7 @@ from specconform.stats.pit import randomized_pit
 
 from .raw import (
     CROSS_COLUMNS,
+    FILTER_COLUMNS,
     MECH_COLUMNS,
     MECH_STREAM,
     REQUEST_COLUMNS,
@@ -39,6 +40,8 @@ class Requests:
     greedy: np.ndarray  # bool: temperature 0
     error: np.ndarray  # bool: finish_reason == "error"
     n_tokens: np.ndarray  # int64: committed tokens returned
+    # bool: a filter decides the support (greedy's argmax, top_k > 0 or top_p < 1)
+    filtered: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,11 @@ class Tokens:
     has_cross: bool  # tokens.csv has the cross_* columns
     cross_p: np.ndarray  # float64 p_t(c_t)
     cross_hit: np.ndarray  # float64 1.0 where x_t = c_t, else 0.0
+    # filter_margin (NaN where empty, everywhere when the archive lacks it): at a
+    # zero-probability token, its filter decision's distance from flipping in units of
+    # the numerics model's error (<= 1: a near-tie); and the request's filtered flag.
+    filter_margin: np.ndarray  # float64
+    filtered: np.ndarray  # bool
 
     @property
     def in_support(self) -> np.ndarray:
@@ -132,6 +140,8 @@ def read_frames(protocol: dict, requests_df, tokens_df) -> tuple[Requests, Token
         mech_p=mech_p,
         mech_u=randomized_pit(np.nan_to_num(mech_cdf), np.nan_to_num(mech_p), w),
         **_cross_columns(tokens_df),
+        filter_margin=_filter_margin(tokens_df, p, mech_p),
+        filtered=requests.filtered[at],
     )
     return requests, tokens
 
@@ -158,6 +168,22 @@ def _cross_columns(frame) -> dict:
             "empty, or not a probability in (0, 1] and a 0/1 hit"
         )
     return {"has_cross": True, "cross_p": p, "cross_hit": hit}
+
+
+def _filter_margin(frame, p: np.ndarray, mech_p: np.ndarray) -> np.ndarray:
+    """filter_margin as float64 [N] (NaN where empty, or when the archive lacks it): set
+    only at a zero-probability token (p_token 0 or mech_p_token 0), never negative."""
+    if FILTER_COLUMNS[0] not in frame.columns:
+        return np.full(p.size, np.nan)
+    m = frame[FILTER_COLUMNS[0]].to_numpy(dtype=np.float64)
+    bad = ~np.isnan(m) & ((m < 0) | ((p != 0) & (mech_p != 0)))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"tokens.csv row {i}: filter_margin {float(m[i])!r} at a token of nonzero probability "
+            "(or negative)"
+        )
+    return m
 
 
 def _mech_columns(frame, kind: np.ndarray) -> tuple[bool, np.ndarray, np.ndarray]:
@@ -205,7 +231,9 @@ def _requests(protocol: dict, frame, index: dict[str, int]) -> Requests:
                 f"requests.csv: group {name!r} has {have.size} request(s) (indices "
                 f"{_short(have)}), the protocol {want}"
             )
-    return Requests(g, req, temperature == 0.0, finish == "error", n_tokens)
+    filtered = (temperature == 0.0) | (frame["top_k"].to_numpy(dtype=np.int64)[order] > 0)
+    filtered |= frame["top_p"].to_numpy(dtype=np.float64)[order] < 1.0
+    return Requests(g, req, temperature == 0.0, finish == "error", n_tokens, filtered)
 
 
 def _check_steps(requests: Requests, at: np.ndarray, step: np.ndarray) -> None:
