@@ -203,3 +203,8 @@ done
 $PY bench/peer_accept_timing.py --device cuda --rows 4096 --vocab 32000 --draft-k 4 \
   --calls 20 --warmup 3 --peers "$peers" --json "$OUTDIR/timing-$what.json" \
   | tee "$OUTDIR/timing-$what.txt"
+# The kernels alone: device tensors staged once, CUDA events (the line above is dominated
+# by the adapters' host copies of p and q).
+$PY bench/peer_accept_timing.py --device cuda --rows 4096 --vocab 32000 --draft-k 4 \
+  --calls 50 --warmup 5 --kernel-only --peers "$peers" --json "$OUTDIR/kernel-$what.json" \
+  | tee "$OUTDIR/kernel-$what.txt"

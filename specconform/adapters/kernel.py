@@ -65,6 +65,21 @@ class BundledKernel:
             out.error.cpu().numpy().astype(bool),
         )
 
+    def staged(self, p, q, drafts, uniforms):
+        """Kernel-only timing (bench/peer_accept_timing.py --kernel-only): the inputs
+        copied to the device once, every row at the full draft length K; returns a
+        zero-argument call that launches the accept and leaves its result on the device
+        (no host copy, no synchronisation). Shapes as accept()'s."""
+        t, dev = self._torch, self.device
+        args = (
+            t.as_tensor(p, device=dev),
+            t.as_tensor(q, device=dev),
+            t.as_tensor(drafts, dtype=t.int64, device=dev),
+            t.full((p.shape[0],), p.shape[1] - 1, dtype=t.int64, device=dev),
+            t.as_tensor(uniforms, dtype=t.float64, device=dev),
+        )
+        return lambda: self._accept(*args, mutant=self.mutant)
+
 
 class CheckedKernel:
     """A kernel whose every answer is validated (structure only, never the law)."""

@@ -87,3 +87,14 @@ def test_adapter_reads_flashinfers_return_triple():
     assert joint_pvalue(out, p, q) > 1e-4
     bad = FlashinferChain(StandInSampling(), "wrong_draft_temperature", "stand-in", device="cpu")
     assert joint_pvalue(bad.accept(P, Q, d, lens, u), p, q) < 1e-6
+
+
+def test_staged_call_runs_on_device_tensors():
+    """bench/peer_accept_timing.py --kernel-only on the stand-in: the staged call passes
+    FlashInfer's argument order and returns its triple, left on the device."""
+    from specconform.adapters.peers.flashinfer import FlashinferChain
+
+    p, q, P, Q, d, lens, u = single_draft_case(32, seed=5)
+    chain = FlashinferChain(StandInSampling(), None, "stand-in", device="cpu")
+    tokens, _, emitted = chain.staged(P, Q, d, u)()
+    assert tuple(tokens.shape) == (32, 2) and int(emitted.max()) <= 1

@@ -66,3 +66,12 @@ def test_missing_peer_is_one_line(monkeypatch):
     with pytest.raises(UsageError) as err:
         peer.chain(device="cpu")
     assert "\n" not in str(err.value) and "pip install sglang==0.5.23" in str(err.value)
+
+
+def test_staged_call_launches_the_kernel_on_device_tensors():
+    """bench/peer_accept_timing.py --kernel-only: the staged call runs the kernel on the
+    staged tensors (every row at length K) and returns nothing to the host; it must not
+    raise on repeated calls (outputs allocated per call)."""
+    p, q, P, Q, d, lens, u = single_draft_case(16, seed=4)
+    launch = peer.chain(device="cpu").staged(P, Q, d, u)
+    assert launch() is None and launch() is None

@@ -74,3 +74,15 @@ def test_other_version_warns_once_naming_the_tested_one(monkeypatch, capsys):
 def test_unknown_mutant_is_usage_error():
     with pytest.raises(UsageError):
         peer.forward(device="cpu", mutant="nope")
+
+
+def test_staged_calls_launch_the_same_kernels_on_device_tensors():
+    """bench/peer_accept_timing.py --kernel-only: the staged white-box call gives the
+    accept()'s tokens on the same coins (every row at length K, as staged); forward's
+    staged call returns vLLM's output on the device."""
+    p, q, P, Q, d, lens, u = single_draft_case(64, seed=4)
+    k = peer.accept_kernel(device="cpu")
+    staged = k.staged(P, Q, d, u)().cpu().numpy()
+    assert np.array_equal(staged[:, :2], k.accept(P, Q, d, lens, u).tokens)
+    out = peer.forward(device="cpu").staged(P, Q, d, u)()
+    assert tuple(out.sampled_token_ids.shape)[1] == 2

@@ -145,3 +145,20 @@ def test_quadrature_cli_exits_2_with_one_line_and_no_output(tmp_path, how, messa
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
     assert not out.exists()
+
+
+def test_the_bundled_staged_call_is_the_accept_on_device_tensors():
+    """bench/peer_accept_timing.py --kernel-only: the staged call (inputs on the device
+    once, every row at the full draft length K) returns what accept() returns for those
+    rows, left on the device."""
+    rng = np.random.Generator(np.random.PCG64(7))
+    B, K, V = 16, 3, 12
+    p = rng.dirichlet(np.ones(V), size=(B, K + 1)).astype(np.float32)
+    q = rng.dirichlet(np.ones(V), size=(B, K)).astype(np.float32)
+    drafts = rng.integers(0, V, size=(B, K)).astype(np.int64)
+    uniforms = rng.random((B, 2 * K + 1))
+    kernel = BundledKernel("cpu")
+    staged = kernel.staged(p, q, drafts, uniforms)()
+    full = kernel.accept(p, q, drafts, np.full(B, K, np.int64), uniforms)
+    assert np.array_equal(staged.tokens.numpy(), full.tokens)
+    assert np.array_equal(staged.num_accepted.numpy(), full.num_accepted)

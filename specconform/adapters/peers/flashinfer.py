@@ -101,6 +101,18 @@ class FlashinferChain:
             num_accepted[rows] = emitted.cpu().numpy().astype(np.int64)
         return KernelOutput(tokens, num_accepted, np.zeros(B, bool))
 
+    def staged(self, p, q, drafts, uniforms):
+        """Kernel-only timing: device tensors once, every row at draft length K; a
+        zero-argument call of chain_speculative_sampling (outputs stay on the device)."""
+        torch, dev = self._torch, self._device
+        if self._gen is None:
+            self._gen = torch.Generator(device=dev).manual_seed(row_seeds(uniforms, 0xF1))
+        q_t = torch.as_tensor(np.ascontiguousarray(q), dtype=torch.float32, device=dev)
+        d_t = torch.as_tensor(np.ascontiguousarray(drafts), dtype=torch.int32, device=dev)
+        p_t = torch.as_tensor(np.ascontiguousarray(p), dtype=torch.float32, device=dev)
+        gen = self._gen
+        return lambda: self._fn(q_t, d_t, p_t, deterministic=True, generator=gen)
+
     def _plain(self, p0: np.ndarray) -> np.ndarray:
         torch = self._torch
         probs = torch.as_tensor(p0, dtype=torch.float32, device=self._device)

@@ -140,6 +140,44 @@ class SglangChain:
             num_accepted[rows] = n
         return KernelOutput(tokens, num_accepted, np.zeros(B, bool))
 
+    def staged(self, p, q, drafts, uniforms):
+        """Kernel-only timing: the white-box call's inputs on the device once, every row
+        at draft length K; a zero-argument call that allocates the outputs and launches
+        chain_speculative_sampling_triton, as SGLang's verify does per step."""
+        torch, dev = self._torch, self._dev
+        b, K1, _ = p.shape
+        K = K1 - 1
+        u = np.asarray(uniforms, np.float64)
+        candidates = np.zeros((b, K1), np.int64)
+        candidates[:, 1:] = drafts
+        coins = np.zeros((b, K1), np.float32)
+        coins[:, :K] = _coins(u[:, :K])
+        tensors = {
+            "candidates": torch.as_tensor(candidates, device=dev),
+            "retrive_index": torch.arange(b * K1, dtype=torch.int64, device=dev).reshape(b, K1),
+            "uniform_samples": torch.as_tensor(coins, device=dev),
+            "uniform_samples_for_final_sampling": torch.as_tensor(
+                _coins(np.mod(u[:, K] + u[:, 2 * K], 1.0)), device=dev
+            ),
+            "target_probs": torch.as_tensor(np.ascontiguousarray(p), device=dev),
+            "draft_probs": torch.as_tensor(np.ascontiguousarray(q), device=dev),
+        }
+
+        def launch():
+            self._fn(
+                predicts=torch.full((b * K1,), -1, dtype=torch.int32, device=dev),
+                accept_index=torch.full((b, K1), -1, dtype=torch.int32, device=dev),
+                accept_token_num=torch.zeros((b,), dtype=torch.int32, device=dev),
+                retrive_next_token=None,
+                retrive_next_sibling=None,
+                threshold_single=1.0,
+                threshold_acc=1.0,
+                deterministic=True,
+                **tensors,
+            )
+
+        return launch
+
     def _call(self, p, q, drafts, L, u, K):
         torch, dev = self._torch, self._dev
         b, V = p.shape[0], p.shape[-1]

@@ -175,18 +175,48 @@ class VllmForward:
     def accept(self, p, q, drafts, draft_lens, uniforms) -> KernelOutput:
         # p: [B, K+1, V] float32; q: [B, K, V] float32; drafts: [B, K] int64;
         # draft_lens: [B] int64; uniforms: [B, 2K+1] float64 (ignored: black-box)
+        B, K1, _ = p.shape
+        K = K1 - 1
+        lens = np.asarray(draft_lens, np.int64)
+        call, rows = self._forward_call(p, q, drafts, lens, uniforms)
+        out = call()
+        sampled = out.sampled_token_ids.cpu().numpy().astype(np.int64)  # [n_req, max_L+1]
+        width = sampled.shape[1]
+        tokens = np.full((B, K + 1), -1, np.int64)
+        tokens[:, : min(width, K + 1)] = sampled[:B, : K + 1]
+        count = (tokens >= 0).sum(axis=1)
+        num_accepted = np.maximum(count - 1, 0)
+        error = np.zeros(B, bool)
+        ok = True
+        for r in range(B, len(rows)):
+            src = rows[r]
+            if not np.array_equal(
+                sampled[r], _greedy_expected(p[src], drafts[src], lens[src], width)
+            ):
+                ok = False
+        if not ok:
+            error[:] = True
+        return KernelOutput(tokens, num_accepted, error)
+
+    def staged(self, p, q, drafts, uniforms):
+        """Kernel-only timing: RejectionSampler.forward's inputs (logits, draft probs,
+        metadata) on the device once, every row at draft length K; a zero-argument call
+        of forward (its result stays on the device)."""
+        lens = np.full(p.shape[0], p.shape[1] - 1, np.int64)
+        return self._forward_call(p, q, drafts, lens, uniforms)[0]
+
+    def _forward_call(self, p, q, drafts, lens, uniforms):
+        """forward's inputs for one accept() (the greedy check rows appended; ``rows``:
+        request -> source row) and a zero-argument call of forward on them."""
         torch = self._torch
         B, K1, V = p.shape
-        K = K1 - 1
         if self._base is None:
             self._base = row_seeds(uniforms, 0x7654)
         self._calls += 1
         torch.manual_seed((self._base + self._calls) % (1 << 63))  # unseeded requests
-        lens = np.asarray(draft_lens, np.int64)
         n_greedy = (B + GREEDY_EVERY - 1) // GREEDY_EVERY
         greedy_src = np.arange(n_greedy) * GREEDY_EVERY % max(B, 1)
         rows = list(range(B)) + [int(i) for i in greedy_src]  # request -> source row
-        n_req = len(rows)
         temps, ks, tps, logits, draft_rows, dprobs = [], [], [], [], [], []
         support = (p > 0).sum(axis=2)  # [B, K+1]
         for r, src in enumerate(rows):
@@ -234,29 +264,12 @@ class VllmForward:
             if dprobs
             else torch.zeros((0, V), dtype=torch.float32, device=dev)
         )
-        out = self._sampler(
-            md,
-            draft_probs=draft_probs,
-            logits=torch.as_tensor(np.stack(logits), device=dev),
-            sampling_metadata=sm,
-        )
-        sampled = out.sampled_token_ids.cpu().numpy().astype(np.int64)  # [n_req, max_L+1]
-        width = sampled.shape[1]
-        tokens = np.full((B, K + 1), -1, np.int64)
-        tokens[:, : min(width, K + 1)] = sampled[:B, : K + 1]
-        count = (tokens >= 0).sum(axis=1)
-        num_accepted = np.maximum(count - 1, 0)
-        error = np.zeros(B, bool)
-        ok = True
-        for r in range(B, n_req):
-            src = rows[r]
-            if not np.array_equal(
-                sampled[r], _greedy_expected(p[src], drafts[src], lens[src], width)
-            ):
-                ok = False
-        if not ok:
-            error[:] = True
-        return KernelOutput(tokens, num_accepted, error)
+        logits_t = torch.as_tensor(np.stack(logits), device=dev)
+
+        def call():
+            return self._sampler(md, draft_probs=draft_probs, logits=logits_t, sampling_metadata=sm)
+
+        return call, rows
 
 
 def _greedy_expected(p_rows, drafts, L, width) -> np.ndarray:
@@ -286,10 +299,30 @@ class VllmAcceptKernel:
     def accept(self, p, q, drafts, draft_lens, uniforms) -> KernelOutput:
         # p: [B, K+1, V] float32; q: [B, K, V] float32; drafts: [B, K] int64;
         # draft_lens: [B] int64; uniforms: [B, 2K+1] float64
+        B, K1, _ = p.shape
+        sampled = self._kernel_call(p, q, drafts, np.asarray(draft_lens, np.int64), uniforms)()
+        sampled = sampled.cpu().numpy().astype(np.int64)
+        tokens = np.full((B, K1), -1, np.int64)
+        w = min(sampled.shape[1], K1)
+        tokens[:, :w] = sampled[:, :w]
+        num_accepted = np.maximum((tokens >= 0).sum(axis=1) - 1, 0)
+        return KernelOutput(tokens, num_accepted, np.zeros(B, bool))
+
+    def staged(self, p, q, drafts, uniforms):
+        """Kernel-only timing: the kernel's inputs on the device once, every row at draft
+        length K; a zero-argument call that allocates the output and launches
+        rejection_random_sample_kernel. The recovered and bonus tokens are the adapter's
+        (inverse CDF on the host, white-box), so vLLM's recovered-token sampling kernel is
+        not in this figure (``forward``'s is the whole step)."""
+        lens = np.full(p.shape[0], p.shape[1] - 1, np.int64)
+        return self._kernel_call(p, q, drafts, lens, uniforms)
+
+    def _kernel_call(self, p, q, drafts, lens, uniforms):
+        """A zero-argument call of the kernel on these inputs (copied to the device
+        now); it returns the [B, max_len + 1] int32 output on the device."""
         torch, dev = self._torch, self._dev
         B, K1, V = p.shape
         K = K1 - 1
-        lens = np.asarray(draft_lens, np.int64)
         u = np.asarray(uniforms, np.float64)
         mask = np.arange(K)[None, :] < lens[:, None]  # [B, K] live draft positions
         b_idx, j_idx = np.nonzero(mask)  # flattened request-major, as vLLM lays them out
@@ -303,10 +336,8 @@ class VllmAcceptKernel:
             recovered = np.zeros(0, np.int64)
         bonus = inverse_cdf(p[np.arange(B), lens], u[:, 2 * K])
         max_len = max(int(lens.max(initial=0)), 1)
-        out = torch.full((B, max_len + 1), -1, dtype=torch.int32, device=dev)
         t = lambda a, dt: torch.as_tensor(np.ascontiguousarray(a), dtype=dt, device=dev)  # noqa: E731
-        self._rs._rejection_random_sample(
-            out,
+        args = (
             t(np.cumsum(lens), torch.int32),
             t(drafts[b_idx, j_idx], torch.int32),
             t(q[b_idx, j_idx].reshape(-1, V), torch.float32),
@@ -315,12 +346,11 @@ class VllmAcceptKernel:
             t(recovered, torch.int32),
             t(u[b_idx, j_idx], torch.float64),
             torch.zeros(B, dtype=torch.bool, device=dev),
-            max_len,
-            None,
         )
-        sampled = out.cpu().numpy().astype(np.int64)
-        tokens = np.full((B, K + 1), -1, np.int64)
-        w = min(sampled.shape[1], K + 1)
-        tokens[:, :w] = sampled[:, :w]
-        num_accepted = np.maximum((tokens >= 0).sum(axis=1) - 1, 0)
-        return KernelOutput(tokens, num_accepted, np.zeros(B, bool))
+
+        def call():
+            out = torch.full((B, max_len + 1), -1, dtype=torch.int32, device=dev)
+            self._rs._rejection_random_sample(out, *args, max_len, None)
+            return out
+
+        return call
