@@ -15,13 +15,13 @@ mkdir -p /tmp/clean/.peers-gpu && xz -dc .peers-gpu/repo.tar.xz | tar -C /tmp/cl
 cd /tmp/clean || exit 2
 BASE=${OUT:-/tmp/peers-gpu}
 mkdir -p "$BASE/fi" "$BASE/st"
-# PEERS: which of the two to run (default both).
+# PEERS: which of the two to run (default both); FI_LIMIT, ST_LIMIT: their time limits (s).
 if [[ " ${PEERS:-flashinfer sglang-tree} " == *" flashinfer "* ]]; then
-  OUT=$BASE/fi timeout 300 bash bench/peers_gpu.sh run flashinfer > "$BASE/fi/log.txt" 2>&1
+  OUT=$BASE/fi timeout "${FI_LIMIT:-300}" bash bench/peers_gpu.sh run flashinfer > "$BASE/fi/log.txt" 2>&1
   echo "flashinfer rc=$?"; tail -25 "$BASE/fi/log.txt"
 fi
 rm -rf /tmp/peerstage
 if [[ " ${PEERS:-flashinfer sglang-tree} " == *" sglang-tree "* ]]; then
-  OUT=$BASE/st timeout 260 bash bench/peers_gpu.sh run sglang-tree > "$BASE/st/log.txt" 2>&1
+  OUT=$BASE/st timeout "${ST_LIMIT:-260}" bash bench/peers_gpu.sh run sglang-tree > "$BASE/st/log.txt" 2>&1
   echo "sglang-tree rc=$?"; tail -25 "$BASE/st/log.txt"
 fi
