@@ -131,8 +131,14 @@ def test_raw_files_follow_the_contract(small_run):
     tok = pd.read_csv(io.BytesIO(raw[seq_raw.TOKENS]))
     assert tuple(req.columns) == seq_raw.REQUEST_COLUMNS
     assert (
-        tuple(tok.columns) == seq_raw.TOKEN_COLUMNS + seq_raw.MECH_COLUMNS + seq_raw.CROSS_COLUMNS
+        tuple(tok.columns)
+        == seq_raw.TOKEN_COLUMNS
+        + seq_raw.MECH_COLUMNS
+        + seq_raw.CROSS_COLUMNS
+        + seq_raw.FILTER_COLUMNS
     )
+    # filter_margin only at zero-probability tokens (none here: no numerics block)
+    assert tok["filter_margin"].isna().all()
     # Sorted by (group, request[, step]); one token row per committed token.
     assert list(req["group"]) == sorted(req["group"])
     assert tok.equals(tok.sort_values(["group", "request", "step"], kind="stable"))
