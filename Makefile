@@ -151,13 +151,14 @@ $(PEERS_VENV)/.installed: pyproject.toml
 peers-test: $(PEERS_VENV)/.installed
 	$(PEERS_ENV) $(PEERS_PY) -m pytest -q -p no:cacheprovider tests/peers
 	rm -rf /tmp/specconform-peers-smoke
-	# Smoke: each peer's protocol end to end at 400 rows (exit 0 or 1: at 400 rows the
-	# deepest ragged positions have no evidence, which is never PASS), then the committed
+	# Smoke: each peer's protocol end to end at 400 rows: exit 0 (PASS) or 7 (INCONCLUSIVE:
+	# at 400 rows the deepest ragged positions have no evidence, which is never PASS);
+	# the seeds are fixed, so a FAIL (1) is a finding, not noise. Then the committed
 	# archives verified offline.
 	for p in vllm sglang; do \
 	  $(PEERS_ENV) $(PEERS_VENV)/bin/specconform run protocols/peers/$$p.yaml --seeds 400 \
-	    --no-sign --out /tmp/specconform-peers-smoke; rc=$$?; \
-	  [ $$rc -le 1 ] || exit $$rc; done
+	    --allow-inconclusive --no-sign --out /tmp/specconform-peers-smoke; rc=$$?; \
+	  [ $$rc -eq 0 ] || [ $$rc -eq 7 ] || exit $$rc; done
 	for a in docs/evidence/peers/*.zip docs/evidence/peers/negative-controls/*.zip; do \
 	  [ -f "$$a" ] || continue; \
 	  $(PEERS_VENV)/bin/specconform verify "$$a" --pubkey docs/evidence/peers/peers.pub \
