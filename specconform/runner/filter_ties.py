@@ -87,12 +87,15 @@ def _kept_top_k(log_u: np.ndarray, k: int) -> np.ndarray:
 
 
 def _top_k_margin(log_u: np.ndarray, t: int, k: int, logit_bound: float) -> float:
-    """|log u_t - log u_(k)| in units of 2 logit bounds (each logit, the k-th largest
-    too, moves by at most one bound); inf when top-k is off."""
+    """How far t's logit lies across the top-k boundary, in units of 2 logit bounds
+    (each logit moves by at most one): a kept token against the (k+1)-th largest, which
+    would have to overtake it, a dropped one against the k-th; inf when top-k is off."""
     if not 0 < k < log_u.size:
         return math.inf
-    kth = np.sort(log_u)[::-1][k - 1]
-    return _scaled(abs(float(log_u[t] - kth)), 2.0 * logit_bound)
+    ranked = np.sort(log_u)[::-1]
+    kept = log_u[t] >= ranked[k - 1]
+    other = ranked[k] if kept else ranked[k - 1]
+    return _scaled(abs(float(log_u[t] - other)), 2.0 * logit_bound)
 
 
 def _top_p_margin(
@@ -137,6 +140,54 @@ def token_margin(
         _top_k_margin(log_u, token, top_k, logit_bound),
         _top_p_margin(u, log_u, kept_k, token, top_p, (logit_bound, law_bound)),
     )
+
+
+def near_tokens(
+    unfiltered: np.ndarray, top_k: int, top_p: float, *, logit_bound: float, law_bound: float
+) -> np.ndarray:
+    """[V] bool: the tokens whose keep-or-drop decision lies inside the error
+    (:func:`token_margin` <= 1), judged where it can flip (the top-k set's boundary
+    region, and the top-k set under top-p)."""
+    u = np.asarray(unfiltered, np.float64)
+    near = np.zeros(u.size, bool)
+    if top_k <= 0 and top_p >= 1.0:
+        return near
+    log_u = _log(u)
+    bounds = {"logit_bound": logit_bound, "law_bound": law_bound}
+    for t in np.flatnonzero(np.isfinite(log_u)):
+        near[t] = token_margin(u, int(t), top_k, top_p, **bounds) <= 1.0
+    return near
+
+
+def residual_explained(
+    laws: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    near_p: np.ndarray,
+    near_q: np.ndarray,
+    token: int,
+    *,
+    law_bound: float,
+    relative: float = 1e-4,
+) -> bool:
+    """Whether filter near-ties can put ``token`` in an engine's residual (p' - q')+
+    where the reference's filtered laws have q - p > relative q (a mechanism zero).
+    ``laws``: (p, q) filtered and (u_p, u_q) unfiltered, each [V]. An engine's q' may
+    drop the token (near in q's law); otherwise its p' may drop p's near kept tokens,
+    renormalising the token up to at most u_p(x) / (Z_p - D), and its q' may keep q's
+    near dropped tokens, down to at least u_q(x) / (Z_q + A) (Z: the reference's kept
+    mass of u; D, A: the near tokens' u mass), each law moving by law_bound besides."""
+    p, q, u_p, u_q = (np.asarray(a, np.float64) for a in laws)
+    x = token
+    if near_q[x] and q[x] > 0:
+        return True
+    kept_p, kept_q = p > 0, q > 0
+    z_p, z_q = float(u_p[kept_p].sum()), float(u_q[kept_q].sum())
+    others = np.ones(p.size, bool)
+    others[x] = False
+    d = float(u_p[near_p & kept_p & others].sum())
+    a = float(u_q[near_q & ~kept_q].sum())
+    p_hi = float(u_p[x]) / max(z_p - d, 1e-300)
+    q_lo = float(u_q[x]) / (z_q + a)
+    return q_lo - p_hi <= relative * q_lo + 2.0 * law_bound
 
 
 def law_margin(

@@ -26,7 +26,12 @@ import numpy as np
 
 from specconform.adapters.sequence import RequestSpec, SequenceRecord
 from specconform.kinds.sequence.raw import MECH_COLUMNS, NO_EVENTS, TOKEN_COLUMNS
-from specconform.runner.filter_ties import law_margin, token_margin
+from specconform.runner.filter_ties import (
+    law_margin,
+    near_tokens,
+    residual_explained,
+    token_margin,
+)
 from specconform.stats.crossing import crossing_columns
 from specconform.stats.mechanism import mechanism_columns
 from specconform.stats.numerics import NumericsModel
@@ -166,8 +171,9 @@ def support_margins(
     p_token 0: the token's own decision under the request's top-k/top-p (greedy: top-k
     1 at T 1) on the reference's unfiltered law at its prefix. mech_p_token 0 with
     p_token > 0: the conditional law (p - q)+ / TV or min(p, q) moves with the *supports*
-    of p and q, so the smallest margin of any decision of either law. Only these rare
-    tokens cost a replay (one or two forwards each)."""
+    of p and q, so the smallest margin of any decision of either law, provided those
+    near-ties can reach the token at all (else inf). Only these rare tokens cost a replay
+    (one forward for a marginal zero, four for a mechanism zero)."""
     out = [math.nan] * len(rows)
     model: NumericsModel | None = model_for(req.temperature)
     if model is None:
@@ -187,9 +193,24 @@ def support_margins(
         if marginal:
             out[t] = token_margin(u, int(tokens[t]), top_k, top_p, **bounds)
             continue
-        margins = [law_margin(u, top_k, top_p, **bounds)]
-        q = None if depth is None else engine.draft_law_for(prefix, bare, depth)
-        if q is not None:
-            margins.append(law_margin(q, top_k, top_p, **bounds))
-        out[t] = min(margins)
+        out[t] = _mechanism_margin(engine, req, bare, prefix, int(tokens[t]), depth, u, bounds)
     return out
+
+
+def _mechanism_margin(engine, req, bare, prefix, token, depth, u_p, bounds) -> float:
+    """A mechanism zero's margin: the smallest decision margin of p's and q's laws
+    (runner/filter_ties.law_margin) when their near-ties can put the token in an
+    engine's residual (filter_ties.residual_explained), else inf (no filter near-tie
+    explains it)."""
+    top_k, top_p = (1, 1.0) if req.greedy else (int(req.top_k), float(req.top_p))
+    u_q = None if depth is None else engine.draft_law_for(prefix, bare, depth)
+    q = None if depth is None else engine.draft_law_for(prefix, req, depth)
+    if u_q is None or q is None:
+        return math.inf  # no draft law to judge q's support by
+    p = engine.target_law_for(prefix, req)
+    near_p = near_tokens(u_p, top_k, top_p, **bounds)
+    near_q = near_tokens(u_q, top_k, top_p, **bounds)
+    laws = (p, q, u_p, u_q)
+    if not residual_explained(laws, near_p, near_q, token, law_bound=bounds["law_bound"]):
+        return math.inf
+    return min(law_margin(u_p, top_k, top_p, **bounds), law_margin(u_q, top_k, top_p, **bounds))

@@ -94,3 +94,19 @@ def test_the_tally_counts_a_filter_near_tie_apart_and_a_far_one_as_a_mismatch(ne
         assert rec["max_abs_diff"] == 0.0  # the common support's laws, not the 0.13
     else:
         assert rec["examples"][0]["outside_error"].startswith("token 1")
+
+
+def test_dropping_the_kth_token_through_a_clear_gap_is_a_mismatch():
+    """A kept token is judged against the (k+1)-th logit, which would have to overtake
+    it, not against the k-th (itself): an engine keeping k - 1 tokens (a top-k off by
+    one) while the (k+1)-th lies 0.5 below is a mismatch, not a near-tie."""
+    z = np.array([3.0, 2.0, 1.5, 0.5, 0.0])
+    u = np.exp(z) / np.exp(z).sum()
+    assert not _classify(u, [0, 1], [0], top_k=2).near_tie
+    z[2] = 2.0 - 1e-4  # the (k+1)-th within 2 logit bounds of the k-th: it may swap
+    u = np.exp(z) / np.exp(z).sum()
+    tie = classify_support(
+        _filtered(u, [0, 1]), _filtered(u, [0, 2]), FilterParams(2, 1.0, lambda: u),
+        tolerance=MODEL.law_bound, **BOUNDS,
+    )  # fmt: skip
+    assert tie.near_tie

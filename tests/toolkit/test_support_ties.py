@@ -84,7 +84,7 @@ def test_law_margin_sees_a_threshold_anywhere_in_the_law():
 
 
 @dataclass(frozen=True)
-class _Req:
+class _Req:  # the RequestSpec fields support_margins reads
     prompt: tuple = (1,)
     temperature: float = 1.0
     top_k: int = 0
@@ -96,19 +96,33 @@ class _Req:
         return self.temperature == 0.0
 
 
-class _Engine:
-    """The reference's laws: the unfiltered target law is _law(top) at every prefix."""
+def _top_p(u: np.ndarray, top_p: float) -> np.ndarray:
+    """The reference's filter: keep tokens in decreasing order while the mass before
+    them is below top_p, renormalised."""
+    order = np.argsort(-u, kind="stable")
+    before = np.cumsum(u[order]) - u[order]
+    out = np.zeros_like(u)
+    keep = order[before < top_p]
+    out[keep] = u[keep] / u[keep].sum()
+    return out
 
-    def __init__(self, top: float, draft_top: float | None = None):
-        self.top, self.draft_top, self.calls = top, draft_top, []
+
+class _Engine:
+    """The reference's laws at every prefix: unfiltered u_p (and u_q), filtered by the
+    request's top-p when it has one."""
+
+    def __init__(self, u_p: np.ndarray, u_q: np.ndarray | None = None):
+        self.u_p, self.u_q, self.calls = u_p, u_q, []
 
     def target_law_for(self, prefix, req):
         self.calls.append(("p", len(prefix), req.top_k, req.top_p))
-        return _law(self.top)
+        return _top_p(self.u_p, req.top_p) if req.top_p < 1 else self.u_p
 
     def draft_law_for(self, prefix, req, depth):
         self.calls.append(("q", len(prefix), req.top_k, req.top_p))
-        return None if self.draft_top is None else _law(self.draft_top)
+        if self.u_q is None:
+            return None
+        return _top_p(self.u_q, req.top_p) if req.top_p < 1 else self.u_q
 
 
 def _row(p_token: float, mech_p: float = math.nan) -> tuple:
@@ -119,25 +133,49 @@ def _row(p_token: float, mech_p: float = math.nan) -> tuple:
 
 
 def test_support_margins_replay_only_the_zero_probability_tokens_unfiltered():
-    engine = _Engine(0.8 + 3.5e-7, draft_top=0.7)
-    rows = [_row(0.3), _row(0.0), _row(0.2, mech_p=0.0), _row(0.2, mech_p=0.1)]
-    out = support_margins(engine, _Req(), [4, 1, 2, 3], rows, 2, lambda t: MODEL)
-    assert math.isnan(out[0]) and math.isnan(out[3])  # in support: not judged
+    engine = _Engine(_law(0.8 + 3.5e-7))
+    rows = [_row(0.3), _row(0.0), _row(0.2, mech_p=0.1)]
+    out = support_margins(engine, _Req(), [4, 1, 3], rows, 2, lambda t: MODEL)
+    assert math.isnan(out[0]) and math.isnan(out[2])  # in support: not judged
     assert out[1] <= 1  # token 1, 3.5e-7 past top_p
-    assert out[2] <= 1  # the target law has a threshold inside the error
-    # the replays: unfiltered (top_k 0, top_p 1), at the token's own prefix
-    assert engine.calls == [("p", 2, 0, 1.0), ("p", 3, 0, 1.0), ("q", 3, 0, 1.0)]
-    far = support_margins(_Engine(0.85), _Req(), [4, 1], rows[:2], 2, lambda t: MODEL)
+    assert engine.calls == [("p", 2, 0, 1.0)]  # unfiltered, at the token's own prefix
+    far = support_margins(_Engine(_law(0.85)), _Req(), [4, 1], rows[:2], 2, lambda t: MODEL)
     assert far[1] > 100
     # no numerics block: the column stays empty, nothing replayed
-    none = _Engine(0.8)
-    assert all(
-        math.isnan(m) for m in support_margins(none, _Req(), [4, 1], rows[:2], 2, lambda t: None)
-    )
-    assert none.calls == []
+    none = _Engine(_law(0.8))
+    margins = support_margins(none, _Req(), [4, 1], rows[:2], 2, lambda t: None)
+    assert all(math.isnan(m) for m in margins) and none.calls == []
     # no filter: judged, and never a near-tie
-    plain = support_margins(_Engine(0.8), _Req(top_p=1.0), [4, 1], rows[:2], 2, lambda t: MODEL)
+    plain = support_margins(
+        _Engine(_law(0.8)), _Req(top_p=1.0), [4, 1], rows[:2], 2, lambda t: MODEL
+    )
     assert plain[1] == math.inf
+
+
+# p's crossing token 2 sits 1e-7 inside top_p 0.9: an engine may drop it and so scale
+# every kept token up by 0.96 / 0.90 (token 1: 0.4167 -> at most 0.4444).
+U_P = np.array([0.5, 0.4 - 1e-7, 0.06, 0.04 + 1e-7])
+
+
+@pytest.mark.parametrize(
+    "u_q, explained",
+    [
+        # q(1) = 0.41 / 0.94 = 0.436 > p(1) = 0.417: a mechanism zero that p's near-tie
+        # can reach (0.436 < 0.444)
+        (np.array([0.53, 0.41, 0.03, 0.03]), True),
+        # negative control: q(1) = 0.49 / 0.94 = 0.521, out of the near-tie's reach
+        (np.array([0.45, 0.49, 0.03, 0.03]), False),
+    ],
+)
+def test_a_mechanism_zero_is_a_near_tie_only_where_the_near_ties_reach_it(u_q, explained):
+    engine = _Engine(U_P, u_q)
+    rows = [_row(0.2, mech_p=0.0)]
+    req = _Req(top_p=0.9)
+    assert _top_p(U_P, 0.9)[1] < _top_p(u_q, 0.9)[1]  # the reference's residual is 0 at 1
+    (margin,) = support_margins(engine, req, [1], rows, 2, lambda t: MODEL)
+    assert (margin <= 1) == explained
+    if not explained:
+        assert margin == math.inf
 
 
 # --- the evaluator (kinds/sequence/checks.py support_row) -------------------------------
