@@ -156,7 +156,10 @@ def _verify_archive(zip_path: Path, pubkey: Path | None, *, skip_external: bool)
     tests_recomputed, verdict = 0, contents.json_object("verdict.json").get("verdict")
     if not needed:
         recomputed = reevaluate_archive(contents)
-        check_recomputation(contents, recomputed)
+        try:
+            check_recomputation(contents, recomputed)
+        except EvidenceError as exc:
+            raise EvidenceError(f"{exc}{_version_note(contents)}") from None
         # equal to the stated verdict under the archive's own results schema (checked)
         tests_recomputed = len(recomputed.tests)
 
@@ -176,6 +179,28 @@ def _verify_archive(zip_path: Path, pubkey: Path | None, *, skip_external: bool)
         warnings=tuple(warnings),
         external=tuple(found.lines()) if found else (),
         not_recomputed=needed,
+    )
+
+
+def _version_note(contents: ArchiveContents) -> str:
+    """When numpy or scipy here differ from the run's (environment.json), say so: the
+    kernel protocols' laws and the TV bootstrap draw with numpy Generator methods, whose
+    streams numpy does not keep across versions (docs/peers.md), so a recomputation can
+    differ for that reason alone."""
+    import numpy
+    import scipy
+
+    try:
+        packages = contents.json_object("environment.json").get("packages") or {}
+    except EvidenceError:
+        return ""
+    here = {"numpy": numpy.__version__, "scipy": scipy.__version__}
+    differ = [f"{k} {packages[k]} (here {v})" for k, v in here.items() if packages.get(k, v) != v]
+    if not differ:
+        return ""
+    return (
+        f"; note: the run used {', '.join(differ)}: recompute with the run's versions "
+        "(laws drawn by numpy Generator methods change across numpy versions)"
     )
 
 

@@ -328,3 +328,26 @@ def test_exit_codes_survive_the_real_command_line(tmp_path, signed):
     assert invalid.returncode == 3 and invalid.stderr.count("\n") == 1
     usage = run("verify", str(signed))
     assert usage.returncode == 2 and "--pubkey" in usage.stderr
+
+
+def test_a_recomputation_error_names_the_runs_numpy_when_it_differs():
+    """The kernel protocols' laws follow numpy's Generator methods, which change across
+    numpy versions (docs/peers.md): a recomputation error says which versions differ,
+    and says nothing when they match."""
+    import numpy
+    import scipy
+
+    from specconform.verification.verify import _version_note
+
+    class _Contents:
+        def __init__(self, packages):
+            self.packages = packages
+
+        def json_object(self, name):
+            assert name == "environment.json"
+            return {"packages": self.packages}
+
+    same = {"numpy": numpy.__version__, "scipy": scipy.__version__}
+    assert _version_note(_Contents(same)) == ""
+    note = _version_note(_Contents({**same, "numpy": "0.0.1"}))
+    assert f"numpy 0.0.1 (here {numpy.__version__})" in note and "scipy" not in note
