@@ -26,9 +26,9 @@ apart, never excused: the evaluator bounds their count (kinds/sequence/numerics.
 
 The same tests, as a **margin** (the distance from flipping in units of the error; <= 1
 a near-tie), judge a committed token of reference probability 0 (tokens.csv
-filter_margin, read by out_of_support): :func:`token_margin` for the token's own
-decision (greedy is top-k 1), :func:`law_margin` for any decision of a law (a mechanism
-zero: the conditional law moves with the supports of p and q).
+filter_margin, read by out_of_support): :func:`token_margins` for every token's own
+decision at once (greedy is top-k 1), :func:`law_margin` for any decision of a law (a
+mechanism zero: the conditional law moves with the supports of p and q).
 
 Numbers only (numpy): the runner passes the laws in.
 """
@@ -69,16 +69,6 @@ class SupportTie:
         return {"filter_tokens": list(self.tokens), "common_max_abs_diff": self.common_diff}
 
 
-def _scaled(distance: float, bound: float) -> float:
-    """distance / bound, the margin's unit (<= 1: inside the error); a zero bound makes
-    only a zero distance a tie."""
-    if not np.isfinite(distance):
-        return math.inf
-    if bound <= 0.0:
-        return 0.0 if distance <= 0.0 else math.inf
-    return distance / bound
-
-
 def _kept_top_k(log_u: np.ndarray, k: int) -> np.ndarray:
     """The reference's top-k set (ties at the k-th kept); everything when k is off."""
     if not 0 < k < log_u.size:
@@ -86,38 +76,60 @@ def _kept_top_k(log_u: np.ndarray, k: int) -> np.ndarray:
     return log_u >= np.sort(log_u)[::-1][k - 1]
 
 
-def _top_k_margin(log_u: np.ndarray, t: int, k: int, logit_bound: float) -> float:
-    """How far t's logit lies across the top-k boundary, in units of 2 logit bounds
-    (each logit moves by at most one): a kept token against the (k+1)-th largest, which
-    would have to overtake it, a dropped one against the k-th; inf when top-k is off."""
-    if not 0 < k < log_u.size:
-        return math.inf
-    ranked = np.sort(log_u)[::-1]
-    kept = log_u[t] >= ranked[k - 1]
-    other = ranked[k] if kept else ranked[k - 1]
-    return _scaled(abs(float(log_u[t] - other)), 2.0 * logit_bound)
-
-
-def _top_p_margin(
-    u: np.ndarray, log_u: np.ndarray, kept_k: np.ndarray, t: int, top_p: float, model: tuple
-) -> float:
-    """How far top_p lies from the masses that can rank above t (those surely above it,
-    up to those possibly above it: within 2 logit bounds, which may swap with t), in law
-    bounds; inf when top-p is off or t is outside the top-k set."""
-    logit_bound, law_bound = model
-    if not top_p < 1.0 or not kept_k[t]:
-        return math.inf
-    z = float(u[kept_k].sum())
-    others = kept_k.copy()
-    others[t] = False
-    surely = float(u[others & (log_u > log_u[t] + 2.0 * logit_bound)].sum()) / z
-    possibly = float(u[others & (log_u >= log_u[t] - 2.0 * logit_bound)].sum()) / z
-    return _scaled(max(0.0, surely - top_p, top_p - possibly), law_bound)
-
-
 def _log(u: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore"):
         return np.log(u)
+
+
+def token_margins(
+    unfiltered: np.ndarray, top_k: int, top_p: float, *, logit_bound: float, law_bound: float
+) -> np.ndarray:
+    """[V] float64: how far each token's keep-or-drop decision under the filters lies from
+    flipping, in units of the numerics model's error (<= 1: a near-tie, the decision can
+    flip on a correct engine; inf: no filter decides it). ``unfiltered``: the reference's
+    law at the request's temperature with no filter, [V]. Greedy is top-k 1. One sort and
+    two searches for the whole vocabulary.
+
+    - top-k: |log u_t - log u_b| in units of 2 logit bounds (each logit moves by at most
+      one), b the (k+1)-th largest for a kept token (it would have to overtake it), the
+      k-th for a dropped one;
+    - top-p (tokens of the top-k set only): how far top_p lies from the masses that can
+      rank above t, from those surely above it (log-probability more than 2 logit bounds
+      higher) to those possibly above it (within 2 logit bounds, which may swap with t),
+      renormalised on the top-k set, in law bounds."""
+    u = np.asarray(unfiltered, np.float64)
+    log_u = _log(u)
+    margins = np.full(u.size, math.inf)
+    kept_k = _kept_top_k(log_u, top_k)
+    if 0 < top_k < u.size:
+        ranked = np.sort(log_u)[::-1]
+        other = np.where(kept_k, ranked[top_k], ranked[top_k - 1])
+        with np.errstate(invalid="ignore"):
+            margins = _scaled(np.abs(log_u - other), 2.0 * logit_bound)
+    if top_p < 1.0:
+        order = np.argsort(log_u[kept_k], kind="stable")
+        ascending, mass = log_u[kept_k][order], u[kept_k][order]
+        below = np.concatenate([[0.0], np.cumsum(mass)])  # mass of the i smallest
+        z = below[-1]
+        at = log_u[kept_k]
+        surely = z - below[np.searchsorted(ascending, at + 2.0 * logit_bound, side="right")]
+        possibly = z - below[np.searchsorted(ascending, at - 2.0 * logit_bound, side="left")]
+        possibly -= u[kept_k]  # the token itself is not above itself
+        gap = np.maximum(0.0, np.maximum(surely / z - top_p, top_p - possibly / z))
+        margins[kept_k] = np.minimum(margins[kept_k], _scaled(gap, law_bound))
+    return margins
+
+
+def _scaled(distance: np.ndarray, bound: float) -> np.ndarray:
+    """distance / bound, the margin's unit (<= 1: inside the error); a zero bound makes
+    only a zero distance a tie; a non-finite distance is inf."""
+    distance = np.asarray(distance, np.float64)
+    finite = np.isfinite(distance)
+    if bound <= 0.0:
+        out = np.where(distance <= 0.0, 0.0, math.inf)
+    else:
+        out = distance / bound
+    return np.where(finite, out, math.inf)
 
 
 def token_margin(
@@ -129,34 +141,9 @@ def token_margin(
     logit_bound: float,
     law_bound: float,
 ) -> float:
-    """How far ``token``'s keep-or-drop decision under the filters lies from flipping, in
-    units of the numerics model's error (<= 1: a near-tie, the decision can flip on a
-    correct engine; inf: no filter decides it). ``unfiltered``: the reference's law at the
-    request's temperature with no filter, [V] float64. Greedy is top-k 1."""
-    u = np.asarray(unfiltered, np.float64)
-    log_u = _log(u)
-    kept_k = _kept_top_k(log_u, top_k)
-    return min(
-        _top_k_margin(log_u, token, top_k, logit_bound),
-        _top_p_margin(u, log_u, kept_k, token, top_p, (logit_bound, law_bound)),
-    )
-
-
-def near_tokens(
-    unfiltered: np.ndarray, top_k: int, top_p: float, *, logit_bound: float, law_bound: float
-) -> np.ndarray:
-    """[V] bool: the tokens whose keep-or-drop decision lies inside the error
-    (:func:`token_margin` <= 1), judged where it can flip (the top-k set's boundary
-    region, and the top-k set under top-p)."""
-    u = np.asarray(unfiltered, np.float64)
-    near = np.zeros(u.size, bool)
-    if top_k <= 0 and top_p >= 1.0:
-        return near
-    log_u = _log(u)
+    """One token's entry of :func:`token_margins`."""
     bounds = {"logit_bound": logit_bound, "law_bound": law_bound}
-    for t in np.flatnonzero(np.isfinite(log_u)):
-        near[t] = token_margin(u, int(t), top_k, top_p, **bounds) <= 1.0
-    return near
+    return float(token_margins(unfiltered, top_k, top_p, **bounds)[token])
 
 
 def residual_explained(
@@ -193,23 +180,12 @@ def residual_explained(
 def law_margin(
     unfiltered: np.ndarray, top_k: int, top_p: float, *, logit_bound: float, law_bound: float
 ) -> float:
-    """The smallest margin of any filter decision of the law (:func:`token_margin`
-    over the tokens whose decision can flip: the top-k boundary pair, every token of the
-    top-k set under top-p): <= 1 when the engine's filtered law may keep another support
-    than the reference's, and so renormalise every kept token differently."""
-    u = np.asarray(unfiltered, np.float64)
-    log_u = _log(u)
-    margins = [math.inf]
-    if 0 < top_k < u.size:
-        ranked = np.sort(log_u)[::-1]
-        margins.append(_scaled(float(ranked[top_k - 1] - ranked[top_k]), 2.0 * logit_bound))
-    if top_p < 1.0:
-        kept_k = _kept_top_k(log_u, top_k)
-        model = (logit_bound, law_bound)
-        margins += [
-            _top_p_margin(u, log_u, kept_k, int(t), top_p, model) for t in np.flatnonzero(kept_k)
-        ]
-    return min(margins)
+    """The smallest margin of any filter decision of the law (:func:`token_margins`; its
+    top-k part is smallest at the k-th / (k+1)-th pair): <= 1 when the engine's filtered
+    law may keep another support than the reference's, and so renormalise every kept
+    token differently."""
+    bounds = {"logit_bound": logit_bound, "law_bound": law_bound}
+    return float(np.min(token_margins(unfiltered, top_k, top_p, **bounds), initial=math.inf))
 
 
 def classify_support(
@@ -232,8 +208,9 @@ def classify_support(
     diff = float(np.max(np.abs(ra - rb)))
     u = np.asarray(params.unfiltered(), np.float64)
     bounds = {"logit_bound": logit_bound, "law_bound": law_bound}
+    margins = token_margins(u, params.top_k, params.top_p, **bounds)
     for t in tokens:
-        if token_margin(u, t, params.top_k, params.top_p, **bounds) > 1.0:
+        if margins[t] > 1.0:
             return SupportTie(False, tokens, diff, f"token {t} is outside the filters' error")
     if diff > tolerance:
         return SupportTie(False, tokens, diff, f"common support differs by {diff:.3g}")

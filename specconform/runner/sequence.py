@@ -183,7 +183,7 @@ def law_pass(engine, protocol, specs, records, tf_tests, tallies, *, teacher, pr
                 top_p = 0.0 < req.top_p < 1.0 and not req.greedy
                 mine = token_rows(group.name, i, rec, laws, top_p=top_p)
                 margins = support_margins(
-                    engine, req, rec.tokens, mine, depth if has_q else None, model_for
+                    engine, req, rec.tokens, mine, laws, depth if has_q else None, model_for
                 )
                 rows += [row + (m,) for row, m in zip(mine, margins, strict=True)]
                 bar.advance(1)

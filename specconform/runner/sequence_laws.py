@@ -26,12 +26,7 @@ import numpy as np
 
 from specconform.adapters.sequence import RequestSpec, SequenceRecord
 from specconform.kinds.sequence.raw import MECH_COLUMNS, NO_EVENTS, TOKEN_COLUMNS
-from specconform.runner.filter_ties import (
-    law_margin,
-    near_tokens,
-    residual_explained,
-    token_margin,
-)
+from specconform.runner.filter_ties import residual_explained, token_margin, token_margins
 from specconform.stats.crossing import crossing_columns
 from specconform.stats.mechanism import mechanism_columns
 from specconform.stats.numerics import NumericsModel
@@ -160,6 +155,7 @@ def support_margins(
     req: RequestSpec,
     tokens: Sequence[int],
     rows: Sequence[tuple],
+    laws: RequestLaws,
     depth: int | None,
     model_for,
 ) -> list[float]:
@@ -172,8 +168,9 @@ def support_margins(
     1 at T 1) on the reference's unfiltered law at its prefix. mech_p_token 0 with
     p_token > 0: the conditional law (p - q)+ / TV or min(p, q) moves with the *supports*
     of p and q, so the smallest margin of any decision of either law, provided those
-    near-ties can reach the token at all (else inf). Only these rare tokens cost a replay
-    (one forward for a marginal zero, four for a mechanism zero)."""
+    near-ties can reach the token at all (else inf). ``laws``: the request's filtered
+    reference laws (the rows' own); only the unfiltered ones cost a replay, at these rare
+    tokens (one forward for a marginal zero, two for a mechanism zero)."""
     out = [math.nan] * len(rows)
     model: NumericsModel | None = model_for(req.temperature)
     if model is None:
@@ -189,28 +186,20 @@ def support_margins(
             out[t] = math.inf  # no filter decides it: a real out-of-support token
             continue
         prefix = list(req.prompt) + list(tokens[:t])
-        u = engine.target_law_for(prefix, bare)
+        u_p = engine.target_law_for(prefix, bare)
         if marginal:
-            out[t] = token_margin(u, int(tokens[t]), top_k, top_p, **bounds)
+            out[t] = token_margin(u_p, int(tokens[t]), top_k, top_p, **bounds)
             continue
-        out[t] = _mechanism_margin(engine, req, bare, prefix, int(tokens[t]), depth, u, bounds)
+        q = laws.q_at(t)  # a mechanism zero sits at a drafted position, where q exists
+        u_q = None if q is None or depth is None else engine.draft_law_for(prefix, bare, depth)
+        if q is None or u_q is None:
+            out[t] = math.inf  # no draft law to judge q's support by
+            continue
+        m_p = token_margins(u_p, top_k, top_p, **bounds)
+        m_q = token_margins(u_q, top_k, top_p, **bounds)
+        reach = residual_explained(
+            (laws.p[t], q, u_p, u_q), m_p <= 1.0, m_q <= 1.0, int(tokens[t]),
+            law_bound=model.law_bound,
+        )  # fmt: skip
+        out[t] = float(min(m_p.min(), m_q.min())) if reach else math.inf
     return out
-
-
-def _mechanism_margin(engine, req, bare, prefix, token, depth, u_p, bounds) -> float:
-    """A mechanism zero's margin: the smallest decision margin of p's and q's laws
-    (runner/filter_ties.law_margin) when their near-ties can put the token in an
-    engine's residual (filter_ties.residual_explained), else inf (no filter near-tie
-    explains it)."""
-    top_k, top_p = (1, 1.0) if req.greedy else (int(req.top_k), float(req.top_p))
-    u_q = None if depth is None else engine.draft_law_for(prefix, bare, depth)
-    q = None if depth is None else engine.draft_law_for(prefix, req, depth)
-    if u_q is None or q is None:
-        return math.inf  # no draft law to judge q's support by
-    p = engine.target_law_for(prefix, req)
-    near_p = near_tokens(u_p, top_k, top_p, **bounds)
-    near_q = near_tokens(u_q, top_k, top_p, **bounds)
-    laws = (p, q, u_p, u_q)
-    if not residual_explained(laws, near_p, near_q, token, law_bound=bounds["law_bound"]):
-        return math.inf
-    return min(law_margin(u_p, top_k, top_p, **bounds), law_margin(u_q, top_k, top_p, **bounds))

@@ -26,7 +26,7 @@ from specconform.kinds.sequence.raw import MECH_COLUMNS, TOKEN_COLUMNS
 from specconform.protocol.load import load_protocol
 from specconform.results import FAIL, PASS
 from specconform.runner.filter_ties import law_margin, token_margin
-from specconform.runner.sequence_laws import support_margins
+from specconform.runner.sequence_laws import RequestLaws, support_margins
 from tests.toolkit.fixtures.sequence_run import PROTOCOL_PATH
 
 # ci_sequence's model (protocols/ci_sequence.yaml) at T 1: logit bound 3.7e-4, law
@@ -125,6 +125,14 @@ class _Engine:
         return _top_p(self.u_q, req.top_p) if req.top_p < 1 else self.u_q
 
 
+def _laws(engine, req, n: int) -> RequestLaws:
+    """The request's filtered reference laws at n steps (what token_rows read), built
+    without calling the engine, so that its call log shows only the margins' replays."""
+    filt = (lambda u: _top_p(u, req.top_p)) if req.top_p < 1 else (lambda u: u)
+    q = None if engine.u_q is None else {t: filt(engine.u_q) for t in range(n)}
+    return RequestLaws(np.stack([filt(engine.u_p)] * n), q)
+
+
 def _row(p_token: float, mech_p: float = math.nan) -> tuple:
     row = [0.0] * (len(TOKEN_COLUMNS) + len(MECH_COLUMNS))
     row[TOKEN_COLUMNS.index("p_token")] = p_token
@@ -135,19 +143,28 @@ def _row(p_token: float, mech_p: float = math.nan) -> tuple:
 def test_support_margins_replay_only_the_zero_probability_tokens_unfiltered():
     engine = _Engine(_law(0.8 + 3.5e-7))
     rows = [_row(0.3), _row(0.0), _row(0.2, mech_p=0.1)]
-    out = support_margins(engine, _Req(), [4, 1, 3], rows, 2, lambda t: MODEL)
+    out = support_margins(
+        engine, _Req(), [4, 1, 3], rows, _laws(engine, _Req(), 3), 2, lambda t: MODEL
+    )
     assert math.isnan(out[0]) and math.isnan(out[2])  # in support: not judged
     assert out[1] <= 1  # token 1, 3.5e-7 past top_p
     assert engine.calls == [("p", 2, 0, 1.0)]  # unfiltered, at the token's own prefix
-    far = support_margins(_Engine(_law(0.85)), _Req(), [4, 1], rows[:2], 2, lambda t: MODEL)
+    far_engine = _Engine(_law(0.85))
+    far = support_margins(
+        far_engine, _Req(), [4, 1], rows[:2], _laws(far_engine, _Req(), 2), 2, lambda t: MODEL
+    )
     assert far[1] > 100
     # no numerics block: the column stays empty, nothing replayed
     none = _Engine(_law(0.8))
-    margins = support_margins(none, _Req(), [4, 1], rows[:2], 2, lambda t: None)
+    margins = support_margins(
+        none, _Req(), [4, 1], rows[:2], _laws(none, _Req(), 2), 2, lambda t: None
+    )
     assert all(math.isnan(m) for m in margins) and none.calls == []
     # no filter: judged, and never a near-tie
+    plain_engine = _Engine(_law(0.8))
+    plain_laws = _laws(plain_engine, _Req(top_p=1.0), 2)
     plain = support_margins(
-        _Engine(_law(0.8)), _Req(top_p=1.0), [4, 1], rows[:2], 2, lambda t: MODEL
+        plain_engine, _Req(top_p=1.0), [4, 1], rows[:2], plain_laws, 2, lambda t: MODEL
     )
     assert plain[1] == math.inf
 
@@ -172,7 +189,7 @@ def test_a_mechanism_zero_is_a_near_tie_only_where_the_near_ties_reach_it(u_q, e
     rows = [_row(0.2, mech_p=0.0)]
     req = _Req(top_p=0.9)
     assert _top_p(U_P, 0.9)[1] < _top_p(u_q, 0.9)[1]  # the reference's residual is 0 at 1
-    (margin,) = support_margins(engine, req, [1], rows, 2, lambda t: MODEL)
+    (margin,) = support_margins(engine, req, [1], rows, _laws(engine, req, 1), 2, lambda t: MODEL)
     assert (margin <= 1) == explained
     if not explained:
         assert margin == math.inf
