@@ -34,13 +34,7 @@ from specconform.kinds.sequence.raw import (
 from specconform.runner import sequence_checks as sc
 from specconform.runner import sequence_streams as ss
 from specconform.runner.near_ties import classify
-from specconform.runner.sequence_laws import (
-    drafted_steps,
-    incremental_laws,
-    support_margins,
-    teacher_forced_laws,
-    token_rows,
-)
+from specconform.runner.sequence_lawpass import flat_rows, law_pass
 from specconform.runner.sequence_requests import (
     build_requests,
     covered_groups,
@@ -132,62 +126,7 @@ def _compare_tokens(tally, protocol, req, a, b, where, engine, draft_depth) -> N
     tally.add_divergence(div, example)
 
 
-# --- laws and rows --------------------------------------------------------------------
-
-
-def _flat_rows(protocol, groups, records) -> list[tuple[str, int, int]]:
-    names = {g.name for g in groups}
-    return [
-        (g.name, i, t)
-        for g in protocol.groups
-        if g.name in names
-        for i, rec in enumerate(records[g.name])
-        for t in range(len(rec.tokens))
-    ]
-
-
-def law_pass(engine, protocol, specs, records, tf_tests, tallies, *, teacher, progress):
-    """tokens.csv rows of every request; teacher-forced laws when `teacher`, with the
-    teacher_forcing comparisons at their sampled steps (into `tallies`)."""
-    wanted: dict[tuple[str, int], list[tuple[str, int]]] = {}  # (group, request) -> tests
-    for test in tf_tests:
-        flat = _flat_rows(protocol, covered_groups(protocol, test), records)
-        for k in sc.sample_of(test, len(flat), protocol.pit_seed):
-            g, i, t = flat[k]
-            wanted.setdefault((g, i), []).append((test.name, t))
-    has_q = engine.info.capabilities.draft_law
-    block = None if protocol.numerics is None else protocol.numerics.model_dump(mode="json")
-
-    def model_for(temperature: float):
-        return None if block is None else model_at(block, temperature)
-
-    rows: list[tuple] = []
-    total = sum(len(r) for r in records.values())
-    with progress("reference" if not teacher else "reference (teacher forced)", total) as bar:
-        for group in protocol.groups:
-            depth = group.draft_loops
-            for i, (req, rec) in enumerate(
-                zip(specs[group.name], records[group.name], strict=True)
-            ):
-                laws = teacher_forced_laws(engine, req, rec.tokens, depth) if teacher else None
-                if laws is None:
-                    laws = incremental_laws(engine, req, rec.tokens, depth, drafted_steps(rec))
-                for name, t in wanted.get((group.name, i), []) if teacher else []:
-                    prefix = list(req.prompt) + list(rec.tokens[:t])
-                    at = {"group": group.name, "request": i, "step": t}
-                    q_engine = laws.q_at(t) if has_q else None
-                    sc.compare_step(
-                        tallies[name], req, prefix, at, laws.p[t], q_engine,
-                        engine.target_law_for, engine.draft_law_for, depth,
-                    )  # fmt: skip
-                top_p = 0.0 < req.top_p < 1.0 and not req.greedy
-                mine = token_rows(group.name, i, rec, laws, top_p=top_p)
-                margins = support_margins(
-                    engine, req, rec.tokens, mine, laws, depth if has_q else None, model_for
-                )
-                rows += [row + (m,) for row, m in zip(mine, margins, strict=True)]
-                bar.advance(1)
-    return rows
+# --- laws and rows: runner/sequence_lawpass.py -------------------------------------
 
 
 def teacher_forcing_summary(name: str, tally) -> str:
@@ -310,7 +249,7 @@ def _oracle_and_greedy(engine, protocol, specs, records, pairs, tallies) -> None
     for test in protocol.tests:
         tally = tallies.get(test.name)
         if test.type == "oracle" and engine.info.capabilities.logits and tally is not None:
-            flat = _flat_rows(protocol, covered_groups(protocol, test), records)
+            flat = flat_rows(protocol, covered_groups(protocol, test), records)
             prefixes = []
             for k in sc.sample_of(test, len(flat), protocol.pit_seed):
                 g, i, t = flat[k]
