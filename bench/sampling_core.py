@@ -39,6 +39,7 @@ import sys
 import time
 
 import torch
+from graph_latency import graph_ms
 
 from engine_under_test.sampling import batched_probabilities, categorical, speculative_accept
 from engine_under_test.sampling._dispatch import sampling_backend, set_sampling_backend
@@ -130,6 +131,9 @@ def compare_and_time(label: str, call, device, calls: int, mismatches: list[str]
         if bad:
             mismatches.append(f"{label}: rows {bad} differ from the torch path")
         times["triton_ms"] = with_backend("auto", lambda: steady_ms(call, device, calls))
+        graphed = with_backend("auto", lambda: graph_ms(call))
+        if graphed is not None:  # the engine's view: kernels replayed, no Python launch
+            times["triton_graph_ms"] = graphed
     return want, times
 
 
