@@ -143,7 +143,10 @@ if [ "$step" = prepare-sglang-tree ]; then
   exit 0
 fi
 
-[ "$step" = run ] || { echo "usage: $0 prepare | prepare-sglang-tree | run vllm|flashinfer|sglang-tree" >&2; exit 2; }
+# install: only put the carried peer into /tmp/site (for bench/speed_at_bound.py's peers
+# part in the same call: PYTHONPATH=/tmp/site:$PWD); run: install, then tests, protocols
+# and timing.
+[ "$step" = run ] || [ "$step" = install ] || { echo "usage: $0 prepare | prepare-sglang-tree | run|install vllm|flashinfer|sglang-tree" >&2; exit 2; }
 OUTDIR=${OUT:-/tmp/peers-gpu}
 mkdir -p "$OUTDIR" /tmp/site
 export PYTHONPATH=/tmp/site:$PWD
@@ -192,6 +195,7 @@ case "$what" in
     ;;
   *) echo "usage: $0 run vllm|flashinfer|sglang-tree" >&2; exit 2 ;;
 esac
+[ "$step" = install ] && exit 0
 SPECCONFORM_PEERS=1 $PY -m pytest -q -p no:cacheprovider $tests 2>&1 | tee "$OUTDIR/tests-$what.txt" || true
 for p in $protocols; do
   # The CPU protocols are sized for the interpreter; on CUDA --seeds raises them where the
