@@ -47,8 +47,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -56,7 +54,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+try:  # run as a script (bench/ on sys.path) or imported as bench.speed_at_bound
+    from speed_processes import Finished, profile, read_json, run
+except ImportError:
+    from bench.speed_processes import Finished, profile, read_json, run
+
 PARTS = ("engine", "kernels", "peers", "fp32", "sequence")
 
 
@@ -72,56 +74,6 @@ class Figure:
     note: str = ""
 
 
-@dataclass(frozen=True)
-class Finished:
-    code: int
-    wall_s: float
-    peak_rss_mb: float
-    stderr: str
-    timed_out: bool = False
-
-
-def run(cmd: list[str], limit: float, *, env=None, log: Path) -> Finished:
-    """Run ``cmd`` from the repository root, stdout/stderr to ``log`` (tee'd to ours),
-    killed after ``limit`` seconds; wall time and the child's own peak RSS (wait4)."""
-    print(f"+ {' '.join(cmd)}  (limit {limit:.0f} s)", flush=True)
-    t0 = time.perf_counter()
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=fh, stderr=subprocess.STDOUT
-        )
-        deadline, timed_out = t0 + limit, False
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > deadline:
-                timed_out = True
-                proc.kill()
-                _, status, usage = os.wait4(proc.pid, 0)
-                break
-            time.sleep(0.5)
-    wall = time.perf_counter() - t0
-    code = os.waitstatus_to_exitcode(status)
-    text = log.read_text(errors="replace")
-    print(text[-4000:] if code not in (0, 1, 7) else _tail(text, 15), flush=True)
-    print(f"  exit {code} in {wall:.1f} s, peak RSS {usage.ru_maxrss / 1024:.0f} MB", flush=True)
-    if timed_out:
-        print(f"  timed out after {limit:.0f} s (--limit-PART raises it)", flush=True)
-    return Finished(code, wall, usage.ru_maxrss / 1024, text, timed_out)
-
-
-def _tail(text: str, n: int) -> str:
-    return "\n".join(text.splitlines()[-n:])
-
-
-def _read_json(path: Path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 # --- parts ------------------------------------------------------------------------------
 
 
@@ -132,7 +84,7 @@ def part_engine(a, work: Path) -> list[Figure]:
     cmd += ["--max-tokens", str(a.max_tokens), "--runs", str(a.runs), "--waves", str(a.waves)]
     cmd += ["--json", str(out)]
     run(cmd, a.limit_engine, log=work / "engine.log")
-    rows = _read_json(out) or []
+    rows = read_json(out) or []
     rows = rows["rows"] if isinstance(rows, dict) else rows
     figs = []
     for r in rows:
@@ -171,7 +123,7 @@ def part_kernels(a, work: Path) -> list[Figure]:
     cmd += ["--sampling-rows", ",".join(map(str, a.kernel_rows)), "--json", str(out)]
     cmd += ["--repeats", str(a.kernel_repeats)]
     run(cmd, a.limit_kernels, log=work / "kernels.log")
-    res = _read_json(out) or {}
+    res = read_json(out) or {}
     return [fig for r in res.get("sampling", []) for fig in kernel_figures(r)]
 
 
@@ -219,7 +171,7 @@ def part_peers(a, work: Path) -> list[Figure]:
     # would dominate both sides otherwise: docs/peers.md)
     cmd += ["--warmup", "3", "--kernel-only", "--json", str(out)]
     run(cmd, a.limit_peers, log=work / "peers.log")
-    res = _read_json(out) or {}
+    res = read_json(out) or {}
     figs = []
     for name, k in sorted(res.get("kernels", {}).items()):
         if name.startswith("bundled"):
@@ -238,41 +190,6 @@ def part_peers(a, work: Path) -> list[Figure]:
             )
         )
     return figs
-
-
-TIMING = re.compile(r"^timing: (.*?) in ([0-9.]+)s")
-STARTUP = re.compile(r"^timing: collection starts at ([0-9.]+)s after process start")
-
-
-def profile(stderr: str) -> dict[str, float]:
-    """Seconds per phase from a run's ``timing:`` lines (engine = the groups' generation)."""
-    phases = {
-        "startup": 0.0,  # interpreter, imports and input checks before collection
-        "engine load": 0.0,
-        "engine": 0.0,
-        "reference replay": 0.0,
-        "statistics": 0.0,
-        "archive": 0.0,
-    }
-    for line in stderr.splitlines():
-        start = STARTUP.match(line.strip())
-        if start:
-            phases["startup"] = float(start.group(1))
-        m = TIMING.match(line.strip())
-        if not m:
-            continue
-        what, s = m.group(1), float(m.group(2))
-        if what.startswith("engine adapter loaded"):
-            phases["engine load"] += s
-        elif what.startswith("group "):
-            phases["engine"] += s
-        elif what.startswith("reference replay"):
-            phases["reference replay"] += s
-        elif what.startswith("statistics"):
-            phases["statistics"] += s
-        elif what.startswith(("plan, files and seal", "batch files")):
-            phases["archive"] += s
-    return phases
 
 
 def _protocol_run(a, work: Path, protocol: str, extra: list[str], label: str) -> Finished:
