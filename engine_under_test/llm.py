@@ -283,14 +283,14 @@ class LLM:
     ) -> torch.Tensor:
         """The laws of many prefixes at exit depth ``loops`` (full depth when None): the
         reference forward batched over equal-length prefixes (model/reference.py), then
-        ``Sampler.probabilities`` row by row. [N, V] f32; equal to ``target_probabilities``
+        ``Sampler.probabilities_of_rows``. [N, V] f32; equal to ``target_probabilities``
         / ``draft_probabilities`` prefix by prefix within float rounding (not bitwise:
         tests/engine/test_reference_batched.py)."""
         depth = self.model.num_loops if loops is None else loops
         if not 1 <= depth <= self.model.num_loops:
             raise ValueError(f"loops must be in [1, {self.model.num_loops}]")
         logits = batched_last_logits(self.model, prefixes, depth)
-        return Sampler.probabilities(logits, params)
+        return Sampler.probabilities_of_rows(logits, params)
 
     @torch.no_grad()
     def teacher_forced_probabilities(
@@ -305,7 +305,8 @@ class LLM:
         Row t is the law of the token after prompt + tokens[:t] (t = 0..T-1): the model's
         reference forward of prompt + tokens[:-1] has logits at every position, causally
         masked, so row len(prompt) - 1 + t sees exactly that prefix; then
-        Sampler.probabilities row by row (the serial reference, not the batched path).
+        the serial reference's steps on every row at once (``Sampler.probabilities_of_rows``,
+        not the engine's batched path).
         ``loops``: exit depth (full depth when None, the draft law q at d < R).
         Returns [T, V] float32 (T = len(tokens)); tests/engine/test_teacher_forcing.py
         compares it with ``target_probabilities`` prefix by prefix."""
@@ -319,4 +320,4 @@ class LLM:
             return torch.empty((0, self.model_config.vocab_size), dtype=torch.float32)
         seq = [int(t) for t in prompt] + [int(t) for t in tokens[:-1]]
         logits = self.model.reference_logits(seq, loops=depth)  # [len(seq), V] float32
-        return Sampler.probabilities(logits[len(prompt) - 1 :], params)
+        return Sampler.probabilities_of_rows(logits[len(prompt) - 1 :], params)

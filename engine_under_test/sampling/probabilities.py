@@ -63,6 +63,7 @@ from engine_under_test.sampling._checks import (
     require_tensors,
 )
 from engine_under_test.sampling._dispatch import triton_kernels_for
+from engine_under_test.sampling.reference_rows import reference_rows
 
 NEG_INF = float("-inf")
 
@@ -109,6 +110,19 @@ def _reference_row(
 
 class Sampler:
     """The serial reference law (see the module docstring)."""
+
+    @staticmethod
+    def probabilities_of_rows(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+        """``probabilities`` of every row of ``logits`` [N, V] at once (reference_rows.py:
+        the same steps along the last dimension, no host read, no Python row loop).
+        Returns [N, V] float32."""
+        require_tensor("logits", logits)
+        require_float("logits", logits)
+        if logits.dim() != 2 or logits.shape[-1] < 1:
+            raise ValueError(f"logits must be [N, V] with V >= 1, got shape {tuple(logits.shape)}")
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+        return reference_rows(logits, params.temperature, params.top_k, params.top_p)
 
     @staticmethod
     def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
