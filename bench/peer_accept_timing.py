@@ -171,11 +171,15 @@ def main(argv=None) -> int:
             continue
         try:
             kernel = getattr(importlib.import_module(module), factory)(device=a.device)
-        except UsageError as exc:
-            print(f"{name:<34} {'-':>15} {'-':>10}  ({exc})")
-            results["kernels"][name] = {"skipped": str(exc)}
+            t = measure(kernel, args, a)
+        except Exception as exc:  # noqa: BLE001 -- one peer's failure (not installed, a
+            # kernel its Triton cannot compile here) leaves the other peers' rows
+            why = str(exc).splitlines()[-1] if str(exc) else type(exc).__name__
+            if not isinstance(exc, UsageError):
+                why = f"{type(exc).__name__}: {why}"
+            print(f"{name:<34} {'-':>15} {'-':>10}  ({why})")
+            results["kernels"][name] = {"skipped": why}
             continue
-        t = measure(kernel, args, a)
         results["kernels"][name] = {"s_per_call": t, "ratio": t / base, "name": kernel.name}
         print(f"{name:<34} {t * 1e3:>15.3f} {t / base:>10.2f}")
     if a.json:

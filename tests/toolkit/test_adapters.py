@@ -329,3 +329,19 @@ def test_the_bundled_engine_is_still_the_default():
         data = yaml.safe_load((ROOT / "protocols" / "ci_gate.yaml").read_text())
         del data["engine"]["preset"]
         load_protocol_from(data)
+
+
+def test_peer_import_failure_of_any_kind_is_one_line_and_repeats_its_cause(tmp_path, monkeypatch):
+    """A peer whose import raises a RuntimeError (vLLM 0.33 on torch 2.11: a compiled
+    extension missing, then a re-registration error on the second try) gives one
+    UsageError line naming the first cause, on every attempt."""
+    from specconform.adapters import peers
+    from specconform.util.errors import UsageError
+
+    (tmp_path / "broken_peer_xyz.py").write_text("raise RuntimeError('built for torch 2.14')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(peers, "_IMPORT_FAILURES", {})
+    for _ in range(2):
+        with pytest.raises(UsageError, match=r"RuntimeError: built for torch 2\.14") as info:
+            peers.import_module("broken_peer_xyz", "broken", "broken==1")
+        assert "\n" not in str(info.value) and "pip install broken==1" in str(info.value)

@@ -79,13 +79,27 @@ def check_device(device: str) -> None:
         raise UsageError("--device cuda: no CUDA device is available on this machine")
 
 
+# The first failure of each module's import, repeated on every later attempt: a failed
+# import leaves half-initialised modules in sys.modules, and importing again then fails
+# for another reason (vLLM 0.33 on torch 2.11: first "No module named
+# 'vllm._C_stable_libtorch'", then "LayerName is already registered", a RuntimeError).
+_IMPORT_FAILURES: dict[str, str] = {}
+
+
 def import_module(name: str, dist: str, install: str):
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        raise UsageError(
-            f"{dist}: cannot import {name} ({exc}); install with: pip install {install}"
-        ) from None
+    """The peer's module, or one UsageError line naming why it cannot be imported. Any
+    exception at import counts (a peer's import-time code can raise RuntimeError or
+    OSError, e.g. a compiled extension built for another torch)."""
+    if name not in _IMPORT_FAILURES:
+        try:
+            return importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 -- any import-time failure, one line
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            _IMPORT_FAILURES[name] = f"{type(exc).__name__}: {reason}"
+    raise UsageError(
+        f"{dist}: cannot import {name} ({_IMPORT_FAILURES[name]}); "
+        f"install with: pip install {install}"
+    )
 
 
 def inverse_cdf(law, u):
