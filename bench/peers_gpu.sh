@@ -73,6 +73,12 @@ if [ "$step" = prepare ]; then
      'sglang-0.5.23.dist-info/*' && rm -f ./*.dist-info/RECORD)
   cp -r "$tmp"/vllm "$tmp"/vllm-0.33.0.dist-info "$tmp"/sglang "$tmp"/sglang-0.5.23.dist-info \
     "$ROOT/vllm/site/"
+  # vllm/platforms/cuda.py imports the compiled vllm._C_stable_libtorch (92 MB, built for
+  # torch 2.14) whenever a GPU is visible; the rejection sampler's Triton kernels do not
+  # use its ops. An empty module stands in for it (the 2026-12-07 night H100 run stopped
+  # at "No module named 'vllm._C_stable_libtorch'"); not yet run on a GPU.
+  printf '%s\n' '"""Stand-in for vLLM'"'"'s compiled ops (bench/peers_gpu.sh): the rejection' \
+    'sampler under test runs Triton kernels only."""' > "$ROOT/vllm/site/vllm/_C_stable_libtorch.py"
   # shellcheck disable=SC2086
   for spec in $(echo $VLLM_CLOSURE | tr ' ' '\n' | sort -u); do download "$ROOT/vllm/wheels" "$spec"; done
   # FlashInfer: unpacked without CUTLASS (its sampling kernels do not use it; if the JIT
