@@ -191,6 +191,18 @@ def test_two_runs_give_identical_bytes(small_run):
     assert _collect(path) == raw
 
 
+@pytest.mark.parametrize("workers", [1, 3])
+def test_law_pass_threads_change_no_byte(small_run, monkeypatch, workers):
+    """The law pass reduces requests in a thread pool (runner/sequence_lawpass.py) and
+    takes their rows in request order: one thread or three, the same raw files as the
+    module's run (which used this machine's cores)."""
+    from specconform.runner import sequence_lawpass
+
+    path, raw = small_run
+    monkeypatch.setattr(sequence_lawpass, "reduction_workers", lambda: workers)
+    assert _collect(path) == raw
+
+
 def test_teacher_forcing_mismatch_falls_back_to_the_serial_replay(tmp_path, small_run, capsys):
     """A wrong sequence_laws (q as p): the check records mismatches and every row comes
     from the incremental replay, so tokens.csv equals the correct run's up to float32
