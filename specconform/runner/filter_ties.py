@@ -69,13 +69,6 @@ class SupportTie:
         return {"filter_tokens": list(self.tokens), "common_max_abs_diff": self.common_diff}
 
 
-def _kept_top_k(log_u: np.ndarray, k: int) -> np.ndarray:
-    """The reference's top-k set (ties at the k-th kept); everything when k is off."""
-    if not 0 < k < log_u.size:
-        return np.ones(log_u.size, bool)
-    return log_u >= np.sort(log_u)[::-1][k - 1]
-
-
 def _log(u: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore"):
         return np.log(u)
@@ -100,21 +93,22 @@ def token_margins(
     u = np.asarray(unfiltered, np.float64)
     log_u = _log(u)
     margins = np.full(u.size, math.inf)
-    kept_k = _kept_top_k(log_u, top_k)
+    kept_k = np.ones(u.size, bool)  # the reference's top-k set (ties at the k-th kept)
     if 0 < top_k < u.size:
         ranked = np.sort(log_u)[::-1]
+        kept_k = log_u >= ranked[top_k - 1]
         other = np.where(kept_k, ranked[top_k], ranked[top_k - 1])
         with np.errstate(invalid="ignore"):
             margins = _scaled(np.abs(log_u - other), 2.0 * logit_bound)
     if top_p < 1.0:
-        order = np.argsort(log_u[kept_k], kind="stable")
-        ascending, mass = log_u[kept_k][order], u[kept_k][order]
-        below = np.concatenate([[0.0], np.cumsum(mass)])  # mass of the i smallest
+        at, kept_u = log_u[kept_k], u[kept_k]
+        order = np.argsort(at, kind="stable")
+        ascending = at[order]
+        below = np.concatenate([[0.0], np.cumsum(kept_u[order])])  # mass of the i smallest
         z = below[-1]
-        at = log_u[kept_k]
         surely = z - below[np.searchsorted(ascending, at + 2.0 * logit_bound, side="right")]
         possibly = z - below[np.searchsorted(ascending, at - 2.0 * logit_bound, side="left")]
-        possibly -= u[kept_k]  # the token itself is not above itself
+        possibly -= kept_u  # the token itself is not above itself
         gap = np.maximum(0.0, np.maximum(surely / z - top_p, top_p - possibly / z))
         margins[kept_k] = np.minimum(margins[kept_k], _scaled(gap, law_bound))
     return margins

@@ -51,7 +51,6 @@ class _Pending:
     """One request whose rows are being reduced in the pool."""
 
     rows: Future  # -> list[tuple], token_rows' rows
-    group: str
     request: RequestSpec
     record: SequenceRecord
     laws: RequestLaws
@@ -120,7 +119,7 @@ def law_pass(engine, protocol, specs, records, tf_tests, tallies, *, teacher, pr
                     )  # fmt: skip
                 top_p = 0.0 < req.top_p < 1.0 and not req.greedy
                 job = pool.submit(token_rows, group.name, i, rec, laws, top_p=top_p)
-                pending.append(_Pending(job, group.name, req, rec, laws, depth if has_q else None))
+                pending.append(_Pending(job, req, rec, laws, depth if has_q else None))
                 while len(pending) > workers:  # in request order: the same bytes
                     finish(pending.popleft())
                     bar.advance(1)

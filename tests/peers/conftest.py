@@ -30,13 +30,12 @@ def skip_unless_importable(load) -> None:
     import the peer on this host, naming why (vLLM 0.33's compiled extension is built for
     torch 2.14: on the GPU image's torch 2.11 its sampler does not import); any other
     refusal is left to the tests."""
-    from specconform.util.errors import UsageError
+    from specconform.adapters.peers import PeerImportError
 
     try:
         load()
-    except UsageError as exc:
-        if "cannot import" in str(exc):
-            pytest.skip(str(exc), allow_module_level=True)
+    except PeerImportError as exc:
+        pytest.skip(str(exc), allow_module_level=True)
 
 
 def single_draft_case(n: int, seed: int = 0, vocab: int = 6):

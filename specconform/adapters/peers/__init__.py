@@ -79,6 +79,10 @@ def check_device(device: str) -> None:
         raise UsageError("--device cuda: no CUDA device is available on this machine")
 
 
+class PeerImportError(UsageError):
+    """The peer is installed (or partly) but its module cannot be imported on this host."""
+
+
 # The first failure of each module's import, repeated on every later attempt: a failed
 # import leaves half-initialised modules in sys.modules, and importing again then fails
 # for another reason (vLLM 0.33 on torch 2.11: first "No module named
@@ -87,7 +91,7 @@ _IMPORT_FAILURES: dict[str, str] = {}
 
 
 def import_module(name: str, dist: str, install: str):
-    """The peer's module, or one UsageError line naming why it cannot be imported. Any
+    """The peer's module, or one PeerImportError line naming why it cannot be imported. Any
     exception at import counts (a peer's import-time code can raise RuntimeError or
     OSError, e.g. a compiled extension built for another torch)."""
     if name not in _IMPORT_FAILURES:
@@ -96,7 +100,7 @@ def import_module(name: str, dist: str, install: str):
         except Exception as exc:  # noqa: BLE001 -- any import-time failure, one line
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             _IMPORT_FAILURES[name] = f"{type(exc).__name__}: {reason}"
-    raise UsageError(
+    raise PeerImportError(
         f"{dist}: cannot import {name} ({_IMPORT_FAILURES[name]}); "
         f"install with: pip install {install}"
     )
