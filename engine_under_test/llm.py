@@ -38,6 +38,7 @@ import torch
 from .config import PRESET_NAMES, ModelConfig, SpeculativeConfig
 from .model import LoopedLM, build_model
 from .model.reference import batched_last_logits
+from .model.serial_replay import SerialReplay
 from .params import SamplingParams
 from .runners.base import RunnerBase
 from .runners.block_async import AsyncBlockRunner
@@ -118,6 +119,7 @@ class LLM:
                 use_cuda_graphs=use_cuda_graphs,
             )
         self._seed_rng = np.random.default_rng(seed)
+        self._serial_replay = SerialReplay(self.model)
         self._requests: dict[object, Request] = {}
         self._next_id = 0
 
@@ -253,11 +255,15 @@ class LLM:
             )
         self.runner.drain()
         self.runner.release()
+        self._serial_replay.clear()
 
     def _serial_logits(self, prefix: Sequence[int], loops: int) -> torch.Tensor:
+        """[V] float32: ``model.reference_logits(prefix, loops)[-1]``, bit for bit; the
+        last prefix's forward is kept (model/serial_replay.py), so its p, q and
+        unfiltered laws asked in a row cost one forward."""
         if len(prefix) == 0:
             raise ValueError("prefix must hold at least one token")
-        return self.model.reference_logits(list(prefix), loops=loops)[-1]
+        return self._serial_replay.last_logits(prefix, loops)
 
     @torch.no_grad()
     def target_probabilities(self, prefix: Sequence[int], params: SamplingParams) -> torch.Tensor:
