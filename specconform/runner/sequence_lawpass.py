@@ -3,13 +3,14 @@ reduced to its tokens.csv row, one request at a time.
 
 Two kinds of work alternate per request: the engine's (its teacher-forced or serial
 laws, the teacher_forcing comparisons, the rare filter-margin replays) and numpy's
-(`token_rows`: about ten float64 passes over the vocabulary per token, 1.4 ms a token at
-V = 49,152 on one core). The engine's work stays on this thread (adapters are not
-thread-safe); the numpy reduction of up to ``reduction_workers()`` requests runs in a
-thread pool (numpy releases the GIL on whole-array work) while the engine computes the
-next request's laws. Results are taken in request order, so tokens.csv is byte for byte
-what one thread writes (same functions on the same inputs). On the H200 the serial
-reduction took 229 s of sequence.yaml's 396 (113,866 tokens; docs/gpu-runs.md).
+(`token_rows`: about fifteen float64 passes over the vocabulary per token, on chunks of
+rows at once, 0.7 ms a token at V = 49,152 on one core). The engine's work stays on this
+thread (adapters are not thread-safe); the numpy reduction of up to
+``reduction_workers()`` requests runs in a thread pool (numpy releases the GIL on
+whole-array work) while the engine computes the next request's laws. Results are taken
+in request order, so tokens.csv is byte for byte what one thread writes (same functions
+on the same inputs). On the H200 the serial reduction took 229 s of sequence.yaml's 396
+(113,866 tokens; docs/gpu-runs.md).
 """
 
 from __future__ import annotations

@@ -72,6 +72,19 @@ def test_good_answers_pass_and_capabilities_follow_the_methods():
     assert engine.target_logits([1]).shape == (V,)
 
 
+def _block_with(row: int, value: float, fill: float = 1 / V) -> np.ndarray:
+    block = np.full((2, V), 1 / V)
+    block[row, :] = fill
+    block[row, 3] = value
+    return block
+
+
+def _negative_block() -> np.ndarray:
+    block = np.full((2, V), 1 / V)
+    block[1, 2], block[1, 5] = -0.25, 1 / V + 0.25
+    return block
+
+
 def _bad_trace():
     rec = _good_record()
     wrong = RoundTrace(0, 1, (3, 4), np.full((3, V), 1 / V, np.float32), np.zeros((3, V)))
@@ -101,6 +114,12 @@ def _bad_trace():
         ),
         ({"laws": (np.full((2, V), 0.2), None)}, "laws", "not 1"),
         ({"laws": (np.full((3, V), 1 / V), None)}, "laws", "expected (2, 8)"),
+        # One bad entry in a block: NaN, inf, a negative entry (whose row still sums to
+        # 1), and float64 entries finite one by one whose row sum overflows.
+        ({"laws": (_block_with(1, np.nan), None)}, "laws", "negative or non-finite"),
+        ({"laws": (_block_with(0, np.inf), None)}, "laws", "negative or non-finite"),
+        ({"laws": (_negative_block(), None)}, "laws", "negative or non-finite"),
+        ({"laws": (_block_with(1, 1e308, fill=1e308), None)}, "laws", "not 1"),
         ({"law": np.full(V, 0.5)}, "law", "sums to 4"),
         ({"logits": np.full(V, np.nan, np.float32)}, "logits", "NaN"),
     ],
