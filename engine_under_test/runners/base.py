@@ -33,7 +33,7 @@ from .outputs import FailedRound, RequestError, RoundStat
 from .prefill import PrefillForward, PrefillOutputs, prefill
 from .state import HostTransfer, Request, SlotState, bucket_size
 
-LEN_ALIGN = 64  # KV positions are allocated in multiples of this
+LEN_ALIGN = 8  # KV positions are allocated in multiples of this
 
 
 class RunnerBase:
