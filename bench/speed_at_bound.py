@@ -295,6 +295,12 @@ def main(argv=None) -> int:
         ap.add_argument(f"--limit-{part}", type=float, default=s, help="seconds")
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on CPU (the test path)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="keep each part's logs and runs here (else a temp dir)",
+    )
     a = ap.parse_args(argv)
     if a.cpu_smoke:
         a.device, a.preset, a.concurrency, a.max_tokens = "cpu", "tiny", "1", 4
@@ -315,6 +321,9 @@ def main(argv=None) -> int:
     figs: list[Figure] = []
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="speed-at-bound-") as tmp:
+        if a.keep is not None:
+            a.keep.mkdir(parents=True, exist_ok=True)
+            tmp = str(a.keep)
         for p in parts:
             print(f"=== {p} ({time.perf_counter() - t0:.0f} s into the run)", flush=True)
             figs += globals()[f"part_{p}"](a, Path(tmp))
