@@ -9,6 +9,12 @@ that is matmul, law (softmax / top-k / sort), accept or host gaps is a number.
 
     python3 bench/fp32_batch_profile.py --device cuda --batch 5000 --modes nospec,async
     python3 bench/fp32_batch_profile.py --device cpu --preset tiny --batch 8 --top 5
+
+``--continuous N`` (no profile) instead times, side by side in one engine, N batches run
+as N ``generate`` calls (the runner's batch loop: the device idles while the host admits,
+commits and returns each batch) against one ``generate`` call of the same N x batch
+requests at ``max_num_seqs`` = batch (continuous batching: a finished request's slot is
+refilled while the next round runs), and prints microseconds per request of each.
 """
 
 from __future__ import annotations
@@ -58,6 +64,35 @@ def one_batch(llm: eut.LLM, batch: int, first_seed: int) -> int:
     return sum(len(o.token_ids) for o in outs)
 
 
+def continuous(args, mode: str, n: int) -> dict:
+    """us per request: n batches as n generate calls, then as one call (best of 2 each,
+    alternated so that drift hits both)."""
+    llm = build(args, mode)
+    one_batch(llm, args.batch, 0)  # warm
+    seed, split, joined = args.batch, [], []
+    for _ in range(2):
+        sync(args.device)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            one_batch(llm, args.batch, seed)
+            seed += args.batch
+        sync(args.device)
+        split.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        one_batch(llm, n * args.batch, seed)
+        seed += n * args.batch
+        sync(args.device)
+        joined.append(time.perf_counter() - t0)
+    llm.close()
+    per = 1e6 / (n * args.batch)
+    out = {"split_us": min(split) * per, "joined_us": min(joined) * per}
+    print(
+        f"{mode}: {n} x {args.batch} requests: {out['split_us']:.1f} us/request as {n} "
+        f"generate calls, {out['joined_us']:.1f} as one (ratio {out['split_us'] / out['joined_us']:.2f})"
+    )
+    return out
+
+
 def sync(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
@@ -92,6 +127,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--continuous", type=int, default=0, help="N: split vs joined batches")
     args = ap.parse_args()
     modes = args.modes.split(",")
     unknown = sorted(set(modes) - set(MODES))
@@ -100,6 +136,12 @@ def main() -> None:
     report = {"device": args.device, "preset": args.preset, "batch": args.batch, "modes": {}}
     if args.device == "cuda":
         report["gpu"] = torch.cuda.get_device_name()
+    if args.continuous:
+        for mode in modes:
+            report["modes"][mode] = continuous(args, mode, args.continuous)
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=1))
+        return
     seed = 0
     for mode in modes:
         llm = build(args, mode)
