@@ -94,3 +94,12 @@ def test_accepted_draft_is_not_the_argmax(model, non_argmax_seed):
     seed, tokens = non_argmax_seed
     p = Sampler.probabilities(model.reference_logits(PROMPT + tokens[:1])[-1], params(seed))
     assert int(p.argmax()) != tokens[1] and p[tokens[1]] > 0
+
+
+def test_cache_length_is_tight_while_short_and_in_full_tiles_when_long():
+    from engine_under_test.runners.base import cache_length
+
+    # fp32_t2's 12 + 3 + 4 positions: 24, not a 64-position row that attention reads whole
+    assert [cache_length(n) for n in (1, 8, 9, 19, 64)] == [8, 8, 16, 24, 64]
+    # past one 64-key tile: whole tiles (the long-context rounds measured faster so)
+    assert [cache_length(n) for n in (65, 128, 144, 193)] == [128, 128, 192, 256]
