@@ -97,7 +97,7 @@ def test_accepted_draft_is_not_the_argmax(model, non_argmax_seed):
 
 
 def test_cache_length_is_tight_while_short_and_in_full_tiles_when_long():
-    from engine_under_test.runners.base import cache_length
+    from engine_under_test.runners.state import cache_length
 
     # fp32_t2's 12 + 3 + 4 positions: 24, not a 64-position row that attention reads whole
     assert [cache_length(n) for n in (1, 8, 9, 19, 64)] == [8, 8, 16, 24, 64]
