@@ -51,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -320,10 +321,10 @@ def main(argv=None) -> int:
     print(f"# speed_at_bound {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; {env_note}")
     figs: list[Figure] = []
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="speed-at-bound-") as tmp:
-        if a.keep is not None:
-            a.keep.mkdir(parents=True, exist_ok=True)
-            tmp = str(a.keep)
+    if a.keep is not None:
+        a.keep.mkdir(parents=True, exist_ok=True)
+    work = nullcontext(str(a.keep)) if a.keep is not None else None
+    with work or tempfile.TemporaryDirectory(prefix="speed-at-bound-") as tmp:
         for p in parts:
             print(f"=== {p} ({time.perf_counter() - t0:.0f} s into the run)", flush=True)
             figs += globals()[f"part_{p}"](a, Path(tmp))

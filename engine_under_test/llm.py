@@ -260,9 +260,7 @@ class LLM:
     def _serial_logits(self, prefix: Sequence[int], loops: int) -> torch.Tensor:
         """[V] float32: ``model.reference_logits(prefix, loops)[-1]``, bit for bit; the
         last prefix's forward is kept (model/serial_replay.py), so its p, q and
-        unfiltered laws asked in a row cost one forward."""
-        if len(prefix) == 0:
-            raise ValueError("prefix must hold at least one token")
+        unfiltered laws asked in a row cost one forward. Refuses an empty prefix."""
         return self._serial_replay.last_logits(prefix, loops)
 
     @torch.no_grad()
