@@ -32,10 +32,10 @@ from .outputs import RequestOutput, RoundStat
 # KV positions are allocated in multiples of LEN_ALIGN, and of SHORT_LEN_ALIGN while
 # they fit in one LEN_ALIGN: a round's attention reads every allocated position of its
 # rows (masked past the context), so fp32_t2's 19 positions in 64 made attention 24-27%
-# of a 5,000-row batch's device time (H100, bench/fp32_batch_profile.py; 24 positions:
-# the protocol's engine time 1.55x lower across two leases), while long contexts in full 64-key tiles, the
-# attention kernel's block, ran c = 4 rounds 8% faster than in multiples of 8 (the same
-# H100 side by side: docs/gpu-runs.md, 2026-12-07 late).
+# of a 5,000-row batch's device time (H100, bench/fp32_batch_profile.py; at 24 positions
+# the protocol's engine time was 1.55x lower, across two leases), while long contexts in
+# full 64-key tiles, the attention kernel's block, ran c = 4 rounds 8% faster than in
+# multiples of 8 (the same H100 side by side: docs/gpu-runs.md, 2026-12-07 late).
 LEN_ALIGN = 64
 SHORT_LEN_ALIGN = 8
 
