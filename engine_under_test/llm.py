@@ -323,5 +323,7 @@ class LLM:
         if T == 0:
             return torch.empty((0, self.model_config.vocab_size), dtype=torch.float32)
         seq = [int(t) for t in prompt] + [int(t) for t in tokens[:-1]]
-        logits = self.model.reference_logits(seq, loops=depth)  # [len(seq), V] float32
+        # the serial forward of seq, kept: the q of the same generation (the first d
+        # stages of this forward) costs no second one (model/serial_replay.py)
+        logits = self._serial_replay.logits(seq, depth)  # [len(seq), V] float32
         return Sampler.probabilities_of_rows(logits[len(prompt) - 1 :], params)

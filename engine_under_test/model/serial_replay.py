@@ -8,7 +8,7 @@ stages of the target's and the filters do not touch the logits at all.
 
 ``SerialReplay`` keeps the last prefix's forward: the residual state after every stage
 reached so far (each [1, T, D]), the fresh cache and attention context it ran in, and
-the last-position logits of every depth asked. A deeper request continues from the
+the logits of every depth asked (every position: teacher forcing reads them all). A deeper request continues from the
 deepest state; a shallower one reads the state it passed through. Every op runs on the
 same tensors with the same shapes as in ``reference_logits`` (``run_loops`` over stages
 a..b-1 is the composition of its single-stage runs; each stage reads and writes only
@@ -37,7 +37,7 @@ class _Forward:
     cache: KVCache
     ctx: AttnContext
     states: list[torch.Tensor]  # states[s]: [1, T, D] entering stage s (0: the embedding)
-    logits: dict[int, torch.Tensor] = field(default_factory=dict)  # depth -> [V] float32
+    logits: dict[int, torch.Tensor] = field(default_factory=dict)  # depth -> [T, V] float32
 
 
 class SerialReplay:
@@ -53,6 +53,14 @@ class SerialReplay:
     def last_logits(self, prefix: Sequence[int], depth: int) -> torch.Tensor:
         """Logits [V] float32 after ``depth`` stages at the last position of ``prefix``:
         equal to ``model.reference_logits(prefix, loops=depth)[-1]``."""
+        return self.logits(prefix, depth)[-1]
+
+    @torch.no_grad()
+    def logits(self, prefix: Sequence[int], depth: int) -> torch.Tensor:
+        """Logits [T, V] float32 after ``depth`` stages at every position of ``prefix``
+        (T = len(prefix)): equal to ``model.reference_logits(prefix, loops=depth)``.
+        Teacher forcing reads every row; its p and q laws of one generation share the
+        forward. The tensor is the one kept here: callers must not write into it."""
         model = self.model
         S = model.num_stages
         if not 1 <= depth <= S:
@@ -70,7 +78,7 @@ class SerialReplay:
                 fwd.states.append(model.run_loops(fwd.states[s], s, s + 1, fwd.cache, fwd.ctx))
             h = fwd.states[depth][0]  # [T, D], as reference_logits passes it
             out = model.logits(h) if depth == S else model.exit_logits(h, depth)
-            fwd.logits[depth] = out[-1]
+            fwd.logits[depth] = out
         return fwd.logits[depth]
 
     def clear(self) -> None:

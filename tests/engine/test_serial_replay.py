@@ -10,6 +10,7 @@ from engine_under_test import DEFAULT_PROMPT, LLM, ModelConfig, SamplingParams
 from engine_under_test.model import build_model
 from engine_under_test.model.llama import LlamaLM
 from engine_under_test.model.serial_replay import SerialReplay
+from engine_under_test.sampling import Sampler
 
 
 def _models():
@@ -106,3 +107,42 @@ def test_rejects_bad_depth_and_empty_prefix():
         replay.last_logits([1, 2], 0)
     with pytest.raises(ValueError, match="at least one token"):
         replay.last_logits([], 1)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_position_equals_a_fresh_forward(name):
+    # Teacher forcing reads every row of the kept forward (``logits``): each depth's
+    # [T, V] equals a fresh reference_logits bit for bit, the deep one asked first (the
+    # adapter's order: p, then q of the same generation).
+    model = MODELS[name]
+    S = model.num_stages
+    replay = SerialReplay(model)
+    for prefix in PREFIXES:
+        for depth in [S, *range(1, S)]:
+            got = replay.logits(prefix, depth)
+            assert got.shape == (len(prefix), model.cfg.vocab_size)
+            assert torch.equal(got, model.reference_logits(list(prefix), loops=depth))
+
+
+def test_teacher_forced_p_and_q_share_one_forward(monkeypatch):
+    llm = LLM(ModelConfig.preset("tiny", seed=0), device="cpu")
+    params = SamplingParams(temperature=0.9, top_k=7, top_p=0.95)
+    prompt, tokens = list(DEFAULT_PROMPT), [3, 11, 5, 2]
+    calls = []
+    original = type(llm.model).run_loops
+
+    def counting(self, h, start, stop, cache, ctx):
+        calls.append((start, stop))
+        return original(self, h, start, stop, cache, ctx)
+
+    monkeypatch.setattr(type(llm.model), "run_loops", counting)
+    p = llm.teacher_forced_probabilities(prompt, tokens, params)
+    q = llm.teacher_forced_probabilities(prompt, tokens, params, 2)
+    R = llm.model.num_loops
+    assert calls == [(s, s + 1) for s in range(R)]  # q read the state p passed through
+    monkeypatch.undo()
+    # Bit for bit the laws of fresh forwards, each from the model itself.
+    seq = prompt + tokens[:-1]
+    for law, depth in ((p, R), (q, 2)):
+        fresh = llm.model.reference_logits(seq, loops=depth)[len(prompt) - 1 :]
+        assert torch.equal(law, Sampler.probabilities_of_rows(fresh, params))
