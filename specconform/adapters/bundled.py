@@ -91,6 +91,7 @@ class BundledEngine:
         self.spec = spec
         self.mutant = mutant
         self.dtype = getattr(torch, spec.dtype)
+        self._base_params = None  # params(): the spec's SamplingParams, built once
         # A packaged real model, a checkpoint directory (Ouro's HF layout) or a preset
         # with seeded weights.
         if spec.model is not None:  # a packaged real model: a missing package is bad input
@@ -186,14 +187,16 @@ class BundledEngine:
 
     def params(self, seed: int | None):
         s = self.spec
-        return self._eut.SamplingParams(
-            temperature=s.temperature,
-            top_k=s.top_k,
-            top_p=s.top_p,
-            seed=seed,
-            max_tokens=s.max_tokens,
-            ignore_eos=True,
-        )
+        if self._base_params is None:  # validated once; each request differs in its seed
+            self._base_params = self._eut.SamplingParams(
+                temperature=s.temperature,
+                top_k=s.top_k,
+                top_p=s.top_p,
+                seed=None,
+                max_tokens=s.max_tokens,
+                ignore_eos=True,
+            )
+        return self._base_params.with_seed(seed)
 
     @property
     def vocab_size(self) -> int:

@@ -90,3 +90,23 @@ def test_each_bad_field_raises_a_value_error_naming_it(field, value):
 def test_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         SamplingParams().temperature = 0.5
+
+
+def test_with_seed_equals_a_fresh_construction():
+    base = SamplingParams(temperature=0.7, top_k=20, top_p=0.9, max_tokens=3, ignore_eos=True)
+    for seed in (None, 0, 12345, 2**63 - 1):
+        got = base.with_seed(seed)
+        want = SamplingParams(
+            temperature=0.7, top_k=20, top_p=0.9, seed=seed, max_tokens=3, ignore_eos=True
+        )
+        assert got == want and hash(got) == hash(want) and got.seed == seed
+    assert base.seed is None  # the base is untouched (a frozen value)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**63, 1.5, True, "3"])
+def test_with_seed_refuses_what_the_constructor_refuses(seed):
+    base = SamplingParams()
+    with pytest.raises(ValueError, match="seed"):
+        SamplingParams(seed=seed)
+    with pytest.raises(ValueError, match="seed"):
+        base.with_seed(seed)
