@@ -19,6 +19,10 @@ others' numbers with it; progress lines as it goes, a summary table at the end):
               RSS and the time profile from its --verbose timing lines (engine, reference
               replay, statistics, plan/files/seal = archive writing). Line: 10^6 seeds
               in <= 600 s (a smaller count is scaled linearly and marked "predicted").
+              --fp32-nproc N runs it as N processes sharing the one device (`specconform
+              run --nproc N`, docs/scaling.md: the same evidence byte for byte), so that
+              one process's host work (admission, commits, records) overlaps another's
+              kernels; the profile's "engine" is then the ranks' group times summed.
 - ``sequence`` protocols/sequence.yaml to a verdict: wall time. Line: <= 200 s.
 
 One H200 (at most 560 s of parts at the defaults; torch 2.11, triton 3.6, no registry: the
