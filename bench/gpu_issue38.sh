@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Issue 38's open questions in one device call (~8 minutes on an H100), results last:
+#   1. the vLLM accept kernel point by point on CUDA against Triton's interpreter
+#      (bench/vllm_kernel_points.py; docs/peers.md, "GPU, 2026-12-07, late");
+#   2. the GPU tests of the reference rows, the KV layout and teacher forcing;
+#   3. protocols/sequence.yaml to a verdict under the stack sampler (where its wall goes,
+#      per thread: bench/stack_sample.py);
+#   4. fp32_t2 at --seeds 1e5 as one process, then as two processes sharing the device
+#      (--fp32-nproc 2), side by side on the same machine.
+# Carry .whl and .peers-gpu/vllm.tar.xz (bench/peers_gpu.sh prepare). Files land in $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+bash bench/peers_gpu.sh install vllm > /tmp/install.txt 2>&1 || { tail -20 /tmp/install.txt; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  python3 -c "import torch,triton,sys;print(torch.__version__,triton.__version__,sys.version.split()[0])"
+  date -u
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+# 1-2: the interpreter on the CPU beside the GPU tests and the CUDA points
+(TRITON_INTERPRET=1 CUDA_VISIBLE_DEVICES= timeout 200 python3 bench/vllm_kernel_points.py \
+  --device cpu --json /tmp/points-cpu.json > /tmp/vk-cpu.txt 2>&1; echo "cpu rc=$?" >> /tmp/vk-cpu.txt) &
+timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine/test_reference_rows.py \
+  tests/engine/test_engine_layout.py tests/engine/test_teacher_forcing.py > "$OUT/tests.txt" 2>&1
+timeout 80 python3 bench/vllm_kernel_points.py --device cuda --json /tmp/points-cuda.json \
+  > /tmp/vk-cuda.txt 2>&1; echo "cuda rc=$?" >> /tmp/vk-cuda.txt
+wait
+python3 bench/vllm_kernel_points.py --compare /tmp/points-cpu.json /tmp/points-cuda.json \
+  > /tmp/vk-compare.txt 2>&1; echo "compare rc=$?" >> /tmp/vk-compare.txt
+cat /tmp/vk-cpu.txt /tmp/vk-cuda.txt /tmp/vk-compare.txt > "$OUT/vllm-points.txt"
+echo "=== vLLM points done $(date -u +%T)"
+
+# 3: sequence.yaml under the stack sampler
+timeout 240 python3 bench/stack_sample.py --top 30 --json "$OUT/stacks.json" -m specconform run \
+  protocols/sequence.yaml --no-sign --out /tmp/seq -v > "$OUT/seq.log" 2>&1
+echo "=== sequence rc $? $(date -u +%T)"
+
+# 4: fp32_t2 at 10^5 seeds, one process then two on the one device
+for n in 1 2; do
+  timeout 130 python3 bench/speed_at_bound.py --parts fp32 --fp32-seeds 1e5 --fp32-nproc $n \
+    --limit-fp32 120 --keep /tmp/sab-$n > "$OUT/fp32-nproc$n.log" 2>&1
+done
+nvidia-smi --query-gpu=memory.used --format=csv,noheader
+
+# results last (only the output's last 12,000 characters come back)
+grep "^timing" "$OUT/seq.log" | tail -20
+sed -n '/# stack samples/,$p' "$OUT/seq.log" | grep -v '^\s*$' | head -50
+grep -h "result:\|Error\|error:" "$OUT/seq.log" | tail -3
+tail -3 "$OUT/tests.txt"
+grep -h "zero_mass\|IDENTICAL\|DIFFERENT\|rc=" "$OUT/vllm-points.txt" | cut -c1-300
+for n in 1 2; do sed -n '/# summary/,$p' "$OUT/fp32-nproc$n.log"; done
+date -u
