@@ -34,7 +34,7 @@ cat /tmp/vk-cpu.txt /tmp/vk-cuda.txt /tmp/vk-compare.txt > "$OUT/vllm-points.txt
 echo "=== vLLM points done $(date -u +%T)"
 
 # 3: sequence.yaml under the stack sampler
-timeout 240 python3 bench/stack_sample.py --top 30 --json "$OUT/stacks.json" -m specconform run \
+timeout 230 python3 bench/stack_sample.py --top 30 --json "$OUT/stacks.json" -m specconform run \
   protocols/sequence.yaml --no-sign --out /tmp/seq -v > "$OUT/seq.log" 2>&1
 echo "=== sequence rc $? $(date -u +%T)"
 
