@@ -3,10 +3,11 @@
 #   1. the vLLM accept kernel point by point on CUDA against Triton's interpreter
 #      (bench/vllm_kernel_points.py; docs/peers.md, "GPU, 2026-12-07, late");
 #   2. the GPU tests of the reference rows, the KV layout and teacher forcing;
-#   3. protocols/sequence.yaml to a verdict under the stack sampler (where its wall goes,
-#      per thread: bench/stack_sample.py);
-#   4. fp32_t2 at --seeds 1e5 as one process, then as two processes sharing the device
-#      (--fp32-nproc 2), side by side on the same machine.
+#   3. fp32_t2 at --seeds 1e5 as one process, then as two processes sharing the device
+#      (--fp32-nproc 2), side by side on the same machine;
+#   4. protocols/sequence.yaml to a verdict under the stack sampler (where its wall goes,
+#      per thread: bench/stack_sample.py).
+# In that order of priority: a call cut short still brings back the files of $OUT.
 # Carry .whl and .peers-gpu/vllm.tar.xz (bench/peers_gpu.sh prepare). Files land in $OUT.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
@@ -33,16 +34,16 @@ python3 bench/vllm_kernel_points.py --compare /tmp/points-cpu.json /tmp/points-c
 cat /tmp/vk-cpu.txt /tmp/vk-cuda.txt /tmp/vk-compare.txt > "$OUT/vllm-points.txt"
 echo "=== vLLM points done $(date -u +%T)"
 
-# 3: sequence.yaml under the stack sampler
-timeout 230 python3 bench/stack_sample.py --top 30 --json "$OUT/stacks.json" -m specconform run \
-  protocols/sequence.yaml --no-sign --out /tmp/seq -v > "$OUT/seq.log" 2>&1
-echo "=== sequence rc $? $(date -u +%T)"
-
-# 4: fp32_t2 at 10^5 seeds, one process then two on the one device
+# 3: fp32_t2 at 10^5 seeds, one process then two on the one device
 for n in 1 2; do
   timeout 130 python3 bench/speed_at_bound.py --parts fp32 --fp32-seeds 1e5 --fp32-nproc $n \
     --limit-fp32 120 --keep /tmp/sab-$n > "$OUT/fp32-nproc$n.log" 2>&1
 done
+# 4: sequence.yaml under the stack sampler
+timeout 230 python3 bench/stack_sample.py --top 30 --json "$OUT/stacks.json" -m specconform run \
+  protocols/sequence.yaml --no-sign --out /tmp/seq -v > "$OUT/seq.log" 2>&1
+echo "=== sequence rc $? $(date -u +%T)"
+
 nvidia-smi --query-gpu=memory.used --format=csv,noheader
 
 # results last (only the output's last 12,000 characters come back)
