@@ -35,16 +35,18 @@ cat /tmp/vk-cpu.txt /tmp/vk-cuda.txt /tmp/vk-compare.txt > "$OUT/vllm-points.txt
 echo "=== vLLM points done $(date -u +%T)"
 
 # 3: fp32_t2 at 10^5 seeds, one process then two on the one device
+nvidia-smi --query-gpu=memory.used --format=csv,noheader -l 2 > "$OUT/gpumem.txt" 2>&1 &
+SMI=$!
 for n in 1 2; do
+  echo "--- nproc $n $(date -u +%T)" >> "$OUT/gpumem.txt"
   timeout 130 python3 bench/speed_at_bound.py --parts fp32 --fp32-seeds 1e5 --fp32-nproc $n \
     --limit-fp32 120 --keep /tmp/sab-$n > "$OUT/fp32-nproc$n.log" 2>&1
 done
+kill $SMI 2>/dev/null
 # 4: sequence.yaml under the stack sampler
 timeout 230 python3 bench/stack_sample.py --top 30 --json "$OUT/stacks.json" -m specconform run \
   protocols/sequence.yaml --no-sign --out /tmp/seq -v > "$OUT/seq.log" 2>&1
 echo "=== sequence rc $? $(date -u +%T)"
-
-nvidia-smi --query-gpu=memory.used --format=csv,noheader
 
 # results last (only the output's last 12,000 characters come back)
 grep "^timing" "$OUT/seq.log" | tail -20
@@ -52,5 +54,6 @@ sed -n '/# stack samples/,$p' "$OUT/seq.log" | grep -v '^\s*$' | head -50
 grep -h "result:\|Error\|error:" "$OUT/seq.log" | tail -3
 tail -3 "$OUT/tests.txt"
 grep -h "zero_mass\|IDENTICAL\|DIFFERENT\|rc=" "$OUT/vllm-points.txt" | cut -c1-300
+echo "peak GPU memory (MiB) sampled: $(grep -v -- --- "$OUT/gpumem.txt" | sort -n | tail -1)"
 for n in 1 2; do sed -n '/# summary/,$p' "$OUT/fp32-nproc$n.log"; done
 date -u
