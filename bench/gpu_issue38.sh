@@ -35,7 +35,7 @@ cat /tmp/vk-cpu.txt /tmp/vk-cuda.txt /tmp/vk-compare.txt > "$OUT/vllm-points.txt
 echo "=== vLLM points done $(date -u +%T)"
 
 # 3: fp32_t2 at 10^5 seeds, one process then two on the one device
-nvidia-smi --query-gpu=memory.used --format=csv,noheader -l 2 > "$OUT/gpumem.txt" 2>&1 &
+: > "$OUT/gpumem.txt"; nvidia-smi --query-gpu=memory.used --format=csv,noheader -l 2 >> "$OUT/gpumem.txt" 2>&1 &
 SMI=$!
 for n in 1 2; do
   echo "--- nproc $n $(date -u +%T)" >> "$OUT/gpumem.txt"
