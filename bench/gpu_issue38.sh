@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Issue 38's open questions in one device call (~8 minutes on an H100), results last:
-#   1. the vLLM accept kernel point by point on CUDA against Triton's interpreter
-#      (bench/vllm_kernel_points.py; docs/peers.md, "GPU, 2026-12-07, late");
-#   2. the GPU tests of the reference rows, the KV layout and teacher forcing;
-#   3. fp32_t2 at --seeds 1e5 as one process, then as two processes sharing the device
-#      (--fp32-nproc 2), side by side on the same machine;
-#   4. protocols/sequence.yaml to a verdict under the stack sampler (where its wall goes,
-#      per thread: bench/stack_sample.py).
+# Issue 38's open questions in one device call (~6 minutes on an H100), results last:
+#   1. protocols/sequence.yaml to a verdict under the stack sampler (where its wall goes,
+#      per thread: bench/stack_sample.py), while the CPU beside it runs vLLM's accept
+#      kernel point by point under Triton's interpreter (bench/vllm_kernel_points.py;
+#      CPU-only, 16 cores: it takes none of the GPU's time);
+#   2. the same points on CUDA, and the comparison (docs/peers.md, "GPU, 2026-12-07, late");
+#   3. fp32_t2 at --seeds FP32_SEEDS (default 5e4) as one process, then as two processes
+#      sharing the device (--fp32-nproc 2), side by side on the same machine, with the GPU
+#      memory sampled every 2 s;
+#   4. the GPU tests of the reference rows, the KV layout and teacher forcing.
 # In that order of priority: a call cut short still brings back the files of $OUT.
-# Carry .whl and .peers-gpu/vllm.tar.xz (bench/peers_gpu.sh prepare). Files land in $OUT.
+# Carry .whl and .peers-gpu/vllm.tar.xz (bench/peers_gpu.sh prepare).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
+SEEDS=${FP32_SEEDS:-5e4}
 export PYTHONUNBUFFERED=1
 bash bench/peers_gpu.sh install vllm > /tmp/install.txt 2>&1 || { tail -20 /tmp/install.txt; exit 1; }
 export PYTHONPATH=/tmp/site:$PWD
@@ -21,12 +24,15 @@ export PYTHONPATH=/tmp/site:$PWD
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
-# 1-2: the interpreter on the CPU beside the GPU tests and the CUDA points
+# 1: sequence.yaml on the GPU, the interpreter's points on the CPU beside it
 (TRITON_INTERPRET=1 CUDA_VISIBLE_DEVICES= timeout 200 python3 bench/vllm_kernel_points.py \
   --device cpu --json /tmp/points-cpu.json > /tmp/vk-cpu.txt 2>&1; echo "cpu rc=$?" >> /tmp/vk-cpu.txt) &
-timeout 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine/test_reference_rows.py \
-  tests/engine/test_engine_layout.py tests/engine/test_teacher_forcing.py > "$OUT/tests.txt" 2>&1
-timeout 80 python3 bench/vllm_kernel_points.py --device cuda --json /tmp/points-cuda.json \
+timeout 220 python3 bench/stack_sample.py --top 30 --json "$OUT/stacks.json" -m specconform run \
+  protocols/sequence.yaml --no-sign --out /tmp/seq -v > "$OUT/seq.log" 2>&1
+echo "=== sequence rc $? $(date -u +%T)"
+
+# 2: the CUDA points and the comparison
+timeout 60 python3 bench/vllm_kernel_points.py --device cuda --json /tmp/points-cuda.json \
   > /tmp/vk-cuda.txt 2>&1; echo "cuda rc=$?" >> /tmp/vk-cuda.txt
 wait
 python3 bench/vllm_kernel_points.py --compare /tmp/points-cpu.json /tmp/points-cuda.json \
@@ -34,19 +40,20 @@ python3 bench/vllm_kernel_points.py --compare /tmp/points-cpu.json /tmp/points-c
 cat /tmp/vk-cpu.txt /tmp/vk-cuda.txt /tmp/vk-compare.txt > "$OUT/vllm-points.txt"
 echo "=== vLLM points done $(date -u +%T)"
 
-# 3: fp32_t2 at 10^5 seeds, one process then two on the one device
-: > "$OUT/gpumem.txt"; nvidia-smi --query-gpu=memory.used --format=csv,noheader -l 2 >> "$OUT/gpumem.txt" 2>&1 &
+# 3: fp32_t2, one process then two on the one device
+: > "$OUT/gpumem.txt"
+nvidia-smi --query-gpu=memory.used --format=csv,noheader -l 2 >> "$OUT/gpumem.txt" 2>&1 &
 SMI=$!
 for n in 1 2; do
   echo "--- nproc $n $(date -u +%T)" >> "$OUT/gpumem.txt"
-  timeout 130 python3 bench/speed_at_bound.py --parts fp32 --fp32-seeds 1e5 --fp32-nproc $n \
-    --limit-fp32 120 --keep /tmp/sab-$n > "$OUT/fp32-nproc$n.log" 2>&1
+  timeout 90 python3 bench/speed_at_bound.py --parts fp32 --fp32-seeds "$SEEDS" --fp32-nproc $n \
+    --limit-fp32 85 --keep /tmp/sab-$n > "$OUT/fp32-nproc$n.log" 2>&1
 done
 kill $SMI 2>/dev/null
-# 4: sequence.yaml under the stack sampler
-timeout 230 python3 bench/stack_sample.py --top 30 --json "$OUT/stacks.json" -m specconform run \
-  protocols/sequence.yaml --no-sign --out /tmp/seq -v > "$OUT/seq.log" 2>&1
-echo "=== sequence rc $? $(date -u +%T)"
+
+# 4: GPU tests
+timeout 100 python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine/test_reference_rows.py \
+  tests/engine/test_engine_layout.py tests/engine/test_teacher_forcing.py > "$OUT/tests.txt" 2>&1
 
 # results last (only the output's last 12,000 characters come back)
 grep "^timing" "$OUT/seq.log" | tail -20
@@ -54,6 +61,6 @@ sed -n '/# stack samples/,$p' "$OUT/seq.log" | grep -v '^\s*$' | head -50
 grep -h "result:\|Error\|error:" "$OUT/seq.log" | tail -3
 tail -3 "$OUT/tests.txt"
 grep -h "zero_mass\|IDENTICAL\|DIFFERENT\|rc=" "$OUT/vllm-points.txt" | cut -c1-300
-echo "peak GPU memory (MiB) sampled: $(grep -v -- --- "$OUT/gpumem.txt" | sort -n | tail -1)"
+for n in 1 2; do echo "nproc $n: peak GPU MiB $(sed -n "/--- nproc $n/,/--- /p" "$OUT/gpumem.txt" | grep -v -- --- | sort -n | tail -1)"; done
 for n in 1 2; do sed -n '/# summary/,$p' "$OUT/fp32-nproc$n.log"; done
 date -u
