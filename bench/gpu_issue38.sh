@@ -10,10 +10,13 @@
 #      memory sampled every 2 s;
 #   4. the GPU tests of the reference rows, the KV layout and teacher forcing.
 # In that order of priority: a call cut short still brings back the files of $OUT.
-# Carry .whl and .peers-gpu/vllm.tar.xz (bench/peers_gpu.sh prepare).
+# Carry .whl and .peers-gpu/vllm.tar.xz (bench/peers_gpu.sh prepare). PARTS (default
+# "sequence tests") adds the optional parts: a short call runs PARTS= FP32_SEEDS=2e4.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-out}; mkdir -p "$OUT"
 SEEDS=${FP32_SEEDS:-5e4}
+PARTS=${PARTS-sequence tests}
+want() { [[ " $PARTS " == *" $1 "* ]]; }
 export PYTHONUNBUFFERED=1
 bash bench/peers_gpu.sh install vllm > /tmp/install.txt 2>&1 || { tail -20 /tmp/install.txt; exit 1; }
 export PYTHONPATH=/tmp/site:$PWD
@@ -27,9 +30,11 @@ cat "$OUT/env.txt"
 # 1: sequence.yaml on the GPU, the interpreter's points on the CPU beside it
 (TRITON_INTERPRET=1 CUDA_VISIBLE_DEVICES= timeout 200 python3 bench/vllm_kernel_points.py \
   --device cpu --json /tmp/points-cpu.json > /tmp/vk-cpu.txt 2>&1; echo "cpu rc=$?" >> /tmp/vk-cpu.txt) &
-timeout 220 python3 bench/stack_sample.py --top 30 --json "$OUT/stacks.json" -m specconform run \
-  protocols/sequence.yaml --no-sign --out /tmp/seq -v > "$OUT/seq.log" 2>&1
-echo "=== sequence rc $? $(date -u +%T)"
+if want sequence; then
+  timeout 220 python3 bench/stack_sample.py --top 30 --json "$OUT/stacks.json" -m specconform \
+    run protocols/sequence.yaml --no-sign --out /tmp/seq -v > "$OUT/seq.log" 2>&1
+  echo "=== sequence rc $? $(date -u +%T)"
+fi
 
 # 2: the CUDA points and the comparison
 timeout 60 python3 bench/vllm_kernel_points.py --device cuda --json /tmp/points-cuda.json \
@@ -52,14 +57,17 @@ done
 kill $SMI 2>/dev/null
 
 # 4: GPU tests
-timeout 100 python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine/test_reference_rows.py \
-  tests/engine/test_engine_layout.py tests/engine/test_teacher_forcing.py > "$OUT/tests.txt" 2>&1
+want tests && timeout 100 python3 -m pytest -q -m gpu -p no:cacheprovider \
+  tests/engine/test_reference_rows.py tests/engine/test_engine_layout.py \
+  tests/engine/test_teacher_forcing.py > "$OUT/tests.txt" 2>&1
 
 # results last (only the output's last 12,000 characters come back)
-grep "^timing" "$OUT/seq.log" | tail -20
-sed -n '/# stack samples/,$p' "$OUT/seq.log" | grep -v '^\s*$' | head -50
-grep -h "result:\|Error\|error:" "$OUT/seq.log" | tail -3
-tail -3 "$OUT/tests.txt"
+if want sequence; then
+  grep "^timing" "$OUT/seq.log" | tail -20
+  sed -n '/# stack samples/,$p' "$OUT/seq.log" | grep -v '^\s*$' | head -50
+  grep -h "result:\|Error\|error:" "$OUT/seq.log" | tail -3
+fi
+want tests && tail -3 "$OUT/tests.txt"
 grep -h "zero_mass\|IDENTICAL\|DIFFERENT\|rc=" "$OUT/vllm-points.txt" | cut -c1-300
 for n in 1 2; do echo "nproc $n: peak GPU MiB $(sed -n "/--- nproc $n/,/--- /p" "$OUT/gpumem.txt" | grep -v -- --- | sort -n | tail -1)"; done
 for n in 1 2; do sed -n '/# summary/,$p' "$OUT/fp32-nproc$n.log"; done
