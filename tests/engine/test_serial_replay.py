@@ -63,16 +63,22 @@ def test_a_new_prefix_is_not_answered_from_the_old_one():
     assert torch.equal(b, _fresh(model, PREFIXES[1][:-1] + [8], model.num_stages))
 
 
-def test_one_forward_serves_p_q_and_the_unfiltered_laws(monkeypatch):
-    llm = LLM(ModelConfig.preset("tiny", seed=0), device="cpu")
-    calls = []
-    original = type(llm.model).run_loops
+def _count_stages(monkeypatch, model) -> list[tuple[int, int]]:
+    """The (start, stop) of every ``run_loops`` call on ``model``'s class from now on."""
+    calls: list[tuple[int, int]] = []
+    original = type(model).run_loops
 
     def counting(self, h, start, stop, cache, ctx):
         calls.append((start, stop))
         return original(self, h, start, stop, cache, ctx)
 
-    monkeypatch.setattr(type(llm.model), "run_loops", counting)
+    monkeypatch.setattr(type(model), "run_loops", counting)
+    return calls
+
+
+def test_one_forward_serves_p_q_and_the_unfiltered_laws(monkeypatch):
+    llm = LLM(ModelConfig.preset("tiny", seed=0), device="cpu")
+    calls = _count_stages(monkeypatch, llm.model)
     filtered = SamplingParams(temperature=0.8, top_k=5, top_p=0.9)
     bare = SamplingParams(temperature=0.8)
     prefix = list(DEFAULT_PROMPT) + [3]
@@ -128,14 +134,7 @@ def test_teacher_forced_p_and_q_share_one_forward(monkeypatch):
     llm = LLM(ModelConfig.preset("tiny", seed=0), device="cpu")
     params = SamplingParams(temperature=0.9, top_k=7, top_p=0.95)
     prompt, tokens = list(DEFAULT_PROMPT), [3, 11, 5, 2]
-    calls = []
-    original = type(llm.model).run_loops
-
-    def counting(self, h, start, stop, cache, ctx):
-        calls.append((start, stop))
-        return original(self, h, start, stop, cache, ctx)
-
-    monkeypatch.setattr(type(llm.model), "run_loops", counting)
+    calls = _count_stages(monkeypatch, llm.model)
     p = llm.teacher_forced_probabilities(prompt, tokens, params)
     q = llm.teacher_forced_probabilities(prompt, tokens, params, 2)
     R = llm.model.num_loops
