@@ -8,8 +8,9 @@ stages of the target's and the filters do not touch the logits at all.
 
 ``SerialReplay`` keeps the last prefix's forward: the residual state after every stage
 reached so far (each [1, T, D]), the fresh cache and attention context it ran in, and
-the logits of every depth asked (every position: teacher forcing reads them all). A deeper request continues from the
-deepest state; a shallower one reads the state it passed through. Every op runs on the
+the logits of every depth asked, at every position ([T, V]: teacher forcing reads every
+row; the last-position view kept before held the same storage). A deeper request
+continues from the deepest state; a shallower one reads the state it passed through. Every op runs on the
 same tensors with the same shapes as in ``reference_logits`` (``run_loops`` over stages
 a..b-1 is the composition of its single-stage runs; each stage reads and writes only
 its own KV namespace), so the logits are bit for bit those of a fresh forward
