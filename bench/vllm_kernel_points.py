@@ -138,13 +138,14 @@ def collect(args: argparse.Namespace) -> int:
     cases = [c for c in protocol.cases if args.case in (None, c.name)]
     if not cases:
         sys.exit(f"--case {args.case}: not a case of {args.protocol}")
-    kernel = load_kernel(args.adapter, args.device, None)
+    kernel = load_kernel(args.adapter, args.device, args.mutant)
     import torch
 
     env: dict[str, Any] = {
         "device": args.device,
         "adapter": args.adapter,
         "kernel": kernel.name,
+        "mutant": args.mutant,
         "torch": torch.__version__,
         "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET"),
     }
@@ -210,6 +211,7 @@ def main() -> int:
     ap.add_argument("--case", default=None, help="one case by name (default: all)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--adapter", default=ADAPTER, help="module:factory, or bundled")
+    ap.add_argument("--mutant", default=None, help="a kernel mutant (bundled adapter)")
     ap.add_argument("--json", default=None, help="where the points go")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"), default=None)
     args = ap.parse_args()
