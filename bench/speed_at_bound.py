@@ -209,9 +209,8 @@ def part_fp32(a, work: Path) -> list[Figure]:
     figs = []
     for n in a.fp32_seeds:
         extra = ["--seeds", str(n), "--offset", "9e6"]
-        if (
-            a.fp32_nproc > 1
-        ):  # processes sharing the device: one's host work hides in another's kernels
+        # processes sharing the device: one's host work hides in another's kernels
+        if a.fp32_nproc > 1:
             extra += ["--nproc", str(a.fp32_nproc)]
         done = _protocol_run(a, work, a.fp32_protocol, extra, f"fp32-{n}")
         if done.timed_out:  # the wall is a lower bound
@@ -340,8 +339,10 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     if a.keep is not None:
         a.keep.mkdir(parents=True, exist_ok=True)
-    work = nullcontext(str(a.keep)) if a.keep is not None else None
-    with work or tempfile.TemporaryDirectory(prefix="speed-at-bound-") as tmp:
+        work = nullcontext(str(a.keep))
+    else:
+        work = tempfile.TemporaryDirectory(prefix="speed-at-bound-")
+    with work as tmp:
         for p in parts:
             print(f"=== {p} ({time.perf_counter() - t0:.0f} s into the run)", flush=True)
             figs += globals()[f"part_{p}"](a, Path(tmp))

@@ -10,13 +10,13 @@ stages of the target's and the filters do not touch the logits at all.
 reached so far (each [1, T, D]), the fresh cache and attention context it ran in, and
 the logits of every depth asked, at every position ([T, V]: teacher forcing reads every
 row; the last-position view kept before held the same storage). A deeper request
-continues from the deepest state; a shallower one reads the state it passed through. Every op runs on the
-same tensors with the same shapes as in ``reference_logits`` (``run_loops`` over stages
-a..b-1 is the composition of its single-stage runs; each stage reads and writes only
-its own KV namespace), so the logits are bit for bit those of a fresh forward
-(tests/engine/test_serial_replay.py checks it in every order). Only the last prefix is
-kept: the callers ask a prefix's laws together, and a [1, T, D] state per stage is
-small next to the cache.
+continues from the deepest state; a shallower one reads the state it passed through.
+Every op runs on the same tensors with the same shapes as in ``reference_logits``
+(``run_loops`` over stages a..b-1 is the composition of its single-stage runs; each
+stage reads and writes only its own KV namespace), so the logits are bit for bit those
+of a fresh forward (tests/engine/test_serial_replay.py checks it in every order). Only
+the last prefix is kept: the callers ask a prefix's laws together, and a [1, T, D]
+state per stage is small next to the cache.
 """
 
 from __future__ import annotations

@@ -141,7 +141,7 @@ def token_rows(
         if drafted:
             at = [t - a for t in drafted]
             p_d = p[at]
-            q_d = normalized_rows(np.stack([q for q in q_at.values() if q is not None]))
+            q_d = normalized_rows(np.stack([q_at[t] for t in drafted]))
             d = 0.5 * np.abs(p_d - q_d).sum(axis=1)
             fix = [slots[t].kind == "correction" for t in drafted]
             c, f = mechanism_columns(p_d, q_d, tokens[drafted], fix)
