@@ -136,12 +136,13 @@ def token_rows(
         b = min(T, a + ROWS_PER_CHUNK)
         p = normalized_rows(laws.p[a:b])  # [b - a, V]
         q_at = {t: laws.q_at(t) for t in range(a, b) if slots[t].kind in DRAFTED_KINDS}
-        drafted = [t for t, q in q_at.items() if q is not None]
+        q_drafted = {t: q for t, q in q_at.items() if q is not None}
+        drafted = list(q_drafted)
         tv: dict[int, float] = {}
         if drafted:
             at = [t - a for t in drafted]
             p_d = p[at]
-            q_d = normalized_rows(np.stack([q_at[t] for t in drafted]))
+            q_d = normalized_rows(np.stack(list(q_drafted.values())))
             d = 0.5 * np.abs(p_d - q_d).sum(axis=1)
             fix = [slots[t].kind == "correction" for t in drafted]
             c, f = mechanism_columns(p_d, q_d, tokens[drafted], fix)
